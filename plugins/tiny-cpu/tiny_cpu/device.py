@@ -1,0 +1,131 @@
+"""The CPU device: host memory from anonymous mmaps, kernels loaded as shared objects and called through ctypes."""
+from __future__ import annotations
+import ctypes
+import hashlib
+import mmap
+import os
+import tempfile
+import time
+from typing import Any, Sequence
+from tinycore.device.allocator import BufferSpec, LRUAllocator
+from tinycore.device.compiled import Compiled, cache_dir
+from tiny_cpu.compiler import CPUCompiler
+
+
+class HostMemory:
+  """A range of host memory: ``nbytes`` at address ``addr``, with a memoryview ``view`` of it. ``mm`` keeps the
+  underlying mapping alive (None for adopted external memory); sub-ranges share their parent's ``mm``."""
+  __slots__ = ("mm", "addr", "nbytes", "view")
+
+  def __init__(self, mm: mmap.mmap | None, addr: int, nbytes: int, view: memoryview):
+    self.mm, self.addr, self.nbytes, self.view = mm, addr, nbytes, view
+
+  def __repr__(self) -> str: return f"<HostMemory {self.nbytes} bytes at {self.addr:#x}>"
+
+
+class CPUAllocator(LRUAllocator[HostMemory]):
+  """Page-aligned, zero-filled host memory from anonymous mmaps."""
+
+  def _alloc(self, nbytes: int, spec: BufferSpec) -> HostMemory:
+    if spec.external_ptr is not None:
+      view = memoryview((ctypes.c_char * nbytes).from_address(spec.external_ptr)).cast("B")
+      return HostMemory(None, spec.external_ptr, nbytes, view)
+    try:
+      mapping = mmap.mmap(-1, nbytes)
+    except OSError as error:
+      raise MemoryError(f"mmap of {nbytes} bytes failed: {error}") from error
+    # c_char.from_buffer holds a buffer export only while it lives; the address stays valid while the mapping does
+    address = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
+    return HostMemory(mapping, address, nbytes, memoryview(mapping))
+
+  def _free(self, handle: HostMemory, spec: BufferSpec) -> None:
+    if handle.mm is None: return
+    try:
+      handle.view.release()
+      handle.mm.close()
+    except BufferError:
+      pass  # a sub-range or a zero-copy view still uses the memory: the mapping goes when the last of them does
+
+  def _copyin(self, dst: HostMemory, src: memoryview) -> None:
+    source = src if src.format == "B" else src.cast("B")
+    dst.view[:source.nbytes] = source
+
+  def _copyout(self, dst: memoryview, src: HostMemory) -> None:
+    dst[:] = src.view[:dst.nbytes]
+
+  def _offset(self, handle: HostMemory, nbytes: int, offset: int) -> HostMemory:
+    return HostMemory(handle.mm, handle.addr + offset, nbytes, handle.view[offset:offset + nbytes])
+
+  def _as_buffer(self, handle: HostMemory) -> memoryview: return handle.view
+
+  def _transfer(self, dst: HostMemory, src: HostMemory, nbytes: int, src_dev: Any, dst_dev: Any) -> None:
+    dst.view[:nbytes] = src.view[:nbytes]
+
+
+def load_shared_object(lib: bytes) -> ctypes.CDLL:
+  """Load shared-object bytes: stored as <cache_dir>/so/<sha256>.so (written once, by atomic rename) and dlopen'ed.
+  Falls back to a temporary file when the cache directory is not writable."""
+  digest = hashlib.sha256(lib).hexdigest()
+  path = cache_dir() / "so" / f"{digest}.so"
+  if not path.exists():
+    try:
+      path.parent.mkdir(parents=True, exist_ok=True)
+      with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".so.tmp", delete=False) as temporary:
+        temporary.write(lib)
+      os.replace(temporary.name, path)
+    except OSError:
+      return _load_from_temporary_file(lib)
+  return ctypes.CDLL(str(path))
+
+
+def _load_from_temporary_file(lib: bytes) -> ctypes.CDLL:
+  with tempfile.NamedTemporaryFile(suffix=".so", delete=False) as temporary:
+    temporary.write(lib)
+  try:
+    return ctypes.CDLL(temporary.name)
+  finally:
+    os.unlink(temporary.name)  # the loaded library stays mapped
+
+
+class CPUProgram:
+  """A compiled kernel: ``CPUProgram(name, lib)`` loads the shared object and finds the C function ``name``.
+
+  Called as ``program(*handles, global_size=..., local_size=..., vals=(), wait=False)``: the function receives each
+  handle's address (``T* restrict dataN``), then each value as a 64-bit integer (``long long varN``). The kernel
+  loops over its whole range itself, so the launch sizes are not used. With ``wait=True`` it returns the seconds the
+  call took.
+  """
+
+  def __init__(self, name: str, lib: bytes):
+    self.name = name
+    self.library = load_shared_object(lib)
+    try:
+      self.function = getattr(self.library, name)
+    except AttributeError as error:
+      raise RuntimeError(f"the compiled CPU program has no function named {name!r}") from error
+    self.function.restype = None
+    self._argument_counts: tuple[int, int] | None = None
+
+  def __call__(self, *bufs: HostMemory, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] = (1, 1, 1),
+               vals: Sequence[int] = (), wait: bool = False) -> float | None:
+    if self._argument_counts != (len(bufs), len(vals)):
+      # set once per program (it is the same every call); ctypes then converts plain ints quickly
+      self.function.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int64] * len(vals)
+      self._argument_counts = (len(bufs), len(vals))
+    start = time.perf_counter()
+    self.function(*[buf.addr for buf in bufs], *vals)
+    return time.perf_counter() - start if wait else None
+
+
+class CPUDevice(Compiled):
+  """A CPU device ("CPU", "CPU:1", ...). Each name has its own allocator; they share the machine's memory."""
+
+  def __init__(self, name: str = "CPU"):
+    # the renderer pulls in tinycore's code generator: import it only when a device is opened
+    from tiny_cpu.renderer import CPURenderer
+    super().__init__(name, CPUAllocator(), CPURenderer(), CPUCompiler(), CPUProgram)
+
+  def capabilities(self) -> dict[str, Any]:
+    caps = super().capabilities()
+    caps["compiler"] = self.compiler.name if isinstance(self.compiler, CPUCompiler) else None
+    return caps

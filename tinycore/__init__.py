@@ -1,0 +1,12 @@
+"""tinycore: a small tensor compiler whose devices are plugins.
+
+    from tinycore import Tensor
+    (Tensor([1.0, 2.0, 3.0]) * 2 + 1).numpy()
+"""
+from tinycore.dtype import DType, dtypes
+from tinycore.device.registry import Device
+from tinycore.tensor import Tensor
+from tinycore.engine.realize import GlobalCounters
+
+__all__ = ["Tensor", "Device", "dtypes", "DType", "GlobalCounters"]
+__version__ = "0.1.0"

@@ -1,0 +1,61 @@
+"""Codegen: kernel SINK -> optimized kernel -> source (device renderer) -> binary (device compiler) -> Program.
+
+Compiled programs are cached twice: in memory by (device, kernel) so a repeated computation does no codegen at
+all, and on disk by source (Compiler.compile_cached) so a new process does not run the C compiler again.
+"""
+from __future__ import annotations
+import hashlib
+from typing import Any
+from tinycore.uop.ops import Ops, UOp
+from tinycore.codegen.optimize import optimize_kernel
+
+
+class CompiledKernel:
+  """A kernel ready to run on one device: its Program and the source it came from."""
+  def __init__(self, name: str, source: str, program: Any):
+    self.name, self.source, self.program = name, source, program
+
+
+_kernels: dict[tuple[str, UOp], CompiledKernel] = {}
+_binaries: dict[tuple[str, str], bytes] = {}
+
+
+class CodegenStats:
+  """How many kernels were rendered and compiled in this process (for tests and benchmarks)."""
+  rendered = 0
+  compiled = 0
+
+
+def kernel_name(sink: UOp) -> str:
+  ranges = sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=lambda r: r.arg[0])
+  kind = "r" if any(u.op is Ops.REDUCE for u in sink.toposort()) else "E"
+  sizes = "_".join(str(r.src[0].arg) for r in ranges) or "1"
+  return f"{kind}_{sizes}"
+
+
+def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
+  from tinycore.device.registry import Device
+  if (hit := _kernels.get((device, sink))) is not None: return hit
+  dev = Device[device]
+  if not dev.can_compute: raise RuntimeError(f"device {device} cannot run kernels (it only stores bytes)")
+  check_dtypes(dev.renderer, sink, device)
+  optimized = optimize_kernel(sink)
+  name = kernel_name(optimized)
+  source = dev.renderer.render(name, optimized)
+  CodegenStats.rendered += 1
+  key = (type(dev.compiler).__name__ + str(getattr(dev.compiler, "cachekey", "")), source)
+  if (lib := _binaries.get(key)) is None:
+    lib = _binaries[key] = dev.compiler.compile_cached(source)
+    CodegenStats.compiled += 1
+  kernel = _kernels[(device, sink)] = CompiledKernel(name, source, dev.runtime(name, lib))
+  return kernel
+
+
+def check_dtypes(renderer: Any, sink: UOp, device: str) -> None:
+  """An unsupported dtype is a clear error before anything is compiled."""
+  for u in sink.toposort():
+    if u.dtype is not None and u.dtype not in renderer.supported_dtypes:
+      raise TypeError(f"dtype {u.dtype.name} is not supported on device {device}")
+
+
+def source_digest(source: str) -> str: return hashlib.sha256(source.encode()).hexdigest()[:16]

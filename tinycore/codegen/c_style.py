@@ -1,0 +1,227 @@
+"""The C-style renderer base: a linearized kernel -> source in a C-family language.
+
+Subclasses for other C dialects (OpenCL C, CUDA C) override the type names, the function signature, the math
+function names and how loops over the outermost dims map to work-items; the statement structure is shared.
+float16 and bfloat16 are stored as 16-bit words and computed in float, rounded back after every op, so results
+match numpy's per-op float16 rounding on any compiler.
+"""
+from __future__ import annotations
+import math
+from typing import Any
+from tinycore.dtype import DType, dtypes, ALL
+from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
+from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop, linearize
+
+HALF_HELPERS = r"""
+static inline float tc_half_to_float(unsigned short h) {
+  unsigned int sign = (unsigned int)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (mant == 0) bits = sign;
+    else { exp = 127 - 15 + 1; while (!(mant & 0x400)) { mant <<= 1; exp--; } mant &= 0x3ff; bits = sign | (exp << 23) | (mant << 13); }
+  } else if (exp == 31) bits = sign | 0x7f800000u | (mant << 13);
+  else bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  float f; __builtin_memcpy(&f, &bits, 4); return f;
+}
+static inline unsigned short tc_float_to_half(float f) {
+  unsigned int x; __builtin_memcpy(&x, &f, 4);
+  unsigned int sign = (x >> 16) & 0x8000, mant = x & 0x7fffff; int exp = (int)((x >> 23) & 0xff);
+  if (exp == 255) return (unsigned short)(sign | 0x7c00 | (mant ? 0x200 : 0));
+  int e = exp - 127 + 15;
+  if (e >= 31) return (unsigned short)(sign | 0x7c00);
+  if (e <= 0) {
+    if (e < -10) return (unsigned short)sign;
+    mant |= 0x800000; int shift = 14 - e;
+    unsigned int half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) half++;
+    return (unsigned short)(sign | half);
+  }
+  unsigned int half = sign | ((unsigned int)e << 10) | (mant >> 13), rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++;
+  return (unsigned short)half;
+}
+static inline float tc_round_half(float f) { return tc_half_to_float(tc_float_to_half(f)); }
+static inline float tc_bf16_to_float(unsigned short h) { unsigned int bits = (unsigned int)h << 16; float f; __builtin_memcpy(&f, &bits, 4); return f; }
+static inline unsigned short tc_float_to_bf16(float f) {
+  unsigned int x; __builtin_memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40);
+  return (unsigned short)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+static inline float tc_round_bf16(float f) { return tc_bf16_to_float(tc_float_to_bf16(f)); }
+"""
+
+
+class CStyleRenderer:
+  """Renders a kernel SINK as one C function `void name(T* restrict data0, ..., long long var0, ...)`."""
+  device: str = ""
+  supported_dtypes: frozenset[DType] = frozenset(ALL)
+  kernel_qualifier = ""             # e.g. "__kernel" in OpenCL
+  buffer_qualifier = ""             # e.g. "__global" in OpenCL
+  restrict = "restrict"
+  index_type = "long long"
+  float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f", dtypes.bfloat16: "f"}
+  type_names: dict[DType, str] = {
+    dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+    dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+    dtypes.uint64: "unsigned long long", dtypes.float32: "float", dtypes.float64: "double",
+    dtypes.float16: "float", dtypes.bfloat16: "float"}   # 16-bit floats compute in float
+  storage_names: dict[DType, str] = {dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short"}
+  math_functions = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc",
+                    Ops.POW: "pow"}
+  prelude = "#include <math.h>\n"
+
+  # ------------------------------------------------------------------ types and literals
+  def value_type(self, dtype: DType) -> str: return self.type_names[dtype]
+  def storage_type(self, dtype: DType) -> str: return self.storage_names.get(dtype, self.type_names[dtype])
+
+  def literal(self, value: Any, dtype: DType) -> str:
+    if dtype is dtypes.bool: return "1" if value else "0"
+    if dtypes.is_float(dtype):
+      suffix = self.float_suffix[dtype]
+      if math.isnan(value): return f"(0.0{suffix}/0.0{suffix})" if suffix else "(0.0/0.0)"
+      if math.isinf(value): return ("-" if value < 0 else "") + (f"(1.0{suffix}/0.0{suffix})" if suffix else "(1.0/0.0)")
+      return f"{float(value)!r}{suffix}"
+    if dtypes.is_unsigned(dtype): return f"{value}u" if dtype.itemsize <= 4 else f"{value}ull"
+    if dtype.itemsize == 8:
+      return f"({value + 1}ll-1)" if value == dtypes.min(dtypes.int64) else f"{value}ll"
+    if value == dtypes.min(dtypes.int32): return f"({value + 1}-1)"
+    return str(value)
+
+  def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
+    name = self.math_functions[op]
+    if dtype is not dtypes.float64: name += "f"
+    return f"{name}({', '.join(args)})"
+
+  def round_16bit(self, expr: str, dtype: DType) -> str:
+    if dtype is dtypes.float16: return f"tc_round_half({expr})"
+    if dtype is dtypes.bfloat16: return f"tc_round_bf16({expr})"
+    return expr
+
+  def bitcast(self, expr: str, src: DType, dst: DType) -> str:
+    """Reinterpret bits; 16-bit floats go through their storage form."""
+    if src in (dtypes.float16, dtypes.bfloat16):
+      expr = f"tc_float_to_{'half' if src is dtypes.float16 else 'bf16'}({expr})"
+    src_type = self.storage_type(src)
+    if dst in (dtypes.float16, dtypes.bfloat16):
+      word = f"({{ {src_type} tc_in = {expr}; unsigned short tc_out; __builtin_memcpy(&tc_out, &tc_in, 2); tc_out; }})"
+      return f"tc_{'half' if dst is dtypes.float16 else 'bf16'}_to_float({word})"
+    dst_type = self.storage_type(dst)
+    return f"({{ {src_type} tc_in = {expr}; {dst_type} tc_out; __builtin_memcpy(&tc_out, &tc_in, sizeof(tc_out)); tc_out; }})"
+
+  def cast(self, expr: str, src: DType, dst: DType) -> str:
+    if dst is dtypes.bool: return f"({expr} != 0)"
+    if dst in (dtypes.float16, dtypes.bfloat16): return self.round_16bit(f"(float)({expr})", dst)
+    if dtypes.is_float(src) and dtypes.is_unsigned(dst) and dst.itemsize < 8:
+      return f"({self.value_type(dst)})(long long)({expr})"  # negative floats wrap like numpy instead of being undefined
+    return f"({self.value_type(dst)})({expr})"
+
+  def load(self, buffer: str, offset: str, dtype: DType) -> str:
+    if dtype is dtypes.float16: return f"tc_half_to_float({buffer}[{offset}])"
+    if dtype is dtypes.bfloat16: return f"tc_bf16_to_float({buffer}[{offset}])"
+    return f"{buffer}[{offset}]"
+
+  def store_value(self, expr: str, dtype: DType) -> str:
+    if dtype is dtypes.float16: return f"tc_float_to_half({expr})"
+    if dtype is dtypes.bfloat16: return f"tc_float_to_bf16({expr})"
+    return expr
+
+  # ------------------------------------------------------------------ expressions
+  def alu(self, u: UOp, args: list[str]) -> str:
+    op, dtype = u.op, u.dtype
+    src_dtype = u.src[0].dtype
+    if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.POW):
+      return self.round_16bit(self.math_call(op, dtype, args), dtype)
+    if op is Ops.RECIPROCAL: return self.round_16bit(f"(1/{args[0]})", dtype)
+    if op is Ops.NEG: return f"(!{args[0]})" if dtype is dtypes.bool else self.round_16bit(f"(-{args[0]})", dtype)
+    if op is Ops.WHERE: return f"({args[0]} ? {args[1]} : {args[2]})"
+    if op is Ops.MULACC: return self.round_16bit(f"(({args[0]}*{args[1]})+{args[2]})", dtype)
+    a, b = args
+    if op is Ops.MAX: return f"({a} > {b} ? {a} : {b})"
+    if op in (Ops.IDIV, Ops.MOD):
+      symbol = "/" if op is Ops.IDIV else "%"
+      divisor = u.src[1]
+      if divisor.op is Ops.CONST and divisor.arg not in (0, -1): return f"({a}{symbol}{b})"
+      # integer division by zero traps on x86 (and MIN/-1 overflows): numpy gives 0
+      if dtypes.is_unsigned(dtype): return f"({b} == 0 ? 0 : {a}{symbol}{b})"
+      minus_one = f"(-{a})" if op is Ops.IDIV else "0"
+      return f"({b} == 0 ? 0 : {b} == -1 ? {minus_one} : {a}{symbol}{b})"
+    if dtype is dtypes.bool and op in (Ops.ADD, Ops.MUL): return f"({a}{'|' if op is Ops.ADD else '&'}{b})"
+    symbols = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
+               Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+    expr = f"({a}{symbols[op]}{b})"
+    if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL) and dtypes.is_int(dtype) and dtype.itemsize < 4:
+      return f"(({self.value_type(dtype)}){expr})"  # C promotes small ints to int: wrap back
+    if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV): return self.round_16bit(expr, dtype)
+    del src_dtype
+    return expr
+
+  # ------------------------------------------------------------------ the function
+  def signature(self, name: str, params: list[UOp], written: set[int]) -> str:
+    args = []
+    for p in params:
+      const = "" if p.arg in written else "const "
+      args.append(f"{self.buffer_qualifier}{' ' if self.buffer_qualifier else ''}{const}{self.storage_type(p.dtype)}* "
+                  f"{self.restrict} data{p.arg}")
+    return f"{self.kernel_qualifier}{' ' if self.kernel_qualifier else ''}void {name}({', '.join(args)})"
+
+  def render(self, name: str, sink: UOp) -> str:
+    kernel = linearize(sink)
+    written = {u.src[0].src[0].arg for u in sink.src if u.op is Ops.STORE}
+    self._names: dict[UOp, str] = {}
+    self._counter = 0
+    lines = [self.signature(name, kernel.params, written) + " {"]
+    self._emit_block(kernel.body, lines, 1)
+    lines.append("}")
+    needs_half = any(p.dtype in (dtypes.float16, dtypes.bfloat16) for p in sink.toposort())
+    return self.prelude + (HALF_HELPERS if needs_half else "") + "\n".join(lines) + "\n"
+
+  def _name(self, u: UOp) -> str:
+    if u.op is Ops.CONST: return self.literal(u.arg, u.dtype)
+    if u.op is Ops.PARAM: return f"data{u.arg}"
+    if u.op is Ops.RANGE: return f"ridx{u.arg[0]}"
+    return self._names[u]
+
+  def _fresh(self, prefix: str) -> str:
+    self._counter += 1
+    return f"{prefix}{self._counter}"
+
+  def _emit_block(self, body: list, lines: list[str], depth: int) -> None:
+    pad = "  " * depth
+    for item in body:
+      if isinstance(item, Loop):
+        for x in item.reduces:
+          acc = self._names[x] = self._fresh("acc")
+          lines.append(f"{pad}{self.value_type(x.dtype)} {acc} = {self.literal(identity_element(x.arg, x.dtype), x.dtype)};")
+        r = self._name(item.range)
+        lines.append(f"{pad}for ({self.index_type} {r} = 0; {r} < {self.literal(item.range.src[0].arg, dtypes.int64)}; {r}++) {{")
+        self._emit_block(item.body, lines, depth + 1)
+        lines.append(f"{pad}}}")
+      elif isinstance(item, AccUpdate):
+        x = item.reduce
+        acc, value = self._names[x], self._name(x.src[0])
+        if x.arg is Ops.MAX: update = f"({value} > {acc} ? {value} : {acc})"
+        else: update = self.alu(UOp(x.arg, x.dtype, (x, x.src[0])), [acc, value])
+        lines.append(f"{pad}{acc} = {update};")
+      else: self._emit_node(item, lines, pad)
+
+  def _address(self, index: UOp) -> tuple[str, str, str | None]:
+    buffer, offset = self._name(index.src[0]), self._name(index.src[1])
+    gate = self._name(index.src[2]) if len(index.src) > 2 else None
+    return buffer, offset, gate
+
+  def _emit_node(self, u: UOp, lines: list[str], pad: str) -> None:
+    if u.op is Ops.REDUCE: return  # its accumulator is its value
+    if u.op is Ops.STORE:
+      buffer, offset, gate = self._address(u.src[0])
+      statement = f"{buffer}[{offset}] = {self.store_value(self._name(u.src[1]), u.src[0].dtype)};"
+      lines.append(f"{pad}if ({gate}) {statement}" if gate else f"{pad}{statement}")
+      return
+    if u.op is Ops.LOAD:
+      buffer, offset, gate = self._address(u.src[0])
+      expr = self.load(buffer, offset, u.dtype)
+      if gate: expr = f"({gate} ? {expr} : {self.literal(0, u.dtype)})"
+    elif u.op is Ops.CAST: expr = self.cast(self._name(u.src[0]), u.src[0].dtype, u.dtype)
+    elif u.op is Ops.BITCAST: expr = self.bitcast(self._name(u.src[0]), u.src[0].dtype, u.dtype)
+    elif u.op in GroupOp.ALU: expr = self.alu(u, [self._name(s) for s in u.src])
+    else: raise NotImplementedError(f"the C renderer cannot render {u.op}")
+    name = self._names[u] = self._fresh("v")
+    lines.append(f"{pad}{self.value_type(u.dtype)} {name} = {expr};")

@@ -1,0 +1,65 @@
+"""Kernel optimizations that keep semantics: merging loops that address memory contiguously.
+
+A (4096, 4096) elementwise kernel over contiguous buffers is one loop of 16M, not two nested loops: adjacent loops
+are merged whenever every address in the kernel stays affine in the merged loop (no new `//` or `%`).
+"""
+from __future__ import annotations
+from tinycore.dtype import dtypes
+from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.pattern import graph_rewrite
+from tinycore.uop.symbolic import symbolic
+
+
+def _divmod_count(sink: UOp) -> int:
+  return sum(1 for u in sink.toposort() if u.op in (Ops.IDIV, Ops.MOD) and u.dtype is dtypes.index)
+
+
+def _range_size(r: UOp) -> int: return r.src[0].arg
+
+
+def _try_merge(sink: UOp, outer: UOp, inner: UOp) -> UOp | None:
+  """Replace (outer, inner) with one range R: outer = R // n_inner, inner = R % n_inner; keep it if nothing got worse."""
+  n_inner = _range_size(inner)
+  merged = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, _range_size(outer) * n_inner),), outer.arg)
+  n = UOp.const(dtypes.index, n_inner)
+  done: dict[UOp, UOp] = {}
+  for node in sink.toposort():
+    if node is outer: done[node] = UOp(Ops.IDIV, dtypes.index, (merged, n))
+    elif node is inner: done[node] = UOp(Ops.MOD, dtypes.index, (merged, n))
+    elif node.op is Ops.REDUCE and outer in node.src[1:]:
+      # the reduce now loops over the merged range instead of the pair
+      ranges = tuple(merged if r is outer else done[r] for r in node.src[1:] if r is not inner)
+      done[node] = node.replace(src=(done[node.src[0]],) + ranges)
+    else:
+      new_src = tuple(done[s] for s in node.src)
+      done[node] = node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src)
+  candidate = graph_rewrite(done[sink], symbolic)
+  return candidate if _divmod_count(candidate) <= _divmod_count(sink) else None
+
+
+def _reduce_groups(sink: UOp) -> list[list[UOp]]:
+  """Output loop ranges in order, then each REDUCE's ranges: the groups within which merging is allowed."""
+  nodes = sink.toposort()
+  outputs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "loop"), key=lambda r: r.arg[0])
+  groups = [outputs]
+  for u in nodes:
+    if u.op is Ops.REDUCE: groups.append(sorted(u.src[1:], key=lambda r: r.arg[0]))
+  return groups
+
+
+def merge_ranges(sink: UOp) -> UOp:
+  changed = True
+  while changed:
+    changed = False
+    for group in _reduce_groups(sink):
+      for outer, inner in zip(group, group[1:]):
+        merged = _try_merge(sink, outer, inner)
+        if merged is not None:
+          sink, changed = merged, True
+          break
+      if changed: break
+  return sink
+
+
+def optimize_kernel(sink: UOp) -> UOp:
+  return merge_ranges(sink)

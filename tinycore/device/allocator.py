@@ -1,0 +1,104 @@
+"""Allocators: how a device gets, frees and copies raw memory. Plugins subclass `Allocator` (or `LRUAllocator`)."""
+from __future__ import annotations
+import os
+from collections import defaultdict
+from typing import Any, Generic, TypeVar
+import attrs
+
+Handle = TypeVar("Handle")
+
+
+@attrs.frozen
+class BufferSpec:
+  """How a buffer's memory must behave; part of the allocator's cache key.
+
+  uncached: coherent memory (signals, rings); cpu_access: host-mappable; host: system memory;
+  nolru / zero: never cached for reuse (zero also means zero-filled); external_ptr: adopt that address, never free it.
+  """
+  uncached: bool = False
+  cpu_access: bool = False
+  host: bool = False
+  nolru: bool = False
+  zero: bool = False
+  external_ptr: int | None = None
+
+
+class Allocator(Generic[Handle]):
+  """Base allocator. A device implements the underscored hooks:
+
+  required: `_alloc(nbytes, spec) -> handle`, `_free(handle, spec)`, `_copyin(dst_handle, src: memoryview)`,
+  `_copyout(dst: memoryview, src_handle)` (synchronize first on an asynchronous device);
+  optional: `_offset(handle, nbytes, offset) -> handle` (sub-buffer views), `_as_buffer(handle) -> memoryview`
+  (a zero-copy host view), `_transfer(dst, src, nbytes, src_dev, dst_dev)` (same-kind peer copy).
+  """
+
+  def __init__(self, device: Any = None):
+    self.device = device  # the Compiled that owns this allocator (may be None in tests)
+    self.allocated_bytes = 0
+
+  def alloc(self, nbytes: int, spec: BufferSpec | None = None) -> Handle:
+    if not isinstance(nbytes, int) or nbytes <= 0: raise ValueError(f"allocation size must be a positive int, got {nbytes!r}")
+    spec = spec or BufferSpec()
+    try:
+      handle = self._alloc(nbytes, spec)
+    except MemoryError as e:
+      raise MemoryError(f"cannot allocate {nbytes} bytes on {self._name()} ({self.allocated_bytes} bytes in use): {e}") from e
+    if spec.external_ptr is None: self.allocated_bytes += nbytes
+    return handle
+
+  def free(self, handle: Handle, nbytes: int, spec: BufferSpec | None = None) -> None:
+    spec = spec or BufferSpec()
+    if spec.external_ptr is None: self.allocated_bytes -= nbytes
+    self._free(handle, spec)
+
+  def _name(self) -> str: return getattr(self.device, "device", type(self).__name__)
+
+  # hooks a device implements
+  def _alloc(self, nbytes: int, spec: BufferSpec) -> Handle: raise NotImplementedError(f"{type(self).__name__} cannot allocate")
+  def _free(self, handle: Handle, spec: BufferSpec) -> None: pass
+  def _copyin(self, dst: Handle, src: memoryview) -> None: raise NotImplementedError(f"{type(self).__name__} has no _copyin")
+  def _copyout(self, dst: memoryview, src: Handle) -> None: raise NotImplementedError(f"{type(self).__name__} has no _copyout")
+
+  supports_offset = property(lambda self: type(self)._offset is not Allocator._offset)
+  supports_as_buffer = property(lambda self: type(self)._as_buffer is not Allocator._as_buffer)
+  supports_transfer = property(lambda self: type(self)._transfer is not Allocator._transfer)
+
+  def _offset(self, handle: Handle, nbytes: int, offset: int) -> Handle:
+    raise NotImplementedError(f"{type(self).__name__} does not support sub-buffers")
+  def _as_buffer(self, handle: Handle) -> memoryview:
+    raise NotImplementedError(f"{type(self).__name__} has no zero-copy host view")
+  def _transfer(self, dst: Handle, src: Handle, nbytes: int, src_dev: Any, dst_dev: Any) -> None:
+    raise NotImplementedError(f"{type(self).__name__} has no direct transfer")
+
+
+class LRUAllocator(Allocator[Handle]):
+  """Keeps freed handles keyed by (nbytes, spec) and hands them out again; on an allocation failure it empties the
+  cache and retries once. Set TINYCORE_LRU=0 to turn the cache off."""
+
+  def __init__(self, device: Any = None):
+    super().__init__(device)
+    self.cache: dict[tuple[int, BufferSpec], list[Handle]] = defaultdict(list)
+
+  def alloc(self, nbytes: int, spec: BufferSpec | None = None) -> Handle:
+    spec = spec or BufferSpec()
+    if (cached := self.cache.get((nbytes, spec))):
+      self.allocated_bytes += nbytes
+      return cached.pop()
+    try:
+      return super().alloc(nbytes, spec)
+    except MemoryError:
+      self.free_cache()
+      return super().alloc(nbytes, spec)
+
+  def free(self, handle: Handle, nbytes: int, spec: BufferSpec | None = None) -> None:
+    spec = spec or BufferSpec()
+    if os.environ.get("TINYCORE_LRU", "1") != "0" and not (spec.nolru or spec.zero or spec.external_ptr is not None):
+      self.allocated_bytes -= nbytes
+      self.cache[(nbytes, spec)].append(handle)
+    else:
+      super().free(handle, nbytes, spec)
+
+  def free_cache(self) -> None:
+    for (_, spec), handles in self.cache.items():
+      for handle in handles: self._free(handle, spec)
+    self.cache.clear()

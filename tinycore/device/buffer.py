@@ -1,0 +1,117 @@
+"""Buffer: a lazily allocated region of device memory, with views that share a base."""
+from __future__ import annotations
+import weakref
+from typing import Any
+from tinycore.dtype import DType, dtypes, to_np_dtype
+from tinycore.device.allocator import BufferSpec
+
+
+class Buffer:
+  """`size` elements of `dtype` on `device`. A view (`base` given) shares its base's memory at `offset` bytes.
+
+  Allocation is lazy: the memory exists once `allocate()` (or `ensure_allocated()`) ran. `opaque` adopts an existing
+  handle (never returned to the allocator's cache); `initial_value` allocates and copies those bytes in.
+  """
+
+  def __init__(self, device: str, size: int, dtype: DType, opaque: Any = None, options: BufferSpec | None = None,
+               initial_value: bytes | memoryview | None = None, base: Buffer | None = None, offset: int = 0,
+               preallocate: bool = False):
+    from tinycore.device.registry import Device
+    if size < 0: raise ValueError(f"buffer size must be >= 0, got {size}")
+    self.device, self.size, self.dtype, self.options, self.offset = Device.canonicalize(device), size, dtype, options, offset
+    self._handle: Any = None
+    if base is not None:
+      if base._base is not None: raise AssertionError("a view's base must itself be a base buffer")
+      if offset + self.nbytes > base.nbytes:
+        raise ValueError(f"view of {self.nbytes} bytes at offset {offset} exceeds its base of {base.nbytes} bytes")
+      self._base: Buffer | None = base
+    else:
+      self._base = None
+      if opaque is not None:
+        self.options = BufferSpec(nolru=True) if options is None else options
+        self._handle = opaque
+        self._owned = False
+      if initial_value is not None:
+        self.allocate()
+        self.copyin(memoryview(initial_value))
+      elif preallocate: self.allocate()
+
+  # --- identity
+  @property
+  def base(self) -> Buffer: return self._base if self._base is not None else self
+  @property
+  def nbytes(self) -> int: return self.size * self.dtype.itemsize
+  @property
+  def allocator(self):
+    from tinycore.device.registry import Device
+    return Device[self.device].allocator
+  def __repr__(self) -> str:
+    view = f" view of {self._base!r} at +{self.offset}" if self._base is not None else ""
+    return f"<buf {self.device} size={self.size} {self.dtype}{view}{'' if self.is_allocated() else ' (unallocated)'}>"
+
+  # --- allocation
+  def is_allocated(self) -> bool: return self.base._handle is not None
+  def ensure_allocated(self) -> Buffer: return self if self.is_allocated() and self._handle is not None else self.allocate()
+
+  def allocate(self, opaque: Any = None) -> Buffer:
+    if self._base is not None:
+      self._base.ensure_allocated()
+      if self.offset == 0 and self.nbytes == self._base.nbytes: self._handle = self._base._handle
+      else: self._handle = self.allocator._offset(self._base._handle, self.nbytes, self.offset)
+      return self
+    if self._handle is not None: raise RuntimeError(f"{self!r} is already allocated")
+    if opaque is not None:
+      self._handle, self._owned = opaque, False
+      return self
+    # zero-sized buffers get one byte so every buffer has an address
+    self._handle = self.allocator.alloc(max(self.nbytes, 1), self.options)
+    self._owned = True
+    weakref.finalize(self, _free_handle, self.allocator, self._handle, max(self.nbytes, 1), self.options)
+    return self
+
+  @property
+  def _buf(self) -> Any:
+    """The device handle (allocating on first use)."""
+    if self._handle is None or (self._base is not None and not self._base.is_allocated()): self.allocate()
+    return self._handle
+
+  def view(self, size: int, dtype: DType, offset: int) -> Buffer:
+    """A view of `size` elements of `dtype` at byte `offset` of this buffer (views of views flatten)."""
+    if offset < 0 or offset > self.nbytes: raise ValueError(f"view offset {offset} outside a buffer of {self.nbytes} bytes")
+    return Buffer(self.device, size, dtype, base=self.base, offset=self.offset + offset, options=self.options)
+
+  # --- data movement between host and this buffer
+  def copyin(self, mv: memoryview) -> Buffer:
+    mv = memoryview(mv).cast("B") if memoryview(mv).nbytes else memoryview(b"")
+    if mv.nbytes != self.nbytes: raise ValueError(f"copyin of {mv.nbytes} bytes into {self!r} of {self.nbytes} bytes")
+    if self.nbytes: self.allocator._copyin(self._buf, mv)
+    return self
+
+  def copyout(self, mv: memoryview) -> memoryview:
+    mv = memoryview(mv).cast("B") if memoryview(mv).nbytes else memoryview(bytearray(0))
+    if mv.nbytes != self.nbytes: raise ValueError(f"copyout of {self!r} ({self.nbytes} bytes) into {mv.nbytes} bytes")
+    if self.nbytes: self.allocator._copyout(mv, self._buf)
+    return mv
+
+  def as_memoryview(self, allow_zero_copy: bool = False, force_zero_copy: bool = False) -> memoryview:
+    """The bytes of this buffer. Zero-copy (a live view of device memory) only when asked for and possible, since
+    the view outlives nothing: keep the Buffer alive while you use it."""
+    if allow_zero_copy or force_zero_copy:
+      if self.allocator.supports_as_buffer:
+        from tinycore.device.registry import Device
+        Device[self.device].synchronize()
+        return self.allocator._as_buffer(self._buf) if self.nbytes else memoryview(bytearray(0))
+      if force_zero_copy: raise AssertionError(f"{self.device} has no zero-copy host view")
+    return self.copyout(memoryview(bytearray(self.nbytes)))
+
+  def numpy(self):
+    import numpy as np
+    if self.dtype is dtypes.bfloat16:
+      raw = np.frombuffer(self.as_memoryview(), dtype=np.uint16).astype(np.uint32) << 16
+      return raw.view(np.float32)
+    return np.frombuffer(self.as_memoryview(), dtype=to_np_dtype(self.dtype))
+
+
+def _free_handle(allocator, handle, nbytes, options):
+  try: allocator.free(handle, nbytes, options)
+  except Exception: pass  # interpreter shutdown: the process frees everything anyway

@@ -1,0 +1,179 @@
+"""`Device`: the registry that turns a device name ("CPU", "cpu:1", "DISK:/tmp/x") into an opened `Compiled`.
+
+Names follow tinygrad: the prefix before the first ":" is case-insensitive and names the device kind, the rest is kept
+verbatim, and a trailing ":0" is dropped ("cpu:0" is "CPU"). The kind is resolved through the plugins
+(tinycore.plugin.manager); each name is opened once per process and finalized at exit.
+"""
+from __future__ import annotations
+import atexit
+import functools
+import os
+import threading
+from typing import TYPE_CHECKING
+from tinycore.plugin.spec import DeviceSpec
+
+if TYPE_CHECKING:
+  from tinycore.device.compiled import Compiled
+  from tinycore.plugin.manager import PluginFailure
+
+DEVICE_ENV = "TINYCORE_DEVICE"
+
+
+@functools.lru_cache(maxsize=4096)
+def canonicalize_device(name: str | tuple[str, ...]) -> str | tuple[str, ...]:
+  """The canonical form of a device name, or of a tuple of names (element-wise; a 1-tuple collapses to its name):
+  "cpu:0" -> "CPU", "CPU:1" -> "CPU:1", "disk:/tmp/X" -> "DISK:/tmp/X". Cached, since every tensor op calls it."""
+  if isinstance(name, tuple):
+    canonical = tuple(canonicalize_device(element) for element in name)
+    return canonical[0] if len(canonical) == 1 else canonical
+  if not isinstance(name, str): raise TypeError(f"a device name must be a str or a tuple of str, got {name!r}")
+  if not name: raise ValueError("the device name is empty")
+  prefix, separator, rest = name.partition(":")
+  canonical = prefix.upper() + separator + rest
+  return canonical[:-2] if canonical.endswith(":0") else canonical
+
+
+class DeviceRegistry:
+  """The device table (use the instance `Device`): ``Device["CPU:1"]`` opens (once) and returns that device,
+  ``Device.DEFAULT`` is the default device's canonical name, ``Device.canonicalize(name)`` normalizes a name."""
+
+  def __init__(self) -> None:
+    self._opened: dict[str, Compiled] = {}
+    self._lock = threading.RLock()
+    self._default: str | None = None
+    self._atexit_registered = False
+
+  # called for every tensor op: the cached function itself, without a wrapper around it
+  canonicalize = staticmethod(canonicalize_device)
+
+  # --- the plugin side
+  def specs(self) -> list[DeviceSpec]:
+    """The device kinds the loaded plugins provide, highest priority first."""
+    from tinycore.plugin.manager import device_specs
+    return sorted(device_specs(), key=lambda spec: -spec.priority)
+
+  def failures(self) -> list[PluginFailure]:
+    """The plugins that failed to load, with their distribution names and reasons."""
+    from tinycore.plugin.manager import plugin_failures
+    return plugin_failures()
+
+  def spec_for(self, name: str) -> DeviceSpec:
+    """The DeviceSpec of the kind that owns this name; ValueError listing the existing kinds if there is none."""
+    prefix = str(self.canonicalize(name)).partition(":")[0]
+    for spec in self.specs():
+      if spec.prefix == prefix: return spec
+    raise ValueError(f"unknown device {name!r}: no plugin provides the device kind {prefix!r}. {self._kinds_summary()}")
+
+  def _kinds_summary(self) -> str:
+    kinds = ", ".join(f"{spec.prefix} ({_origin(spec)})" for spec in self.specs())
+    summary = f"Device kinds available: {kinds or 'none'}."
+    if failures := self.failures():
+      summary += " Plugins that failed to load: " + "; ".join(f"{failure.distribution} {failure.version}: "
+                                                             f"{failure.reason}" for failure in failures) + "."
+    return summary
+
+  # --- opening
+  def __getitem__(self, name: str) -> Compiled:
+    if isinstance(name, tuple):
+      raise TypeError(f"Device[...] opens one device; open each of {name!r} separately")
+    canonical = self.canonicalize(name)
+    if (device := self._opened.get(canonical)) is not None: return device
+    with self._lock:
+      if (device := self._opened.get(canonical)) is None:
+        device = self._open(canonical)
+        self._opened[canonical] = device
+        if not self._atexit_registered:
+          atexit.register(self._finalize_all)
+          self._atexit_registered = True
+      return device
+
+  def _open(self, name: str) -> Compiled:
+    from tinycore.device.compiled import Compiled
+    from tinycore.plugin.manager import device_plugin, get_plugin_manager
+    spec = self.spec_for(name)
+    manager = get_plugin_manager()
+    owner = device_plugin(spec.prefix)
+    # ask only the plugin that declared the prefix, so that a second plugin can never answer for it
+    others = [plugin for plugin in manager.get_plugins() if plugin is not owner]
+    open_device = manager.subset_hook_caller("tinycore_open_device", remove_plugins=others)
+    origin = _origin(spec)
+    try:
+      device = open_device(name=name)
+    except Exception as error:
+      raise RuntimeError(f"cannot open device {name!r} (plugin {origin}): {type(error).__name__}: {error}") from error
+    if device is None: raise RuntimeError(f"cannot open device {name!r}: plugin {origin} returned no device for it")
+    if not isinstance(device, Compiled):
+      raise RuntimeError(f"cannot open device {name!r}: plugin {origin} returned {device!r}, not a Compiled")
+    return device
+
+  def opened(self) -> dict[str, Compiled]:
+    """The devices opened so far, by canonical name."""
+    return dict(self._opened)
+
+  def _finalize_all(self) -> None:
+    for device in reversed(list(self._opened.values())):
+      try: device.finalize()
+      except Exception: pass  # at exit, one device failing to clean up must not stop the others
+
+  # --- the default device
+  @property
+  def DEFAULT(self) -> str:  # noqa: N802 (tinygrad's name)
+    """The default device's canonical name: the first of $TINYCORE_DEVICE (a comma-separated list) that opens, else
+    the compute device of highest priority whose probe passes and that opens. Exported to child processes."""
+    if self._default is None:
+      with self._lock:
+        if self._default is None:
+          self._default = self._choose_default()
+          os.environ[DEVICE_ENV] = self._default
+    return self._default
+
+  @DEFAULT.setter
+  def DEFAULT(self, value: str) -> None:  # noqa: N802
+    raise AttributeError(f"Device.DEFAULT is read-only (tried to set it to {value!r}); set {DEVICE_ENV} in the "
+                         "environment before the first use instead")
+
+  def _choose_default(self) -> str:
+    requested = os.environ.get(DEVICE_ENV, "").strip()
+    if requested: return self._first_requested_device(requested)
+    reasons: list[str] = []
+    for spec in self.specs():
+      if not spec.compute: continue
+      if reason := probe_device_kind(spec):
+        reasons.append(f"{spec.prefix}: unavailable: {reason}")
+        continue
+      try:
+        self[spec.prefix]
+        return str(self.canonicalize(spec.prefix))
+      except Exception as error:
+        reasons.append(f"{spec.prefix}: {error}")
+    raise RuntimeError("no compute device is usable: " + ("; ".join(reasons) or "no device plugin is installed "
+                       "(pip install tiny-cpu)") + (f". {self._kinds_summary()}" if not reasons else ""))
+
+  def _first_requested_device(self, requested: str) -> str:
+    reasons: list[str] = []
+    for name in (part.strip() for part in requested.split(",")):
+      if not name: continue
+      try:
+        canonical = str(self.canonicalize(name))
+        if not self.spec_for(canonical).compute:
+          raise ValueError(f"{canonical} does not run kernels, so it cannot be the default device")
+        self[canonical]
+        return canonical
+      except Exception as error:
+        reasons.append(f"{name}: {error}")
+    raise RuntimeError(f"none of the devices in {DEVICE_ENV}={requested!r} could be opened: " +
+                       ("; ".join(reasons) or "the list is empty"))
+
+
+def _origin(spec: DeviceSpec) -> str:
+  return f"{spec.distribution} {spec.version}".strip() or "<unknown distribution>"
+
+
+def probe_device_kind(spec: DeviceSpec) -> str | None:
+  """The spec's probe result; a probe that raises counts as unavailable, with the exception as the reason."""
+  if spec.probe is None: return None
+  try: return spec.probe()
+  except Exception as error: return f"probe raised {type(error).__name__}: {error}"
+
+
+Device = DeviceRegistry()

@@ -1,0 +1,154 @@
+"""Data types and the promotion rules between them (tinygrad's lattice)."""
+from __future__ import annotations
+import math
+from functools import lru_cache
+from typing import Any
+import attrs
+
+
+@attrs.frozen(order=False, repr=False)
+class DType:
+  """A scalar element type. `priority` orders types for promotion; `fmt` is the struct/memoryview code."""
+  priority: int
+  itemsize: int
+  name: str
+  fmt: str | None
+  np_name: str | None
+
+  def __repr__(self) -> str: return f"dtypes.{self.name}"
+  def __lt__(self, other: DType) -> bool: return (self.priority, self.itemsize, self.name) < (other.priority, other.itemsize, other.name)
+
+
+class dtypes:
+  """The dtypes namespace, as in tinygrad: `dtypes.float32`, `dtypes.is_float(d)`, ..."""
+  bool = DType(0, 1, "bool", "?", "bool")
+  int8 = DType(1, 1, "int8", "b", "int8")
+  uint8 = DType(2, 1, "uint8", "B", "uint8")
+  int16 = DType(3, 2, "int16", "h", "int16")
+  uint16 = DType(4, 2, "uint16", "H", "uint16")
+  int32 = DType(5, 4, "int32", "i", "int32")
+  uint32 = DType(6, 4, "uint32", "I", "uint32")
+  int64 = DType(7, 8, "int64", "q", "int64")
+  uint64 = DType(8, 8, "uint64", "Q", "uint64")
+  float16 = DType(11, 2, "float16", "e", "float16")
+  bfloat16 = DType(12, 2, "bfloat16", None, None)
+  float32 = DType(13, 4, "float32", "f", "float32")
+  float64 = DType(14, 8, "float64", "d", "float64")
+  # aliases
+  half, float, double = float16, float32, float64
+  uchar, char, short, ushort = uint8, int8, int16, uint16
+  int, uint, long, ulong = int32, uint32, int64, uint64
+  default_float: DType = float32
+  default_int: DType = int32
+  # the index type used for addressing inside kernels
+  index: DType = int64
+
+  @staticmethod
+  def is_float(d: DType) -> bool: return d in FLOATS
+  @staticmethod
+  def is_int(d: DType) -> bool: return d in INTS
+  @staticmethod
+  def is_unsigned(d: DType) -> bool: return d in UNSIGNED
+  @staticmethod
+  def is_bool(d: DType) -> bool: return d is dtypes.bool
+
+  @staticmethod
+  def from_py(x: Any) -> DType:
+    """The dtype a Python value (or nested list of them) gets by default."""
+    if isinstance(x, (list, tuple)):
+      return max((dtypes.from_py(v) for v in x), default=dtypes.default_float)
+    if isinstance(x, bool): return dtypes.bool
+    if isinstance(x, int): return dtypes.default_int
+    if isinstance(x, float): return dtypes.default_float
+    raise TypeError(f"cannot infer a dtype for a value of type {type(x).__name__}")
+
+  @staticmethod
+  def as_const(val: Any, dtype: DType) -> bool | int | float:
+    """Normalize a Python scalar to the value it has when stored as `dtype`."""
+    if dtype is dtypes.bool: return bool(val)
+    if dtypes.is_int(dtype):
+      if isinstance(val, float) and not math.isfinite(val): return 0
+      v = int(val)
+      bits = dtype.itemsize * 8
+      v &= (1 << bits) - 1
+      if not dtypes.is_unsigned(dtype) and v >= 1 << (bits - 1): v -= 1 << bits
+      return v
+    return float(val)
+
+  @staticmethod
+  def min(dtype: DType) -> bool | int | float:
+    if dtype is dtypes.bool: return False
+    if dtypes.is_int(dtype): return 0 if dtypes.is_unsigned(dtype) else -(1 << (dtype.itemsize * 8 - 1))
+    return -math.inf
+
+  @staticmethod
+  def max(dtype: DType) -> bool | int | float:
+    if dtype is dtypes.bool: return True
+    if dtypes.is_int(dtype):
+      bits = dtype.itemsize * 8
+      return (1 << bits) - 1 if dtypes.is_unsigned(dtype) else (1 << (bits - 1)) - 1
+    return math.inf
+
+  @staticmethod
+  def fields() -> dict[str, DType]: return dict(DTYPES_BY_NAME)
+
+
+ALL = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
+       dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+FLOATS = frozenset({dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64})
+UNSIGNED = frozenset({dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
+INTS = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64}) | UNSIGNED
+DTYPES_BY_NAME = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16,
+                  "uint16": dtypes.uint16, "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64,
+                  "uint64": dtypes.uint64, "float16": dtypes.float16, "bfloat16": dtypes.bfloat16,
+                  "float32": dtypes.float32, "float64": dtypes.float64}
+
+# each type promotes to these (tinygrad's lattice); the least upper bound of a set is their cheapest common ancestor
+PROMOTION_LATTICE: dict[DType, list[DType]] = {
+  dtypes.bool: [dtypes.int8, dtypes.uint8], dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32],
+  dtypes.int32: [dtypes.int64], dtypes.int64: [dtypes.float16, dtypes.bfloat16],
+  dtypes.uint8: [dtypes.int16, dtypes.uint16], dtypes.uint16: [dtypes.int32, dtypes.uint32],
+  dtypes.uint32: [dtypes.int64, dtypes.uint64], dtypes.uint64: [dtypes.float16, dtypes.bfloat16],
+  dtypes.float16: [dtypes.float32], dtypes.bfloat16: [dtypes.float32], dtypes.float32: [dtypes.float64],
+}
+
+
+@lru_cache(None)
+def _ancestors(d: DType) -> frozenset[DType]:
+  return frozenset({d}).union(*[_ancestors(p) for p in PROMOTION_LATTICE.get(d, [])])
+
+
+def least_upper_dtype(*ds: DType) -> DType:
+  """The smallest dtype every one of `ds` promotes to."""
+  common = frozenset.intersection(*[_ancestors(d) for d in ds])
+  return min(common) if common else dtypes.float64
+
+
+def least_upper_float(d: DType) -> DType:
+  return d if dtypes.is_float(d) else least_upper_dtype(d, dtypes.default_float)
+
+
+def to_dtype(x: DType | str) -> DType:
+  """Accept a DType, a name ("float32", "half", ...) or a numpy dtype."""
+  if isinstance(x, DType): return x
+  name = getattr(x, "name", None) if not isinstance(x, str) else x
+  if name is None and hasattr(x, "__name__"): name = x.__name__
+  if isinstance(name, str):
+    if name in DTYPES_BY_NAME: return DTYPES_BY_NAME[name]
+    alias = getattr(dtypes, name, None)
+    if isinstance(alias, DType): return alias
+  raise TypeError(f"unknown dtype {x!r}; known: {', '.join(DTYPES_BY_NAME)}")
+
+
+def to_np_dtype(d: DType):
+  """The numpy dtype with the same bytes (bfloat16 has none and is exposed as uint16 storage)."""
+  import numpy as np
+  if d is dtypes.bfloat16: raise TypeError("bfloat16 has no numpy dtype; cast to float32 first")
+  return np.dtype(d.np_name)
+
+
+def from_np_dtype(npdt) -> DType:
+  import numpy as np
+  name = np.dtype(npdt).name
+  if name not in DTYPES_BY_NAME: raise TypeError(f"numpy dtype {name} is not supported by tinycore")
+  return DTYPES_BY_NAME[name]

@@ -1,0 +1,29 @@
+"""Which Buffer backs which BUFFER UOp. The UOp graph names memory; this table holds the memory itself."""
+from __future__ import annotations
+import weakref
+from tinycore.device.buffer import Buffer
+from tinycore.uop.ops import Ops, UOp, prod
+
+# keyed weakly: a buffer lives as long as some graph (a tensor) still names it
+_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+
+
+def attach_buffer(buf_uop: UOp, buf: Buffer) -> None:
+  assert buf_uop.op is Ops.BUFFER, f"can only attach memory to a BUFFER, not {buf_uop.op}"
+  _buffers[buf_uop] = buf
+
+
+def buffer_of(buf_uop: UOp) -> Buffer:
+  """The Buffer for a BUFFER UOp, created (unallocated) on first use."""
+  buf = _buffers.get(buf_uop)
+  if buf is None:
+    buf = _buffers[buf_uop] = Buffer(buf_uop.device, buf_uop.arg, buf_uop.dtype)
+  return buf
+
+
+def has_buffer_identity(u: UOp) -> bool:
+  """True when u's elements are exactly a whole buffer's, in order: a BUFFER (or a finished AFTER) behind reshapes."""
+  node = u
+  while node.op is Ops.RESHAPE: node = node.src[0]
+  while node.op is Ops.AFTER: node = node.src[0]
+  return node.op is Ops.BUFFER and prod(u.shape) == node.arg

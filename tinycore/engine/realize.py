@@ -1,0 +1,116 @@
+"""Realize: schedule tensors into a LINEAR, run its calls, and rebind every live tensor to the produced buffers."""
+from __future__ import annotations
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore.engine.buffers import buffer_of
+from tinycore.schedule.cache import cached_schedule
+
+if TYPE_CHECKING:
+  from tinycore.tensor import Tensor
+
+
+class GlobalCounters:
+  """Process-wide counters, as in tinygrad: `kernel_count` counts executed calls (kernels and copies)."""
+  kernel_count: int = 0
+  copy_count: int = 0
+  time_sum_s: float = 0.0
+
+  @staticmethod
+  def reset() -> None:
+    GlobalCounters.kernel_count = GlobalCounters.copy_count = 0
+    GlobalCounters.time_sum_s = 0.0
+
+
+def run_linear(linear: UOp, wait: bool = False) -> None:
+  """Execute each CALL of a LINEAR in order: kernels through their device's Program, copies through the copy path."""
+  from tinycore.codegen import compile_kernel
+  from tinycore.engine.copy import run_copy
+  for call in linear.src:
+    callee, buffer_uops = call.src[0], call.src[1:]
+    buffers = [buffer_of(b) for b in buffer_uops]
+    if callee.op is Ops.COPY:
+      run_copy(buffers[0], buffers[1])
+      GlobalCounters.copy_count += 1
+    elif callee.op is Ops.SINK:
+      device = buffers[0].device
+      kernel = compile_kernel(device, callee)
+      handles = [b.ensure_allocated()._buf for b in buffers]
+      elapsed = kernel.program(*handles, wait=wait)
+      if elapsed: GlobalCounters.time_sum_s += elapsed
+    else: raise RuntimeError(f"cannot run a call to {callee.op}")
+    GlobalCounters.kernel_count += 1
+
+
+def schedule_tensors(tensors: list[Tensor]) -> tuple[UOp, dict[UOp, UOp]]:
+  return cached_schedule([t.uop for t in tensors])
+
+
+def realize_tensors(tensors: list[Tensor]) -> None:
+  linear, becomes = schedule_tensors(tensors)
+  if linear.src: run_linear(linear)
+  apply_becomes(becomes)
+
+
+def apply_becomes(becomes: dict[UOp, UOp]) -> None:
+  """Every live tensor whose graph mentions a realized node now reads that node's buffer instead."""
+  from tinycore.tensor import _all_tensors
+  if not becomes: return
+  for ref in list(_all_tensors):
+    t = ref()
+    if t is None: continue
+    u = t.uop
+    if u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER): continue
+    if u in becomes: t.uop = becomes[u]
+    elif any(n in becomes for n in u.toposort(gate=lambda n: n.op is not Ops.BUFFER)): t.uop = u.substitute(becomes)
+
+
+def assign_tensor(target: Tensor, value: Tensor) -> None:
+  """target.assign(value): a STORE of value into target's view of its buffer, behind an AFTER that every view of
+  that buffer now reads. The buffer never moves."""
+  if value.shape != target.shape:
+    if not _broadcastable(value.shape, target.shape):
+      raise ValueError(f"assign shape mismatch: cannot assign shape {value.shape} into shape {target.shape}")
+    value = value._broadcast_to(target.shape)
+  if value.dtype is not target.dtype:
+    raise TypeError(f"assign dtype mismatch: cannot assign {value.dtype.name} into {target.dtype.name}")
+  if value.device != target.device:
+    raise RuntimeError(f"assign across devices ({value.device} into {target.device}) needs the cross-device copy rules")
+  if target.uop.base.op not in (Ops.BUFFER, Ops.AFTER):
+    owner = _storage_owner(target)
+    if owner is None:
+      target.uop = value.uop  # nothing else sees this tensor's storage: it simply becomes the value
+      return
+    owner.realize()  # rebinds target too: it is a view of owner
+    if target.uop.base.op not in (Ops.BUFFER, Ops.AFTER):
+      raise RuntimeError(f"cannot assign into a view of {target.uop.base.op.name}: it has no storage")
+  base = target.uop.base
+  after = UOp(Ops.AFTER, base.dtype, (base, UOp(Ops.STORE, None, (target.uop, value.uop))))
+  # every view of this buffer (the target itself included) now reads the stored value
+  for t in _live_tensors():
+    if t.uop.base is base: t.uop = t.uop.substitute({base: after})
+
+
+def _live_tensors():
+  from tinycore.tensor import _all_tensors
+  for ref in list(_all_tensors):
+    if (t := ref()) is not None: yield t
+
+
+def _storage_owner(target: Tensor) -> Tensor | None:
+  """The live tensor that the target is a view of, nearest first (None if the target is no view)."""
+  by_uop: dict[UOp, Tensor] = {}
+  for t in _live_tensors():
+    if t is not target: by_uop.setdefault(t.uop, t)
+  node = target.uop
+  while node.op in GroupOp.Movement:
+    node = node.src[0]
+    if node in by_uop: return by_uop[node]
+  return None
+
+
+def _broadcastable(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+  if len(src) > len(dst): return False
+  padded = (1,) * (len(dst) - len(src)) + tuple(src)
+  return all(s == d or s == 1 for s, d in zip(padded, dst))

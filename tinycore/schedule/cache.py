@@ -1,0 +1,43 @@
+"""The schedule cache: a realize whose graph has the same shape as an earlier one reuses that schedule.
+
+The key is the graph with its input buffers replaced by numbered placeholders (the graph's shape); the value is
+the schedule built for that key. A hit binds the placeholders to this call's buffers and gives every buffer the
+schedule creates fresh storage, so scheduling work is done once per graph shape.
+"""
+from __future__ import annotations
+from tinycore.uop.ops import Ops, UOp
+from tinycore.schedule import create_schedule
+
+MAX_ENTRIES = 4096
+_cache: dict[UOp, tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]]] = {}
+
+
+class ScheduleCacheStats:
+  hits = 0
+  misses = 0
+
+
+def _placeholder(i: int, buf: UOp) -> UOp:
+  return UOp(Ops.BUFFER, buf.dtype, (UOp(Ops.UNIQUE, None, (), -(i + 1)), buf.src[1]), buf.arg)
+
+
+def cached_schedule(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
+  sink = UOp(Ops.SINK, None, tuple(roots))
+  inputs = [n for n in sink.toposort() if n.op is Ops.BUFFER]
+  placeholders = [_placeholder(i, b) for i, b in enumerate(inputs)]
+  key = sink.substitute(dict(zip(inputs, placeholders)))
+  entry = _cache.get(key)
+  if entry is None:
+    ScheduleCacheStats.misses += 1
+    linear, becomes = create_schedule(list(key.src))
+    keys, values = tuple(becomes.keys()), tuple(becomes.values())
+    template = UOp(Ops.SINK, None, (linear, UOp(Ops.SINK, None, keys), UOp(Ops.SINK, None, values)))
+    fresh = tuple(n for n in template.toposort() if n.op is Ops.BUFFER and n.src[0].arg > 0)
+    if len(_cache) >= MAX_ENTRIES: _cache.pop(next(iter(_cache)))
+    entry = _cache[key] = (template, fresh, tuple(placeholders))
+  else: ScheduleCacheStats.hits += 1
+  template, fresh, _ = entry
+  mapping = dict(zip(placeholders, inputs)) | {f: UOp.new_buffer(f.device, f.arg, f.dtype) for f in fresh}
+  bound = template.substitute(mapping)
+  linear, keys, values = bound.src
+  return linear, dict(zip(keys.src, values.src))

@@ -1,0 +1,22 @@
+"""What the scheduler knows about one realize: which nodes get buffers, and which buffer each one gets."""
+from __future__ import annotations
+from tinycore.uop.ops import Ops, UOp, prod
+
+
+class ScheduleContext:
+  def __init__(self) -> None:
+    self.realized: dict[UOp, None] = {}      # nodes materialized into a buffer of their own (ordered set)
+    self.buffers: dict[UOp, UOp] = {}        # realized node -> the BUFFER uop that holds it
+    self.reduce_owner: dict[UOp, UOp] = {}   # fused reduce -> the kernel (by its owner node) computing it
+
+  def realize(self, node: UOp) -> None:
+    self.realized[node] = None
+
+  def buffer_for(self, node: UOp) -> UOp:
+    """The BUFFER holding `node`'s value: itself for a BUFFER, the stored-to buffer for an AFTER, else a new one."""
+    while node.op is Ops.AFTER or (node.op is Ops.RESHAPE and node not in self.realized):
+      node = node.src[0]
+    if node.op is Ops.BUFFER: return node
+    if (buf := self.buffers.get(node)) is None:
+      buf = self.buffers[node] = UOp.new_buffer(node.device, prod(node.shape), node.dtype)
+    return buf

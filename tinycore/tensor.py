@@ -1,0 +1,841 @@
+"""The lazy Tensor frontend. Every op builds UOps; `realize()` schedules, compiles and runs them.
+
+The API follows tinygrad's public Tensor API (names, signatures and semantics) for everything implemented here.
+"""
+from __future__ import annotations
+import math
+import pathlib
+import weakref
+from typing import Any, Callable, Iterable, Sequence
+from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype, to_np_dtype, from_np_dtype
+from tinycore.uop.ops import GroupOp, Ops, UOp, prod
+from tinycore.device.registry import Device
+
+# every live Tensor, so a realize can rebind all of them to the buffers it produced
+_all_tensors: dict[weakref.ref, None] = {}
+
+
+def _canonical_device(device: str | None) -> str:
+  return Device.DEFAULT if device is None else Device.canonicalize(device)
+
+
+def _flatten_nested(data: Any) -> tuple[list[Any], tuple[int, ...]]:
+  """A nested list as a flat list plus its shape; ragged nesting is an error."""
+  if not isinstance(data, (list, tuple)): return [data], ()
+  if len(data) == 0: return [], (0,)
+  parts = [_flatten_nested(x) for x in data]
+  shapes = {p[1] for p in parts}
+  if len(shapes) != 1: raise ValueError(f"ragged nested list: element shapes {sorted(shapes)} differ")
+  return [v for p in parts for v in p[0]], (len(data),) + parts[0][1]
+
+
+def _broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+  ndim = max(len(s) for s in shapes)
+  padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+  out = []
+  for sizes in zip(*padded):
+    non_one = {s for s in sizes if s != 1}
+    if len(non_one) > 1: raise ValueError(f"cannot broadcast shapes {' and '.join(str(tuple(s)) for s in shapes)}")
+    out.append(non_one.pop() if non_one else 1)
+  return tuple(out)
+
+
+def _normalize_axis(axis: int, ndim: int) -> int:
+  if not -max(ndim, 1) <= axis < max(ndim, 1): raise IndexError(f"dimension {axis} out of range for a tensor with {ndim} dims")
+  return axis % max(ndim, 1)
+
+
+class Tensor:
+  """A lazily evaluated multi-dimensional array on a device."""
+  __slots__ = ("uop", "requires_grad", "grad", "__weakref__")
+  training: bool = False
+  _seed: int = 0
+  _rng_counter: int = 0
+
+  def __init__(self, data: Any, device: str | tuple | None = None, dtype: DType | str | None = None,
+               requires_grad: bool | None = None):
+    self.requires_grad, self.grad = requires_grad, None
+    dtype = to_dtype(dtype) if dtype is not None else None
+    if isinstance(data, UOp):
+      uop = data
+      if device is not None and data.device is not None and Device.canonicalize(device) != data.device:
+        uop = UOp(Ops.COPY, data.dtype, (data,), Device.canonicalize(device))
+    elif isinstance(data, (bool, int, float)):
+      uop = UOp.const(dtype or dtypes.from_py(data), data, _canonical_device(device))
+      dtype = None
+    elif isinstance(data, (list, tuple)):
+      uop = self._from_python(data, device, dtype)
+      dtype = None
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+      import numpy as np
+      uop = self._from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), device)
+    elif isinstance(data, pathlib.Path):
+      raise NotImplementedError("Tensor(pathlib.Path) needs the DISK device (pip install tiny-disk)")
+    elif data is None:
+      raise ValueError("Tensor(None) is not supported; use Tensor.empty(shape)")
+    else:
+      try: import numpy as np
+      except ImportError: np = None
+      if np is not None and isinstance(data, (np.ndarray, np.generic)):
+        uop = self._from_numpy(np.asarray(data), device)
+      else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
+    if dtype is not None and uop.dtype is not dtype: uop = uop.cast(dtype)
+    self.uop = uop
+    _all_tensors[weakref.ref(self, lambda ref: _all_tensors.pop(ref, None))] = None
+
+  # ------------------------------------------------------------------ construction helpers
+  @staticmethod
+  def _from_python(data: Sequence, device: str | None, dtype: DType | None) -> UOp:
+    import numpy as np
+    flat, shape = _flatten_nested(data)
+    if not all(isinstance(v, (bool, int, float)) for v in flat):
+      bad = next(v for v in flat if not isinstance(v, (bool, int, float)))
+      raise TypeError(f"Tensor data must be numbers, got {type(bad).__name__}")
+    inferred = dtypes.from_py(flat) if flat else dtypes.default_float
+    target = dtype or inferred
+    # build the bytes in the inferred dtype's host form, then cast on the device (casts run on the target)
+    host_dtype = target if target is not dtypes.bfloat16 else dtypes.float32
+    values = [dtypes.as_const(v, host_dtype) if not dtypes.is_float(host_dtype) else float(v) for v in flat]
+    arr = np.array(values, dtype=to_np_dtype(host_dtype)).reshape(shape)
+    uop = Tensor._from_numpy(arr, device)
+    return uop.cast(target) if target is not host_dtype else uop
+
+  @staticmethod
+  def _from_numpy(arr, device: str | None) -> UOp:
+    import numpy as np
+    from tinycore.device.buffer import Buffer
+    from tinycore.engine.buffers import attach_buffer
+    arr = np.ascontiguousarray(arr)
+    dtype = from_np_dtype(arr.dtype)
+    flat = arr.reshape(-1)
+    buf_uop = UOp.new_buffer("NPY", flat.size, dtype)
+    attach_buffer(buf_uop, Buffer("NPY", flat.size, dtype, opaque=flat.view(np.uint8) if flat.size else np.empty(0, np.uint8)))
+    uop = buf_uop.reshape(arr.shape)
+    target = _canonical_device(device)
+    return uop if target == "NPY" else UOp(Ops.COPY, dtype, (uop,), target)
+
+  @staticmethod
+  def _rebuild(uop: UOp, requires_grad: bool | None = None) -> Tensor:
+    t = Tensor.__new__(Tensor)
+    t.uop, t.requires_grad, t.grad = uop, requires_grad, None
+    _all_tensors[weakref.ref(t, lambda ref: _all_tensors.pop(ref, None))] = None
+    return t
+
+  def _apply(self, uop: UOp) -> Tensor: return Tensor._rebuild(uop, self.requires_grad)
+
+  # ------------------------------------------------------------------ properties
+  @property
+  def shape(self) -> tuple[int, ...]: return self.uop.shape
+  @property
+  def dtype(self) -> DType: return self.uop.dtype
+  @property
+  def device(self) -> str: return self.uop.device
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> int: return prod(self.shape)
+  def element_size(self) -> int: return self.dtype.itemsize
+  def nbytes(self) -> int: return self.numel() * self.element_size()
+  def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
+  def __len__(self) -> int:
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+  def __repr__(self) -> str: return f"<Tensor {self.shape} {self.dtype} on {self.device}>"
+  def __hash__(self) -> int: return id(self)
+  def __bool__(self) -> bool:
+    if self.numel() != 1: raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous")
+    return bool(self.item())
+
+  # ------------------------------------------------------------------ creation
+  @staticmethod
+  def _shape_arg(shape: tuple) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    for s in shape:
+      if not isinstance(s, int) or s < 0: raise ValueError(f"invalid shape {shape}: sizes must be non-negative ints")
+    return tuple(shape)
+
+  @staticmethod
+  def empty(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> Tensor:
+    shape = Tensor._shape_arg(shape)
+    dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    buf = UOp.new_buffer(_canonical_device(device), prod(shape), dtype)
+    return Tensor(buf.reshape(shape), **kwargs)
+
+  @staticmethod
+  def full(shape: tuple[int, ...] | int, fill_value: Any, device: str | None = None, dtype: DType | str | None = None,
+           **kwargs) -> Tensor:
+    shape = Tensor._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
+    dtype = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+    const = UOp.const(dtype, fill_value, _canonical_device(device))
+    return Tensor(const.reshape((1,) * len(shape)).expand(shape), **kwargs)
+
+  @staticmethod
+  def zeros(*shape, **kwargs) -> Tensor:
+    return Tensor.full(Tensor._shape_arg(shape), 0.0 if "dtype" not in kwargs else 0, **{"dtype": dtypes.default_float} | kwargs)
+  @staticmethod
+  def ones(*shape, **kwargs) -> Tensor:
+    return Tensor.full(Tensor._shape_arg(shape), 1.0 if "dtype" not in kwargs else 1, **{"dtype": dtypes.default_float} | kwargs)
+
+  def full_like(self, fill_value: Any, **kwargs) -> Tensor:
+    return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device} | kwargs)
+  def zeros_like(self, **kwargs) -> Tensor: return self.full_like(0, **kwargs)
+  def ones_like(self, **kwargs) -> Tensor: return self.full_like(1, **kwargs)
+
+  @staticmethod
+  def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, **kwargs) -> Tensor:
+    if stop is None: start, stop = 0, start
+    if step == 0: raise ValueError("arange step must not be zero")
+    dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.from_py([start, stop, step])
+    count = max(0, math.ceil((stop - start) / step))
+    index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (UOp(Ops.DEVICE, None, (), _canonical_device(kwargs.pop("device", None))),), count),
+                   **kwargs)
+    return (index.cast(dtype) * step + start).cast(dtype) if count else index.cast(dtype)
+
+  @staticmethod
+  def linspace(start: int | float, stop: int | float, steps: int, **kwargs) -> Tensor:
+    if steps < 0: raise ValueError(f"linspace needs steps >= 0, got {steps}")
+    dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.default_float
+    if steps == 1: return Tensor([start], dtype=dtype, **kwargs)
+    ramp = Tensor.arange(steps, dtype=dtypes.default_float, **kwargs)
+    return (start + ramp * ((stop - start) / max(steps - 1, 1))).cast(dtype)
+
+  @staticmethod
+  def eye(n: int, m: int | None = None, **kwargs) -> Tensor:
+    m = n if m is None else m
+    if n < 0 or m < 0: raise ValueError(f"eye needs non-negative sizes, got {n}, {m}")
+    dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.default_float
+    rows = Tensor.arange(n, **kwargs).reshape(n, 1)
+    cols = Tensor.arange(m, **kwargs).reshape(1, m)
+    return (rows == cols).cast(dtype)
+
+  # --- random numbers: a counter-based hash evaluated in the kernel, so the same seed gives the same values
+  @staticmethod
+  def manual_seed(seed: int = 0) -> None:
+    Tensor._seed, Tensor._rng_counter = int(seed), 0
+
+  @staticmethod
+  def _random_bits(count: int, device: str | None) -> Tensor:
+    """`count` pseudo-random uint32s: murmur3's finalizer over (counter, seed)."""
+    offset = Tensor._rng_counter
+    Tensor._rng_counter += count
+    seed = (Tensor._seed * 0x9E3779B9 + 0x85EBCA6B) & 0xFFFFFFFF
+    x = Tensor.arange(count, device=device, dtype=dtypes.uint32) + ((offset + seed) & 0xFFFFFFFF)
+    for key in (seed, (seed ^ 0x27D4EB2F) & 0xFFFFFFFF):
+      x = (x ^ key) * 0xCC9E2D51
+      x = x ^ (x >> 16)
+      x = x * 0x85EBCA6B
+      x = x ^ (x >> 13)
+      x = x * 0xC2B2AE35
+      x = x ^ (x >> 16)
+    return x
+
+  @staticmethod
+  def rand(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> Tensor:
+    """Uniform in [0, 1)."""
+    shape = Tensor._shape_arg(shape)
+    dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    bits = Tensor._random_bits(prod(shape), device)
+    values = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
+    return Tensor(values.reshape(shape).cast(dtype).uop, **kwargs)
+
+  @staticmethod
+  def randn(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> Tensor:
+    """Standard normal (Box-Muller over two uniform draws)."""
+    shape = Tensor._shape_arg(shape)
+    dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    u = Tensor.rand(2, *shape, device=device)
+    radius = (1.0 - u[0]).log().mul(-2.0).sqrt()
+    return Tensor((radius * (u[1] * (2 * math.pi)).cos()).cast(dtype).uop, **kwargs)
+
+  @staticmethod
+  def randint(*shape, low: int = 0, high: int = 10, **kwargs) -> Tensor:
+    if high <= low: raise ValueError(f"randint needs low < high, got {low}, {high}")
+    dtype = to_dtype(kwargs.pop("dtype", dtypes.int32))
+    return (Tensor.rand(*shape, **kwargs) * (high - low) + low).floor().cast(dtype)
+
+  @staticmethod
+  def uniform(*shape, low: float = 0.0, high: float = 1.0, **kwargs) -> Tensor:
+    dtype = kwargs.pop("dtype", None)
+    return (Tensor.rand(*shape, **kwargs) * (high - low) + low).cast(dtype or dtypes.default_float)
+
+  def rand_like(self, **kwargs) -> Tensor:
+    return Tensor.rand(*self.shape, **{"device": self.device, "dtype": self.dtype} | kwargs)
+
+  # ------------------------------------------------------------------ realization
+  def schedule_linear(self, *others: Tensor) -> UOp:
+    """The LINEAR of CALLs that would realize these tensors (running it is `run_linear`)."""
+    from tinycore.engine.realize import schedule_tensors
+    linear, _ = schedule_tensors([self, *others])
+    return linear
+
+  def realize(self, *others: Tensor) -> Tensor:
+    from tinycore.engine.realize import realize_tensors
+    realize_tensors([self, *others])
+    return self
+
+  def contiguous(self) -> Tensor: return self._apply(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def detach(self) -> Tensor: return Tensor._rebuild(self.uop, False)
+
+  def clone(self, device: str | None = None) -> Tensor:
+    """A copy in fresh storage (on `device` when given)."""
+    target = self.device if device is None else Device.canonicalize(device)
+    source = self.uop if target == self.device else UOp(Ops.COPY, self.dtype, (self.uop,), target)
+    return self._apply(UOp(Ops.CONTIGUOUS, self.dtype, (source,)))
+
+  def to(self, device: str | None) -> Tensor:
+    if device is None: return self
+    target = Device.canonicalize(device)
+    Device[target]  # fail early and clearly on an unknown device
+    if target == self.device: return self
+    return self._apply(UOp(Ops.COPY, self.dtype, (self.uop,), target))
+
+  def _readable_buffer(self):
+    """A realized Buffer holding exactly this tensor's elements in row-major order."""
+    from tinycore.engine.buffers import buffer_of, has_buffer_identity
+    t = self
+    if not has_buffer_identity(t.uop):
+      device = t.device if Device[t.device].can_compute else "CPU"
+      t = t.clone(device)
+    t.realize()
+    return buffer_of(t.uop.buffer_uop)
+
+  def _data(self) -> memoryview:
+    if self.numel() == 0: return memoryview(bytearray(0))
+    return self._readable_buffer().as_memoryview()
+
+  def numpy(self):
+    import numpy as np
+    if self.dtype is dtypes.bfloat16: return self.cast(dtypes.float32).numpy()
+    data = np.frombuffer(self._data(), dtype=to_np_dtype(self.dtype)) if self.numel() else np.empty(0, to_np_dtype(self.dtype))
+    return data.reshape(self.shape).copy()
+
+  def tolist(self) -> Any: return self.numpy().tolist()
+  def item(self) -> Any:
+    if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+    return self.numpy().reshape(()).item()
+  def data(self) -> memoryview: return self._data()
+
+  def assign(self, x: Tensor | Any) -> Tensor:
+    """Write x into this tensor's storage (or into the view of it that this tensor is). Lazy, like every op."""
+    from tinycore.engine.realize import assign_tensor
+    if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
+    assign_tensor(self, x)
+    return self
+
+  def replace(self, x: Tensor) -> Tensor:
+    if x.shape != self.shape: raise ValueError(f"replace needs the same shape, got {x.shape} for {self.shape}")
+    self.uop = x.uop
+    return self
+
+  # ------------------------------------------------------------------ movement
+  def reshape(self, shape, *args) -> Tensor:
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) + args
+    if shape.count(-1) > 1: raise ValueError(f"reshape to {shape}: only one dimension can be -1")
+    shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
+    if -1 in shape:
+      known = prod(s for s in shape if s != -1)
+      if known == 0 or self.numel() % known: raise ValueError(f"cannot reshape a tensor of shape {self.shape} to {shape}")
+      shape = tuple(self.numel() // known if s == -1 else s for s in shape)
+    if any(not isinstance(s, int) or s < 0 for s in shape): raise ValueError(f"invalid reshape target {shape}")
+    if prod(shape) != self.numel():
+      raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {shape}")
+    return self._apply(self.uop.reshape(shape))
+
+  def view(self, *shape) -> Tensor: return self.reshape(*shape)
+
+  def expand(self, shape, *args) -> Tensor:
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) + args
+    if len(shape) < self.ndim: raise ValueError(f"cannot expand shape {self.shape} to {shape}: fewer dims")
+    base = (1,) * (len(shape) - self.ndim) + self.shape
+    new_shape = tuple(b if s == -1 else s for s, b in zip(shape, base))
+    for s, b in zip(new_shape, base):
+      if b != 1 and s != b: raise ValueError(f"cannot expand shape {self.shape} to {shape}")
+    return self._apply(self.uop.reshape(base).expand(new_shape))
+
+  def permute(self, order, *args) -> Tensor:
+    order = tuple(order) if isinstance(order, (tuple, list)) else (order,) + args
+    order = tuple(_normalize_axis(o, self.ndim) for o in order)
+    if sorted(order) != list(range(self.ndim)): raise ValueError(f"permute order {order} is not a permutation of {self.ndim} dims")
+    return self._apply(self.uop.permute(order))
+
+  def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+    order = list(range(self.ndim))
+    a, b = _normalize_axis(dim0, self.ndim), _normalize_axis(dim1, self.ndim)
+    order[a], order[b] = order[b], order[a]
+    return self.permute(order)
+
+  @property
+  def T(self) -> Tensor: return self.permute(tuple(range(self.ndim))[::-1])
+
+  def flip(self, axis, *args) -> Tensor:
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,) + args
+    axes = {_normalize_axis(a, self.ndim) for a in axes}
+    return self._apply(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
+
+  def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+    if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} bounds, got {len(arg)}")
+    bounds = tuple((0, s) if b is None else tuple(b) for b, s in zip(arg, self.shape))
+    for (b, e), s in zip(bounds, self.shape):
+      if not 0 <= b <= e <= s: raise ValueError(f"shrink bounds {bounds} out of range for shape {self.shape}")
+    return self._apply(self.uop.shrink(bounds))
+
+  def pad(self, padding, mode: str = "constant", value: float = 0.0) -> Tensor:
+    if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} is not supported (only 'constant')")
+    if all(isinstance(p, int) for p in padding):  # torch-style flat padding, last dim first
+      if len(padding) % 2: raise ValueError(f"flat padding needs an even length, got {padding}")
+      pairs = [(0, 0)] * self.ndim
+      for i in range(len(padding) // 2): pairs[self.ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
+    else:
+      if len(padding) != self.ndim: raise ValueError(f"padding {padding} does not match {self.ndim} dims")
+      pairs = [(0, 0) if p is None else tuple(p) for p in padding]
+    # negative padding shrinks
+    shrink = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, self.shape))
+    x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pairs) else self
+    positive = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
+    padded = x._apply(x.uop.pad(positive))
+    if value == 0 or all(p == (0, 0) for p in positive): return padded
+    inside = Tensor.full(x.shape, True, device=self.device, dtype=dtypes.bool)
+    inside = inside._apply(inside.uop.pad(positive))
+    return inside.where(padded, value)
+
+  def __getitem__(self, indices) -> Tensor:
+    from tinycore.tensor_indexing import getitem
+    return getitem(self, indices)
+
+  def __setitem__(self, indices, value) -> None:
+    self[indices].assign(value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype))
+
+  def squeeze(self, dim: int | None = None) -> Tensor:
+    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    dim = _normalize_axis(dim, self.ndim)
+    return self if self.shape[dim] != 1 else self.reshape(self.shape[:dim] + self.shape[dim + 1:])
+
+  def unsqueeze(self, dim: int) -> Tensor:
+    dim = _normalize_axis(dim, self.ndim + 1)
+    return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    if self.ndim == 0: return self.reshape(1)
+    start, end = _normalize_axis(start_dim, self.ndim), _normalize_axis(end_dim, self.ndim)
+    return self.reshape(self.shape[:start] + (prod(self.shape[start:end + 1]),) + self.shape[end + 1:])
+
+  def unflatten(self, dim: int, sizes: tuple[int, ...]) -> Tensor:
+    dim = _normalize_axis(dim, self.ndim)
+    return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
+
+  def repeat(self, repeats, *args) -> Tensor:
+    repeats = tuple(repeats) if isinstance(repeats, (tuple, list)) else (repeats,) + args
+    if len(repeats) < self.ndim: raise ValueError(f"repeat needs at least {self.ndim} counts, got {repeats}")
+    base = (1,) * (len(repeats) - self.ndim) + self.shape
+    interleaved = tuple(x for s in base for x in (1, s))
+    expanded = tuple(x for r, s in zip(repeats, base) for x in (r, s))
+    return self.reshape(interleaved).expand(expanded).reshape(tuple(r * s for r, s in zip(repeats, base)))
+
+  def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
+    tensors = [self, *others]
+    dim = _normalize_axis(dim, self.ndim)
+    for t in tensors:
+      if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != dim):
+        raise ValueError(f"cat needs equal shapes except in dim {dim}, got {[t.shape for t in tensors]}")
+    dtype = least_upper_dtype(*[t.dtype for t in tensors])
+    total = sum(t.shape[dim] for t in tensors)
+    out, offset = None, 0
+    for t in tensors:
+      padding = [(0, 0)] * self.ndim
+      padding[dim] = (offset, total - offset - t.shape[dim])
+      offset += t.shape[dim]
+      piece = t.cast(dtype).pad(padding)
+      out = piece if out is None else (out | piece if dtype is dtypes.bool else out + piece)
+    return out
+
+  @staticmethod
+  def stack(*tensors: Tensor, dim: int = 0) -> Tensor:
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)): tensors = tuple(tensors[0])
+    first = tensors[0]
+    dim = _normalize_axis(dim, first.ndim + 1)
+    return Tensor.cat(*[t.unsqueeze(dim) for t in tensors], dim=dim) if len(tensors) > 1 else first.unsqueeze(dim)
+
+  def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    dim = _normalize_axis(dim, self.ndim)
+    if isinstance(sizes, int): sizes = [min(sizes, self.shape[dim] - i) for i in range(0, max(self.shape[dim], 1), max(sizes, 1))]
+    if sum(sizes) != self.shape[dim]: raise ValueError(f"split sizes {sizes} do not add up to {self.shape[dim]}")
+    out, offset = [], 0
+    for s in sizes:
+      bounds = [None] * self.ndim
+      bounds[dim] = (offset, offset + s)
+      out.append(self.shrink(bounds))
+      offset += s
+    return tuple(out)
+
+  def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    dim = _normalize_axis(dim, self.ndim)
+    return self.split(math.ceil(self.shape[dim] / chunks), dim)
+
+  # ------------------------------------------------------------------ elementwise
+  def _const_like(self, value: Any, dtype: DType | None = None) -> Tensor:
+    return Tensor.full(self.shape, value, device=self.device, dtype=dtype or self.dtype)
+
+  def _scalar_dtype(self, value: Any) -> DType:
+    """The dtype a Python scalar takes when it meets this tensor (a weak type, as in tinygrad)."""
+    if isinstance(value, bool): return self.dtype
+    if isinstance(value, int): return self.dtype if not dtypes.is_bool(self.dtype) else dtypes.default_int
+    if isinstance(value, float): return self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
+    raise TypeError(f"unsupported operand type {type(value).__name__}")
+
+  def _broadcasted(self, other: Tensor | Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
+    x: Tensor = self
+    if not isinstance(other, Tensor):
+      dtype = self._scalar_dtype(other)
+      y = Tensor(UOp.const(dtype, other, self.device))
+    else: y = other
+    if x.device != y.device: raise RuntimeError(f"operands are on different devices: {x.device} and {y.device}")
+    if match_dtype and x.dtype is not y.dtype:
+      out = least_upper_dtype(x.dtype, y.dtype)
+      x, y = x.cast(out), y.cast(out)
+    if reverse: x, y = y, x
+    shape = _broadcast_shape(x.shape, y.shape)
+    return x._broadcast_to(shape), y._broadcast_to(shape)
+
+  def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+    if self.shape == shape: return self
+    padded = (1,) * (len(shape) - self.ndim) + self.shape
+    return self._apply(self.uop.reshape(padded).expand(shape))
+
+  def _binary(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
+    x, y = self._broadcasted(other, reverse)
+    return x._apply(x.uop.alu(op, y.uop))
+
+  def _unary(self, op: Ops) -> Tensor: return self._apply(self.uop.alu(op))
+  def _float_unary(self, op: Ops) -> Tensor:
+    x = self.cast(least_upper_float(self.dtype)) if not dtypes.is_float(self.dtype) else self
+    return x._unary(op)
+
+  def add(self, x, reverse: bool = False) -> Tensor: return self._binary(Ops.ADD, x, reverse)
+  def sub(self, x, reverse: bool = False) -> Tensor: return self._binary(Ops.SUB, x, reverse)
+  def mul(self, x, reverse: bool = False) -> Tensor: return self._binary(Ops.MUL, x, reverse)
+
+  def div(self, x, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+    num, den = self._broadcasted(x, reverse)
+    if rounding_mode is None:
+      dtype = least_upper_float(num.dtype)
+      num, den = num.cast(dtype), den.cast(dtype)
+      return num._apply(num.uop.alu(Ops.FDIV, den.uop))
+    if rounding_mode == "trunc":
+      if dtypes.is_int(num.dtype): return num._apply(num.uop.alu(Ops.IDIV, den.uop))
+      return num.div(den).trunc().cast(num.dtype)
+    if rounding_mode == "floor":
+      if dtypes.is_int(num.dtype): return num._floor_idiv(den)
+      return num.div(den).floor().cast(num.dtype)
+    raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+
+  def _floor_idiv(self, den: Tensor) -> Tensor:
+    # C truncates; floor differs by one when the signs differ and there is a remainder
+    quotient = self._apply(self.uop.alu(Ops.IDIV, den.uop))
+    if dtypes.is_unsigned(self.dtype): return quotient
+    remainder = self._apply(self.uop.alu(Ops.MOD, den.uop))
+    adjust = (remainder != 0) & ((remainder < 0) != (den < 0))
+    return adjust.where(quotient - 1, quotient)
+
+  def idiv(self, x, reverse: bool = False) -> Tensor:
+    num, den = self._broadcasted(x, reverse)
+    if not dtypes.is_int(num.dtype): raise TypeError(f"idiv needs integer tensors, got {num.dtype}")
+    return num._apply(num.uop.alu(Ops.IDIV, den.uop))
+
+  def mod(self, x, reverse: bool = False) -> Tensor:
+    num, den = self._broadcasted(x, reverse)
+    if dtypes.is_float(num.dtype): return num - den * (num / den).floor()
+    remainder = num._apply(num.uop.alu(Ops.MOD, den.uop))
+    if dtypes.is_unsigned(num.dtype): return remainder
+    # Python's sign convention: the result has the divisor's sign
+    adjust = (remainder != 0) & ((remainder < 0) != (den < 0))
+    return adjust.where(remainder + den, remainder)
+
+  def __floordiv__(self, x) -> Tensor: return self.div(x, rounding_mode="floor")
+  def __rfloordiv__(self, x) -> Tensor: return self.div(x, reverse=True, rounding_mode="floor")
+
+  def neg(self) -> Tensor: return self.logical_not() if self.dtype is dtypes.bool else self._unary(Ops.NEG)
+  def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._binary(Ops.CMPNE, True)
+  def exp(self) -> Tensor: return self.mul(1 / math.log(2))._float_unary(Ops.EXP2) if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float).exp()
+  def exp2(self) -> Tensor: return self._float_unary(Ops.EXP2)
+  def log(self) -> Tensor: return self._float_unary(Ops.LOG2).mul(math.log(2))
+  def log2(self) -> Tensor: return self._float_unary(Ops.LOG2)
+  def sqrt(self) -> Tensor: return self._float_unary(Ops.SQRT)
+  def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
+  def sin(self) -> Tensor: return self._float_unary(Ops.SIN)
+  def cos(self) -> Tensor:
+    x = self.cast(least_upper_float(self.dtype))
+    return ((math.pi / 2) - x).sin()
+  def tan(self) -> Tensor: return self.sin() / self.cos()
+  def reciprocal(self) -> Tensor: return self._float_unary(Ops.RECIPROCAL)
+  def trunc(self) -> Tensor: return self if not dtypes.is_float(self.dtype) else self._unary(Ops.TRUNC)
+  def floor(self) -> Tensor:
+    if not dtypes.is_float(self.dtype): return self
+    t = self.trunc()
+    return (self < t).where(t - 1, t)
+  def ceil(self) -> Tensor:
+    if not dtypes.is_float(self.dtype): return self
+    t = self.trunc()
+    return (self > t).where(t + 1, t)
+  def round(self) -> Tensor:
+    """Round half to even, like numpy."""
+    if not dtypes.is_float(self.dtype): return self
+    nearest = (self + 0.5).floor()
+    is_half = (nearest - self) == 0.5
+    odd = (nearest - (nearest * 0.5).floor() * 2) != 0
+    return (is_half & odd).where(nearest - 1, nearest)
+  def sign(self) -> Tensor: return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+  def abs(self) -> Tensor:
+    if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool: return self
+    return (self < 0).where(-self, self)
+  def relu(self) -> Tensor: return (self > 0).where(self, 0)
+  def sigmoid(self) -> Tensor: return (1 + (-self).exp()).reciprocal()
+  def tanh(self) -> Tensor: return 2.0 * (2.0 * self).sigmoid() - 1.0
+  def square(self) -> Tensor: return self * self
+  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
+  def softplus(self, beta: float = 1) -> Tensor: return (1 + (self * beta).exp()).log() * (1 / beta)
+  def gelu(self) -> Tensor: return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+  def silu(self) -> Tensor: return self * self.sigmoid()
+  def swish(self) -> Tensor: return self.silu()
+  def elu(self, alpha: float = 1.0) -> Tensor: return (self > 0).where(self, alpha * (self.exp() - 1))
+  def isnan(self) -> Tensor: return self != self
+  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    return ((self == math.inf) & detect_positive) | ((self == -math.inf) & detect_negative)
+  def lerp(self, end: Tensor, weight: Tensor | float) -> Tensor: return self + (end - self) * weight
+
+  def maximum(self, x) -> Tensor:
+    a, b = self._broadcasted(x)
+    return (a < b).where(b, a)
+  def minimum(self, x) -> Tensor:
+    a, b = self._broadcasted(x)
+    return (a < b).where(a, b)
+  def clip(self, min_=None, max_=None) -> Tensor:
+    if min_ is None and max_ is None: raise ValueError("clip needs at least one of min_ or max_")
+    out = self
+    if min_ is not None: out = out.maximum(min_)
+    if max_ is not None: out = out.minimum(max_)
+    return out
+  clamp = clip
+
+  def pow(self, x, reverse: bool = False) -> Tensor:
+    base, exponent = self._broadcasted(x, reverse)
+    if not dtypes.is_float(base.dtype):
+      # integer powers: repeated squaring on the device would need loops; compute in float64 and round
+      result = base.cast(dtypes.float64)._apply(base.cast(dtypes.float64).uop.alu(Ops.POW, exponent.cast(dtypes.float64).uop))
+      return result.round().cast(base.dtype)
+    return base._apply(base.uop.alu(Ops.POW, exponent.uop))
+
+  def where(self, x, y) -> Tensor:
+    cond = self.cast(dtypes.bool)
+    if isinstance(x, Tensor): ref = x
+    elif isinstance(y, Tensor): ref = y
+    else: ref = None
+    if ref is None:
+      dtype = least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
+      x, y = Tensor(UOp.const(dtype, x, self.device)), Tensor(UOp.const(dtype, y, self.device))
+    else:
+      x = x if isinstance(x, Tensor) else Tensor(UOp.const(ref._scalar_dtype(x), x, self.device))
+      y = y if isinstance(y, Tensor) else Tensor(UOp.const(ref._scalar_dtype(y), y, self.device))
+    dtype = least_upper_dtype(x.dtype, y.dtype)
+    x, y = x.cast(dtype), y.cast(dtype)
+    shape = _broadcast_shape(cond.shape, x.shape, y.shape)
+    cond, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
+    return x._apply(UOp(Ops.WHERE, dtype, (cond.uop, x.uop, y.uop)))
+
+  def cast(self, dtype: DType | str) -> Tensor:
+    dtype = to_dtype(dtype)
+    return self if self.dtype is dtype else self._apply(self.uop.cast(dtype))
+
+  def bitcast(self, dtype: DType | str) -> Tensor:
+    dtype = to_dtype(dtype)
+    if dtype.itemsize != self.dtype.itemsize:
+      if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dtype.itemsize:
+        raise ValueError(f"cannot bitcast shape {self.shape} of {self.dtype} to {dtype}: the last dim's bytes don't divide")
+    return self if self.dtype is dtype else self._apply(self.uop.bitcast(dtype))
+
+  def float(self) -> Tensor: return self.cast(dtypes.float32)
+  def half(self) -> Tensor: return self.cast(dtypes.float16)
+  def int(self) -> Tensor: return self.cast(dtypes.int32)
+  def long(self) -> Tensor: return self.cast(dtypes.int64)
+  def bool(self) -> Tensor: return self.cast(dtypes.bool)
+  def double(self) -> Tensor: return self.cast(dtypes.float64)
+  def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
+
+  # --- bitwise
+  def _check_bitwise(self, name: str) -> None:
+    if dtypes.is_float(self.dtype): raise TypeError(f"{name} needs integer or bool tensors, got {self.dtype}")
+  def bitwise_and(self, x, reverse: bool = False) -> Tensor:
+    self._check_bitwise("&")
+    return self._binary(Ops.AND, x, reverse)
+  def bitwise_or(self, x, reverse: bool = False) -> Tensor:
+    self._check_bitwise("|")
+    return self._binary(Ops.OR, x, reverse)
+  def bitwise_xor(self, x, reverse: bool = False) -> Tensor:
+    self._check_bitwise("^")
+    return self._binary(Ops.XOR, x, reverse)
+  def bitwise_not(self) -> Tensor:
+    self._check_bitwise("~")
+    return self.logical_not() if self.dtype is dtypes.bool else self.bitwise_xor(-1 if not dtypes.is_unsigned(self.dtype)
+                                                                                   else dtypes.max(self.dtype))
+  def lshift(self, x) -> Tensor:
+    self._check_bitwise("<<")
+    return self._binary(Ops.SHL, x)
+  def rshift(self, x) -> Tensor:
+    self._check_bitwise(">>")
+    return self._binary(Ops.SHR, x)
+
+  # --- operators
+  def __neg__(self) -> Tensor: return self.neg()
+  def __add__(self, x) -> Tensor: return self.add(x)
+  def __radd__(self, x) -> Tensor: return self.add(x, True)
+  def __sub__(self, x) -> Tensor: return self.sub(x)
+  def __rsub__(self, x) -> Tensor: return self.sub(x, True)
+  def __mul__(self, x) -> Tensor: return self.mul(x)
+  def __rmul__(self, x) -> Tensor: return self.mul(x, True)
+  def __truediv__(self, x) -> Tensor: return self.div(x)
+  def __rtruediv__(self, x) -> Tensor: return self.div(x, True)
+  def __mod__(self, x) -> Tensor: return self.mod(x)
+  def __rmod__(self, x) -> Tensor: return self.mod(x, True)
+  def __pow__(self, x) -> Tensor: return self.pow(x)
+  def __rpow__(self, x) -> Tensor: return self.pow(x, True)
+  def __matmul__(self, x) -> Tensor: return self.matmul(x)
+  def __rmatmul__(self, x) -> Tensor: return Tensor(x).matmul(self) if not isinstance(x, Tensor) else x.matmul(self)
+  def __and__(self, x) -> Tensor: return self.bitwise_and(x)
+  def __rand__(self, x) -> Tensor: return self.bitwise_and(x, True)
+  def __or__(self, x) -> Tensor: return self.bitwise_or(x)
+  def __ror__(self, x) -> Tensor: return self.bitwise_or(x, True)
+  def __xor__(self, x) -> Tensor: return self.bitwise_xor(x)
+  def __rxor__(self, x) -> Tensor: return self.bitwise_xor(x, True)
+  def __invert__(self) -> Tensor: return self.bitwise_not()
+  def __lshift__(self, x) -> Tensor: return self.lshift(x)
+  def __rshift__(self, x) -> Tensor: return self.rshift(x)
+  def __lt__(self, x) -> Tensor: return self._binary(Ops.CMPLT, x)
+  def __gt__(self, x) -> Tensor: return self._binary(Ops.CMPLT, x, True)
+  def __le__(self, x) -> Tensor: return (self > x).logical_not()
+  def __ge__(self, x) -> Tensor: return (self < x).logical_not()
+  def __eq__(self, x) -> Tensor: return self._binary(Ops.CMPEQ, x)  # type: ignore[override]
+  def __ne__(self, x) -> Tensor: return self._binary(Ops.CMPNE, x)  # type: ignore[override]
+  def __iadd__(self, x) -> Tensor: return self.assign(self + x)
+  def __isub__(self, x) -> Tensor: return self.assign(self - x)
+  def __imul__(self, x) -> Tensor: return self.assign(self * x)
+  def __itruediv__(self, x) -> Tensor: return self.assign(self / x)
+
+  # ------------------------------------------------------------------ reductions
+  def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
+    if axis is None: return tuple(range(self.ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    return tuple(sorted({_normalize_axis(a, self.ndim) for a in axes}))
+
+  def _reduce(self, op: Ops, axis=None, keepdim: bool = False) -> Tensor:
+    axes = self._axes(axis)
+    out = self._apply(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))) if axes and self.ndim else self
+    if keepdim: return out
+    return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+  @staticmethod
+  def _sum_dtype(dtype: DType) -> DType:
+    if dtypes.is_unsigned(dtype): return least_upper_dtype(dtype, dtypes.uint32)
+    if dtypes.is_int(dtype) or dtype is dtypes.bool: return least_upper_dtype(dtype, dtypes.int32)
+    return least_upper_dtype(dtype, dtypes.float32)
+
+  def sum(self, axis=None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+    acc = to_dtype(dtype) if dtype is not None else Tensor._sum_dtype(self.dtype)
+    out = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
+    return out.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else out
+
+  def prod(self, axis=None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+    acc = to_dtype(dtype) if dtype is not None else (Tensor._sum_dtype(self.dtype) if not dtypes.is_float(self.dtype) else self.dtype)
+    return self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
+
+  def max(self, axis=None, keepdim: bool = False) -> Tensor:
+    self._check_nonempty_reduce(axis, "max")
+    return self._reduce(Ops.MAX, axis, keepdim)
+
+  def _inverse(self) -> Tensor:
+    if dtypes.is_float(self.dtype) or (dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype)): return -self
+    return self.logical_not() if self.dtype is dtypes.bool else ~self
+
+  def min(self, axis=None, keepdim: bool = False) -> Tensor:
+    self._check_nonempty_reduce(axis, "min")
+    if dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype):
+      return ~((~self).max(axis, keepdim))  # -x overflows for the minimum value, ~x does not
+    return self._inverse().max(axis, keepdim)._inverse()
+
+  def _check_nonempty_reduce(self, axis, name: str) -> None:
+    if any(self.shape[a] == 0 for a in self._axes(axis)):
+      raise ValueError(f"{name} of an empty axis (shape {self.shape}) has no identity")
+
+  def any(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().max(axis, keepdim) if self.numel() else self.bool().sum(axis, keepdim) > 0
+  def all(self, axis=None, keepdim: bool = False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
+
+  def mean(self, axis=None, keepdim: bool = False) -> Tensor:
+    out_dtype = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
+    count = prod(self.shape[a] for a in self._axes(axis))
+    total = self.cast(Tensor._sum_dtype(self.dtype) if not dtypes.is_float(self.dtype) else
+                      least_upper_dtype(self.dtype, dtypes.float32)).sum(axis, keepdim)
+    return total.div(count if count else math.nan).cast(out_dtype) if count else total.cast(out_dtype) * math.nan
+
+  def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    squares = (self - self.mean(axis, keepdim=True)).square()
+    count = prod(self.shape[a] for a in self._axes(axis))
+    return squares.sum(axis, keepdim).div(max(0, count - correction))
+
+  def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    return self.var(axis, keepdim, correction).sqrt()
+
+  def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the first maximum (over the flattened tensor when axis is None)."""
+    if axis is None: return self.flatten().argmax(0)
+    axis = _normalize_axis(axis, self.ndim)
+    self._check_nonempty_reduce(axis, "argmax")
+    n = self.shape[axis]
+    is_max = self == self.max(axis, keepdim=True)
+    countdown = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32).reshape((n,) + (1,) * (self.ndim - axis - 1))
+    return (n - (is_max * countdown).max(axis, keepdim)).cast(dtypes.int32)
+
+  def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    return self._inverse().argmax(axis, keepdim)
+
+  def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
+    m = self.max(axis, keepdim=True)
+    return (self - m).exp().sum(axis, keepdim=True).log().add(m).reshape(self.sum(axis, keepdim).shape)
+
+  def cumsum(self, axis: int = 0) -> Tensor:
+    axis = _normalize_axis(axis, self.ndim)
+    n = self.shape[axis]
+    if n == 0: return self
+    x = self.transpose(axis, -1)
+    # out[..., i] = sum_j x[..., j] * (j <= i)
+    lower = Tensor.arange(n, device=self.device).reshape(n, 1) <= Tensor.arange(n, device=self.device).reshape(1, n)
+    out = (x.unsqueeze(-1) * lower.cast(x.dtype)).sum(-2)
+    return out.transpose(axis, -1)
+
+  def softmax(self, axis: int = -1) -> Tensor:
+    shifted = self - self.max(axis, keepdim=True)
+    e = shifted.exp()
+    return e / e.sum(axis, keepdim=True)
+
+  def log_softmax(self, axis: int = -1) -> Tensor:
+    shifted = self - self.max(axis, keepdim=True)
+    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+  # ------------------------------------------------------------------ linear algebra
+  def dot(self, w: Tensor) -> Tensor:
+    if self.ndim == 0 or w.ndim == 0: raise ValueError(f"dot needs at least 1-d tensors, got {self.shape} and {w.shape}")
+    k_self, k_w = self.shape[-1], w.shape[-min(w.ndim, 2)]
+    if k_self != k_w: raise ValueError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k_self} != {k_w})")
+    x = self
+    if w.ndim == 1:
+      out = (x * w).sum(-1)
+    else:
+      # x (..., n, k) -> (..., n, 1, k); w (..., k, m) -> (..., 1, m, k)
+      xe = x.reshape(x.shape[:-1] + (1, k_self))
+      we = w.transpose(-1, -2).reshape(w.shape[:-2] + (1,) + (w.shape[-1], k_w)) if x.ndim > 1 else w.transpose(-1, -2)
+      out = (xe * we).sum(-1)
+    return out.cast(least_upper_dtype(self.dtype, w.dtype))
+
+  def matmul(self, x: Tensor, reverse: bool = False) -> Tensor:
+    return x.dot(self) if reverse else self.dot(x)
+
+  def sequential(self, layers: list[Callable[[Tensor], Tensor]]) -> Tensor:
+    out = self
+    for layer in layers: out = layer(out)
+    return out

@@ -1,0 +1,77 @@
+"""The pytest plugin of the conformance suite (entry point ``pytest11: tinycore``).
+
+pytest loads this module in every run where tinycore is installed, so it imports nothing heavy at module level:
+tinycore and numpy are imported inside the fixtures, when a test asks for them.
+
+It adds the options ``--tinycore-device`` and ``--tinycore-seed`` and the fixtures ``device`` (the canonical name of
+the device under test) and ``rng`` (a fresh numpy generator per test, reproducible from the run's seed).
+"""
+from __future__ import annotations
+import os
+import secrets
+import zlib
+import pytest
+
+TEST_DEVICE_ENV = "TINYCORE_TEST_DEVICE"  # what a CI job sets to pick the device under test
+CORE_DEVICE_ENV = "TINYCORE_DEVICE"       # what the core reads (lazily) when it computes Device.DEFAULT
+TEST_SEED_ENV = "TINYCORE_TEST_SEED"
+
+_SEED_KEY = pytest.StashKey[int]()
+_DEVICE_KEY = pytest.StashKey["str | None"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+  group = parser.getgroup("tinycore", "tinycore conformance suite")
+  group.addoption("--tinycore-device", action="store", dest="tinycore_device", metavar="NAME",
+                  default=os.environ.get(TEST_DEVICE_ENV) or None,
+                  help=f"device the suite runs on, e.g. CPU, CL, NV:1 (default: ${TEST_DEVICE_ENV}, else the default "
+                       f"device). Exported as ${CORE_DEVICE_ENV}, so every Tensor made without device= lands on it.")
+  group.addoption("--tinycore-seed", action="store", dest="tinycore_seed", metavar="N", type=int,
+                  default=int(os.environ[TEST_SEED_ENV]) if os.environ.get(TEST_SEED_ENV) else None,
+                  help=f"base seed of the per-test random data (default: ${TEST_SEED_ENV}, else fresh each run); "
+                       "a failing test's report prints the seed that reproduces it")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+  name = config.getoption("tinycore_device", default=None)
+  config.stash[_DEVICE_KEY] = name
+  if name: os.environ[CORE_DEVICE_ENV] = name
+  seed = config.getoption("tinycore_seed", default=None)
+  config.stash[_SEED_KEY] = seed if seed is not None else secrets.randbits(31)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+  name = config.stash.get(_DEVICE_KEY, None)
+  seed = config.stash.get(_SEED_KEY, None)
+  return [f"tinycore: device {name or 'default (Device.DEFAULT)'}, random seed {seed} "
+          f"(reproduce with --tinycore-seed={seed})"]
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+  """The canonical name of the device under test (``Device.DEFAULT`` after --tinycore-device is applied)."""
+  from tinycore import Device
+  return Device.DEFAULT
+
+
+def seed_for_test(config: pytest.Config, nodeid: str) -> int:
+  """The seed of one test: the run's base seed mixed with the test's id, so each test gets its own fresh data."""
+  return (config.stash[_SEED_KEY] * 1_000_003 + zlib.crc32(nodeid.encode())) % (1 << 63)
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest):
+  """A fresh ``numpy.random.Generator`` for this test; its seed is shown in the report if the test fails."""
+  import numpy as np
+  seed = seed_for_test(request.config, request.node.nodeid)
+  request.node.user_properties.append(("tinycore_seed", seed))
+  return np.random.default_rng(seed)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+  outcome = yield
+  report = outcome.get_result()
+  if report.failed and any(key == "tinycore_seed" for key, _ in item.user_properties):
+    base = item.config.stash.get(_SEED_KEY, None)
+    report.sections.append(("tinycore", f"random data from the run seed {base}: rerun with --tinycore-seed={base}"))

@@ -1,0 +1,355 @@
+"""The IR: the spec op set (`Ops`) and `UOp`, an immutable, hash-consed node (op, dtype, src, arg).
+
+One IR serves every stage: the lazy tensor graph, the schedule (LINEAR of CALLs) and the kernels inside it.
+Identical nodes are the same Python object, so identity comparison and dict lookups are cheap and a graph is
+its own cache key.
+"""
+from __future__ import annotations
+import functools
+import math
+import weakref
+from enum import Enum, auto
+from typing import Any, Callable, Iterator
+from tinycore.dtype import DType, dtypes
+
+
+class Ops(Enum):
+  # --- graph structure
+  SINK = auto()        # groups its sources; a kernel's body is a SINK of STOREs
+  LINEAR = auto()      # an ordered list of CALLs: the schedule
+  CALL = auto()        # src[0] is the callee (SINK kernel or COPY), src[1:] the buffers, destination first
+  NOOP = auto()
+
+  # --- storage and identity
+  DEVICE = auto()      # arg: device name (str)
+  UNIQUE = auto()      # arg: a unique int; makes otherwise equal BUFFERs distinct
+  BUFFER = auto()      # src: (UNIQUE, DEVICE), arg: number of elements; a named piece of device memory
+  PARAM = auto()       # arg: slot number; a buffer argument of a kernel
+  DEFINE_VAR = auto()  # arg: (name, min, max); a symbolic integer
+  BIND = auto()        # src: (DEFINE_VAR, CONST); a variable with its value
+
+  # --- movement (tensor level; arg is the new shape or per-dim parameters)
+  RESHAPE = auto()
+  PERMUTE = auto()
+  EXPAND = auto()
+  PAD = auto()
+  SHRINK = auto()
+  FLIP = auto()
+
+  # --- tensor-level ops
+  CONST = auto()        # src: (DEVICE,) at tensor level, () in kernels; arg: the value
+  ARANGE = auto()       # src: (DEVICE,), arg: n; the values 0..n-1 (index dtype cast by the frontend)
+  REDUCE_AXIS = auto()  # arg: (Ops.ADD | Ops.MAX | Ops.MUL, axes); reduced axes keep size 1
+  CONTIGUOUS = auto()   # materialize src into fresh storage
+  DETACH = auto()
+  COPY = auto()         # a load that changes device: an anonymous store of src into new storage on device arg
+  STORE = auto()        # src: (target, value); tensor level: target is a view of a buffer; kernel level: an INDEX
+  AFTER = auto()        # src: (buffer, *effects); the buffer's value once the effects (STOREs) ran
+
+  # --- kernel-level ops
+  RANGE = auto()        # src: (CONST size,), arg: (id, kind): a loop variable in [0, size)
+  REDUCE = auto()       # src: (value, *ranges), arg: the combining ALU op; value folded over the ranges
+  INDEX = auto()        # src: (PARAM, offset) or (PARAM, offset, gate): an element address
+  LOAD = auto()         # src: (INDEX,); the value at an address (0 when the INDEX gate is false)
+
+  # --- ALU
+  CAST = auto()
+  BITCAST = auto()
+  EXP2 = auto()
+  LOG2 = auto()
+  SIN = auto()
+  SQRT = auto()
+  RECIPROCAL = auto()
+  NEG = auto()
+  TRUNC = auto()
+  ADD = auto()
+  SUB = auto()
+  MUL = auto()
+  FDIV = auto()
+  IDIV = auto()   # integer division truncating toward zero (as in C); the frontend builds floor division from it
+  MOD = auto()    # remainder with the sign of the dividend (as in C)
+  MAX = auto()
+  CMPLT = auto()
+  CMPNE = auto()
+  CMPEQ = auto()
+  AND = auto()
+  OR = auto()
+  XOR = auto()
+  SHL = auto()
+  SHR = auto()
+  POW = auto()
+  WHERE = auto()
+  MULACC = auto()
+
+
+class GroupOp:
+  Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC})
+  Binary = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
+                      Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW})
+  Ternary = frozenset({Ops.WHERE, Ops.MULACC})
+  ALU = Unary | Binary | Ternary
+  Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+  Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+  Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
+  Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
+  Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX, Ops.XOR})
+
+
+# the value each reduction starts from
+def identity_element(op: Ops, dtype: DType) -> Any:
+  if op is Ops.ADD: return dtypes.as_const(0, dtype)
+  if op is Ops.MUL: return dtypes.as_const(1, dtype)
+  if op is Ops.MAX: return dtypes.min(dtype)
+  raise ValueError(f"{op} is not a reduction op")
+
+
+def prod(xs) -> int:
+  return functools.reduce(lambda a, b: a * b, xs, 1)
+
+
+class _UOpCache(type):
+  """Hash-consing: constructing a UOp equal to a live one returns that one."""
+  cache: dict[tuple, weakref.ReferenceType] = {}
+
+  def __call__(cls, op: Ops, dtype: DType | None = None, src: tuple = (), arg: Any = None, tag: Any = None):
+    key = (op, dtype, src, arg, tag)
+    if (ref := _UOpCache.cache.get(key)) is not None and (live := ref()) is not None: return live
+    node = super().__call__(op, dtype, src, arg, tag)
+    _UOpCache.cache[key] = weakref.ref(node, lambda _, key=key: _UOpCache.cache.pop(key, None))
+    return node
+
+
+_unique_counter = iter(range(1, 1 << 62))
+
+
+class UOp(metaclass=_UOpCache):
+  __slots__ = ("op", "dtype", "src", "arg", "tag", "__weakref__", "__dict__")
+
+  def __init__(self, op: Ops, dtype: DType | None = None, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
+    self.op, self.dtype, self.src, self.arg, self.tag = op, dtype, src, arg, tag
+
+  def __reduce__(self): return UOp, (self.op, self.dtype, self.src, self.arg, self.tag)
+
+  def replace(self, **kwargs) -> UOp:
+    fields = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg, "tag": self.tag} | kwargs
+    return UOp(fields["op"], fields["dtype"], fields["src"], fields["arg"], fields["tag"])
+
+  def __repr__(self) -> str: return pretty(self)
+
+  # ------------------------------------------------------------------ graph walking
+  def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
+    """Every node reachable from self, sources before users (an ordered dict used as a set)."""
+    order: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if node in order: continue
+      if expanded: order[node] = None
+      else:
+        if gate is not None and not gate(node):
+          order[node] = None
+          continue
+        stack.append((node, True))
+        for s in reversed(node.src):
+          if s not in order: stack.append((s, False))
+    return order
+
+  def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+    """self with every occurrence of a key of `mapping` replaced by its value (bottom-up)."""
+    if not mapping: return self
+    done: dict[UOp, UOp] = {}
+    for node in self.toposort():
+      if node in mapping: done[node] = mapping[node]
+      else:
+        new_src = tuple(done[s] for s in node.src)
+        done[node] = node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src)
+    return done[self]
+
+  # ------------------------------------------------------------------ derived properties (tensor level)
+  @functools.cached_property
+  def shape(self) -> tuple[int, ...] | None:
+    return _infer_shape(self)
+
+  @property
+  def size(self) -> int:
+    assert self.shape is not None, f"{self.op} has no shape"
+    return prod(self.shape)
+
+  @functools.cached_property
+  def device(self) -> str | tuple[str, ...] | None:
+    if self.op is Ops.DEVICE: return self.arg
+    if self.op is Ops.COPY: return self.arg
+    if self.op is Ops.BUFFER: return self.src[1].arg
+    for s in self.src:
+      if (d := s.device) is not None: return d
+    return None
+
+  @property
+  def base(self) -> UOp:
+    """Self without movement ops on top."""
+    node = self
+    while node.op in GroupOp.Movement: node = node.src[0]
+    return node
+
+  @property
+  def buffer_uop(self) -> UOp | None:
+    """The BUFFER this value is a view of (through movement ops and AFTERs), or None."""
+    node = self.base
+    while node.op is Ops.AFTER: node = node.src[0].base
+    return node if node.op is Ops.BUFFER else None
+
+  # ------------------------------------------------------------------ constructors
+  @staticmethod
+  def const(dtype: DType, value: Any, device: str | None = None) -> UOp:
+    """A scalar constant (a tensor-level constant carries its device)."""
+    src = (UOp(Ops.DEVICE, None, (), device),) if device is not None else ()
+    return UOp(Ops.CONST, dtype, src, dtypes.as_const(value, dtype))
+
+  @staticmethod
+  def new_buffer(device: str, size: int, dtype: DType) -> UOp:
+    return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, None, (), next(_unique_counter)), UOp(Ops.DEVICE, None, (), device)), size)
+
+  def alu(self, op: Ops, *srcs: UOp, dtype: DType | None = None) -> UOp:
+    out_dtype = dtype or (dtypes.bool if op in GroupOp.Comparison else (srcs[-1].dtype if op is Ops.WHERE else self.dtype))
+    return UOp(op, out_dtype, (self,) + srcs)
+
+  def cast(self, dtype: DType) -> UOp: return self if self.dtype is dtype else UOp(Ops.CAST, dtype, (self,))
+  def bitcast(self, dtype: DType) -> UOp: return UOp(Ops.BITCAST, dtype, (self,))
+  def const_like(self, value: Any) -> UOp: return UOp.const(self.dtype, value)
+
+  # movement (shape-level)
+  def reshape(self, shape: tuple[int, ...]) -> UOp: return self if self.shape == shape else UOp(Ops.RESHAPE, self.dtype, (self,), shape)
+  def expand(self, shape: tuple[int, ...]) -> UOp: return self if self.shape == shape else UOp(Ops.EXPAND, self.dtype, (self,), shape)
+  def permute(self, order: tuple[int, ...]) -> UOp:
+    return self if order == tuple(range(len(order))) else UOp(Ops.PERMUTE, self.dtype, (self,), order)
+  def pad(self, padding: tuple[tuple[int, int], ...]) -> UOp:
+    return self if all(p == (0, 0) for p in padding) else UOp(Ops.PAD, self.dtype, (self,), padding)
+  def shrink(self, bounds: tuple[tuple[int, int], ...]) -> UOp:
+    return self if all(b == (0, s) for b, s in zip(bounds, self.shape)) else UOp(Ops.SHRINK, self.dtype, (self,), bounds)
+  def flip(self, axes: tuple[bool, ...]) -> UOp: return self if not any(axes) else UOp(Ops.FLIP, self.dtype, (self,), axes)
+
+  # ------------------------------------------------------------------ kernel-level helpers (index arithmetic)
+  def __add__(self, x): return _binop(Ops.ADD, self, x)
+  def __radd__(self, x): return _binop(Ops.ADD, x, self)
+  def __sub__(self, x): return _binop(Ops.SUB, self, x)
+  def __rsub__(self, x): return _binop(Ops.SUB, x, self)
+  def __mul__(self, x): return _binop(Ops.MUL, self, x)
+  def __rmul__(self, x): return _binop(Ops.MUL, x, self)
+  def __floordiv__(self, x): return _binop(Ops.IDIV, self, x)
+  def __mod__(self, x): return _binop(Ops.MOD, self, x)
+  def __lt__(self, x): return _binop(Ops.CMPLT, self, x)
+  def __and__(self, x): return _binop(Ops.AND, self, x)
+  def ne(self, x): return _binop(Ops.CMPNE, self, x)
+  def where(self, a, b) -> UOp:
+    dtype = a.dtype if isinstance(a, UOp) else b.dtype if isinstance(b, UOp) else None
+    a, b = _as_uop(a, dtype), _as_uop(b, dtype)
+    return UOp(Ops.WHERE, a.dtype, (self, a, b))
+  # Python's rich comparisons are identity-based on purpose: UOps are dict keys
+  __eq__ = object.__eq__
+  __hash__ = object.__hash__
+
+  @functools.cached_property
+  def vmin_vmax(self) -> tuple[Any, Any]:
+    """Bounds of an integer/bool expression (used by symbolic simplification)."""
+    return _bounds(self)
+  @property
+  def vmin(self): return self.vmin_vmax[0]
+  @property
+  def vmax(self): return self.vmin_vmax[1]
+
+
+def _as_uop(x: Any, dtype: DType | None) -> UOp:
+  if isinstance(x, UOp): return x
+  if dtype is None: dtype = dtypes.bool if isinstance(x, bool) else dtypes.index if isinstance(x, int) else dtypes.float32
+  return UOp.const(dtype, x)
+
+
+def _binop(op: Ops, a: Any, b: Any) -> UOp:
+  ref = a if isinstance(a, UOp) else b
+  a, b = _as_uop(a, ref.dtype), _as_uop(b, ref.dtype)
+  return UOp(op, dtypes.bool if op in GroupOp.Comparison else a.dtype, (a, b))
+
+
+# ---------------------------------------------------------------------------- shape inference
+def _infer_shape(u: UOp) -> tuple[int, ...] | None:
+  op = u.op
+  if op is Ops.BUFFER: return (u.arg,)
+  if op is Ops.CONST: return () if u.src else None
+  if op is Ops.ARANGE: return (u.arg,)
+  if op in (Ops.RESHAPE, Ops.EXPAND): return tuple(u.arg)
+  if op is Ops.PERMUTE:
+    shape = u.src[0].shape
+    return tuple(shape[i] for i in u.arg)
+  if op is Ops.PAD: return tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg))
+  if op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
+  if op is Ops.FLIP: return u.src[0].shape
+  if op is Ops.REDUCE_AXIS:
+    axes = u.arg[1]
+    return tuple(1 if i in axes else s for i, s in enumerate(u.src[0].shape))
+  if op is Ops.BITCAST:
+    shape = u.src[0].shape
+    if shape is None or u.dtype.itemsize == u.src[0].dtype.itemsize or not shape: return shape
+    return shape[:-1] + (shape[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize,)
+  if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.AFTER, Ops.CAST): return u.src[0].shape
+  if op in GroupOp.ALU:
+    for s in u.src:
+      if s.shape is not None: return s.shape
+    return None
+  return None
+
+
+# ---------------------------------------------------------------------------- bounds of index expressions
+def _bounds(u: UOp) -> tuple[Any, Any]:
+  if u.dtype is None or u.dtype not in (dtypes.index, dtypes.int32, dtypes.int64, dtypes.bool):
+    return (-math.inf, math.inf)
+  op = u.op
+  if op is Ops.CONST: return (u.arg, u.arg)
+  if op is Ops.RANGE: return (0, u.src[0].arg - 1) if u.src[0].op is Ops.CONST else (0, u.src[0].vmax - 1)
+  if op is Ops.DEFINE_VAR: return (u.arg[1], u.arg[2])
+  if op is Ops.BIND: return u.src[0].vmin_vmax
+  if op in GroupOp.Comparison or u.dtype is dtypes.bool: return (False, True) if op is not Ops.CONST else (u.arg, u.arg)
+  if len(u.src) >= 1: a0, a1 = u.src[0].vmin_vmax
+  if len(u.src) >= 2: b0, b1 = u.src[1].vmin_vmax
+  if op is Ops.ADD: return (a0 + b0, a1 + b1)
+  if op is Ops.SUB: return (a0 - b1, a1 - b0)
+  if op is Ops.NEG: return (-a1, -a0)
+  if op is Ops.MUL:
+    vals = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]
+    vals = [0 if isinstance(v, float) and math.isnan(v) else v for v in vals]
+    return (min(vals), max(vals))
+  if op is Ops.MAX: return (max(a0, b0), max(a1, b1))
+  if op is Ops.IDIV and b0 == b1 and isinstance(b0, int) and b0 > 0:
+    return (_tdiv(a0, b0), _tdiv(a1, b0))
+  if op is Ops.MOD and b0 == b1 and isinstance(b0, int) and b0 > 0:
+    if a0 >= 0: return (0, min(a1, b0 - 1)) if a1 < b0 else (0, b0 - 1)
+    return (-(b0 - 1), b0 - 1)
+  if op is Ops.WHERE:
+    c0, c1 = u.src[1].vmin_vmax
+    d0, d1 = u.src[2].vmin_vmax
+    return (min(c0, d0), max(c1, d1))
+  if op is Ops.CAST: return u.src[0].vmin_vmax
+  return (-math.inf, math.inf)
+
+
+def _tdiv(a, b):
+  if a in (math.inf, -math.inf): return a
+  q = abs(a) // abs(b)
+  return q if (a >= 0) == (b >= 0) else -q
+
+
+# ---------------------------------------------------------------------------- printing
+def pretty(u: UOp, limit: int = 60) -> str:
+  """A readable listing of the graph under u: one line per node, sources by line number."""
+  nodes = list(u.toposort())
+  if len(nodes) > limit: nodes = nodes[-limit:]
+  index = {n: i for i, n in enumerate(nodes)}
+  lines = []
+  for i, n in enumerate(nodes):
+    srcs = ",".join(f"%{index[s]}" if s in index else "…" for s in n.src)
+    arg = "" if n.arg is None else f" {n.arg!r}"
+    lines.append(f"%{i} = {n.op.name}{arg} ({srcs}) : {n.dtype}")
+  return "\n".join(lines) if len(lines) > 1 else lines[0]
+
+
+def iter_graph(u: UOp) -> Iterator[UOp]:
+  yield from u.toposort()

@@ -1,0 +1,253 @@
+"""Symbolic simplification: constant folding and index arithmetic, as rewrite rules.
+
+Index expressions come from movement ops turned into math over loop ranges (reshape gives `//` and `%`), and
+most of that math cancels: `(r0*4 + r1) // 4` is `r0` when `r1 < 4`. The rules below normalize integer sums into
+affine form (terms with coefficients plus a constant) and use the bounds of each term to drop what cancels.
+"""
+from __future__ import annotations
+import math
+import operator
+import struct
+from typing import Any
+from tinycore.dtype import DType, dtypes
+from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore.uop.pattern import PatternMatcher, UPat
+
+INT_TYPES = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32,
+                       dtypes.uint64})
+
+
+# ---------------------------------------------------------------------------- evaluating ALU ops on Python values
+def _c_div(a: int, b: int) -> int:
+  if b == 0: return 0
+  q = abs(a) // abs(b)
+  return q if (a >= 0) == (b >= 0) else -q
+
+
+def _c_mod(a: int, b: int) -> int: return 0 if b == 0 else a - b * _c_div(a, b)
+
+
+def _safe_fdiv(a, b):
+  try: return a / b
+  except ZeroDivisionError:
+    if a == 0 or (isinstance(a, float) and math.isnan(a)): return math.nan
+    return math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+def _safe(fn):
+  def wrapped(*args):
+    try: return fn(*args)
+    except (ValueError, OverflowError): return math.nan
+  return wrapped
+
+
+PYTHON_ALU: dict[Ops, Any] = {
+  Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul, Ops.FDIV: _safe_fdiv, Ops.IDIV: _c_div,
+  Ops.MOD: _c_mod, Ops.MAX: max, Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
+  Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor, Ops.SHL: lambda a, b: a << b,
+  Ops.SHR: lambda a, b: a >> b, Ops.NEG: operator.neg, Ops.WHERE: lambda c, a, b: a if c else b,
+  Ops.EXP2: _safe(lambda x: 2.0 ** x), Ops.LOG2: _safe(lambda x: math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)),
+  Ops.SIN: _safe(math.sin), Ops.SQRT: _safe(lambda x: math.sqrt(x) if x >= 0 else math.nan),
+  Ops.RECIPROCAL: lambda x: _safe_fdiv(1.0, x), Ops.TRUNC: _safe(lambda x: float(math.trunc(x)) if math.isfinite(x) else x),
+  Ops.POW: _safe(lambda a, b: a ** b if not (a < 0 and b != int(b)) else math.nan),
+}
+
+
+def round_to_dtype(value: Any, dtype: DType) -> Any:
+  """A Python value as `dtype` would hold it (ints wrap, float32/float16 round)."""
+  if dtype in (dtypes.float32, dtypes.float16) and isinstance(value, float) and math.isfinite(value):
+    try: return struct.unpack(dtype.fmt, struct.pack(dtype.fmt, value))[0]
+    except OverflowError: return math.copysign(math.inf, value)
+  if dtype is dtypes.bfloat16 and isinstance(value, float) and math.isfinite(value):
+    bits = struct.unpack("I", struct.pack("f", value))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return struct.unpack("f", struct.pack("I", bits))[0]
+  return dtypes.as_const(value, dtype)
+
+
+def exec_alu(op: Ops, dtype: DType, args: list[Any]) -> Any:
+  return round_to_dtype(PYTHON_ALU[op](*args), dtype)
+
+
+# ---------------------------------------------------------------------------- affine form of integer sums
+def _is_int(u: UOp) -> bool: return u.dtype in INT_TYPES
+
+
+def affine_terms(u: UOp) -> tuple[dict[UOp, int], int]:
+  """u as sum(coeff * term) + constant, looking through ADD, SUB, NEG and multiplication by constants."""
+  if u.op is Ops.CONST: return {}, u.arg
+  if u.op in (Ops.ADD, Ops.SUB):
+    (ta, ka), (tb, kb) = affine_terms(u.src[0]), affine_terms(u.src[1])
+    sign = 1 if u.op is Ops.ADD else -1
+    terms = dict(ta)
+    for t, c in tb.items(): terms[t] = terms.get(t, 0) + sign * c
+    return {t: c for t, c in terms.items() if c != 0}, ka + sign * kb
+  if u.op is Ops.NEG:
+    t, k = affine_terms(u.src[0])
+    return {x: -c for x, c in t.items()}, -k
+  if u.op is Ops.MUL:
+    for a, b in ((u.src[0], u.src[1]), (u.src[1], u.src[0])):
+      if b.op is Ops.CONST:
+        if b.arg == 0: return {}, 0
+        t, k = affine_terms(a)
+        return {x: c * b.arg for x, c in t.items()}, k * b.arg
+  return {u: 1}, 0
+
+
+def _order_key(u: UOp) -> tuple:
+  # a deterministic order for terms, so equal sums build the same node
+  if u.op is Ops.RANGE: return (0, u.arg)
+  return (1, u.op.value, repr(u.arg), tuple(_order_key(s) for s in u.src))
+
+
+def build_affine(terms: dict[UOp, int], const: int, dtype: DType) -> UOp:
+  out: UOp | None = None
+  for term in sorted(terms, key=_order_key):
+    coeff = terms[term]
+    if coeff == 0: continue
+    piece = term if coeff == 1 else UOp(Ops.MUL, dtype, (term, UOp.const(dtype, coeff)))
+    out = piece if out is None else UOp(Ops.ADD, dtype, (out, piece))
+  if out is None: return UOp.const(dtype, const)
+  return out if const == 0 else UOp(Ops.ADD, dtype, (out, UOp.const(dtype, const)))
+
+
+def _terms_bounds(terms: dict[UOp, int], const: int) -> tuple[float, float]:
+  lo = hi = const
+  for t, c in terms.items():
+    a, b = t.vmin * c, t.vmax * c
+    lo, hi = lo + min(a, b), hi + max(a, b)
+  return lo, hi
+
+
+def merge_div_mod_pairs(terms: dict[UOp, int]) -> dict[UOp, int]:
+  """(y//c)*(k*c) + (y%c)*k is y*k."""
+  terms = dict(terms)
+  changed = True
+  while changed:
+    changed = False
+    for t in list(terms):
+      if t not in terms or t.op is not Ops.IDIV or t.src[1].op is not Ops.CONST: continue
+      y, c = t.src[0], t.src[1].arg
+      mod = UOp(Ops.MOD, t.dtype, (y, t.src[1]))
+      if mod in terms and terms[t] == terms[mod] * c and y.vmin >= 0:
+        k = terms.pop(mod)
+        del terms[t]
+        terms[y] = terms.get(y, 0) + k
+        if terms[y] == 0: del terms[y]
+        changed = True
+  return terms
+
+
+def simplify_sum(x: UOp) -> UOp | None:
+  terms, const = affine_terms(x)
+  terms = merge_div_mod_pairs(terms)
+  rebuilt = build_affine(terms, const, x.dtype)
+  return None if rebuilt is x else rebuilt
+
+
+def simplify_div(x: UOp, d: UOp) -> UOp | None:
+  c = d.arg
+  if c <= 0 or x.vmin < 0: return None
+  if c == 1: return x
+  if x.vmax < c: return UOp.const(x.dtype, 0)
+  if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0:  # (y//a)//c is y//(a*c)
+    return UOp(Ops.IDIV, x.dtype, (x.src[0], UOp.const(x.dtype, x.src[1].arg * c)))
+  if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % c == 0 and x.src[0].vmin >= 0:
+    # (y%m)//c is (y//c)%(m//c) when c divides m
+    y, m = x.src[0], x.src[1].arg
+    return UOp(Ops.MOD, x.dtype, (UOp(Ops.IDIV, x.dtype, (y, d)), UOp.const(x.dtype, m // c)))
+  terms, const = affine_terms(x)
+  whole = {t: a // c for t, a in terms.items() if a % c == 0}
+  rest = {t: a for t, a in terms.items() if a % c != 0}
+  kq, kr = divmod(const, c)
+  lo, hi = _terms_bounds(rest, kr)
+  if lo >= 0 and hi < c: return build_affine(whole, kq, x.dtype)
+  if (whole or kq) and lo >= 0:
+    return UOp(Ops.ADD, x.dtype, (build_affine(whole, kq, x.dtype),
+                                  UOp(Ops.IDIV, x.dtype, (build_affine(rest, kr, x.dtype), d))))
+  g = math.gcd(c, const, *terms.values())
+  if g > 1 and all(t.vmin >= 0 for t in terms):
+    return UOp(Ops.IDIV, x.dtype, (build_affine({t: a // g for t, a in terms.items()}, const // g, x.dtype),
+                                   UOp.const(x.dtype, c // g)))
+  return None
+
+
+def simplify_mod(x: UOp, d: UOp) -> UOp | None:
+  c = d.arg
+  if c <= 0 or x.vmin < 0: return None
+  if c == 1: return UOp.const(x.dtype, 0)
+  if x.vmax < c: return x
+  if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % c == 0:  # (y%m)%c is y%c when c divides m
+    return UOp(Ops.MOD, x.dtype, (x.src[0], d))
+  terms, const = affine_terms(x)
+  kept = {t: a % c for t, a in terms.items() if a % c != 0}
+  if any(t.vmin < 0 for t in kept): return None
+  lo, hi = _terms_bounds(kept, const % c)
+  if lo >= 0 and hi < c: return build_affine(kept, const % c, x.dtype)
+  if kept != terms or const % c != const:
+    return UOp(Ops.MOD, x.dtype, (build_affine(kept, const % c, x.dtype), d))
+  return None
+
+
+def simplify_compare(x: UOp) -> UOp | None:
+  a, b = x.src
+  if not (_is_int(a) or a.dtype is dtypes.bool): return None
+  (a0, a1), (b0, b1) = a.vmin_vmax, b.vmin_vmax
+  if x.op is Ops.CMPLT:
+    if a1 < b0: return UOp.const(dtypes.bool, True)
+    if a0 >= b1: return UOp.const(dtypes.bool, False)
+  if x.op is Ops.CMPNE and (a1 < b0 or b1 < a0): return UOp.const(dtypes.bool, True)
+  if x.op is Ops.CMPEQ and (a1 < b0 or b1 < a0): return UOp.const(dtypes.bool, False)
+  return None
+
+
+def fold_constants(x: UOp) -> UOp | None:
+  if not x.src or any(s.op is not Ops.CONST for s in x.src): return None
+  if x.op is Ops.CAST: return UOp.const(x.dtype, round_to_dtype(x.src[0].arg, x.dtype) if dtypes.is_float(x.dtype)
+                                        else _cast_value(x.src[0].arg, x.dtype))
+  if x.op not in PYTHON_ALU: return None
+  if x.op in (Ops.IDIV, Ops.MOD) and x.src[1].arg == 0: return None  # division by zero is left to the device
+  return UOp.const(x.dtype, exec_alu(x.op, x.dtype, [s.arg for s in x.src]))
+
+
+def _cast_value(v: Any, dtype: DType) -> Any:
+  if dtype is dtypes.bool: return bool(v)
+  if dtypes.is_int(dtype) and isinstance(v, float):
+    if not math.isfinite(v): return None if False else 0
+    return dtypes.as_const(math.trunc(v), dtype)
+  return dtypes.as_const(v, dtype)
+
+
+def _zero_if_int(x: UOp) -> UOp | None: return UOp.const(x.dtype, 0) if _is_int(x) else None
+
+
+symbolic = PatternMatcher([
+  # an ALU op on constants is a constant
+  (UPat(GroupOp.ALU | {Ops.CAST}, name="x"), fold_constants),
+  # adding zero, multiplying by one, and the like change nothing
+  (UPat(Ops.ADD, src=[UPat.var("x"), UPat.const(0)]), lambda x: x),
+  (UPat(Ops.SUB, src=(UPat.var("x"), UPat.const(0))), lambda x: x),
+  (UPat(Ops.MUL, src=[UPat.var("x"), UPat.const(1)]), lambda x: x),
+  (UPat((Ops.IDIV, Ops.FDIV), src=(UPat.var("x"), UPat.const(1))), lambda x: x),
+  # an integer times zero is zero (not for floats: inf*0 is nan)
+  (UPat(Ops.MUL, src=[UPat.var("x"), UPat.const(0)], name="m"), lambda x, m: _zero_if_int(m)),
+  # a cast to the same dtype is nothing
+  (UPat(Ops.CAST, name="c", src=(UPat.var("x"),)), lambda c, x: x if c.dtype is x.dtype else None),
+  # integer sums are kept in affine normal form, which cancels (y//c)*c + y%c
+  (UPat((Ops.ADD, Ops.SUB), dtype=INT_TYPES, name="x"), simplify_sum),
+  (UPat(Ops.MUL, dtype=INT_TYPES, src=[UPat((Ops.ADD, Ops.SUB)), UPat(Ops.CONST)], name="x"), simplify_sum),
+  # division and remainder by a constant use the bounds of the dividend
+  (UPat(Ops.IDIV, dtype=INT_TYPES, src=(UPat.var("x"), UPat.cvar("d"))), simplify_div),
+  (UPat(Ops.MOD, dtype=INT_TYPES, src=(UPat.var("x"), UPat.cvar("d"))), simplify_mod),
+  # comparisons decided by bounds are constants
+  (UPat(GroupOp.Comparison, name="x"), simplify_compare),
+  # boolean identities
+  (UPat(Ops.AND, src=[UPat.var("x"), UPat.const(True)]), lambda x: x),
+  (UPat(Ops.AND, src=[UPat.var("x"), UPat.const(False)], name="a"), lambda x, a: a.const_like(False)),
+  (UPat(Ops.AND, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
+  (UPat(Ops.OR, src=[UPat.var("x"), UPat.const(False)]), lambda x: x),
+  # a WHERE with a known condition, or equal branches, is one branch
+  (UPat(Ops.WHERE, src=(UPat.const(True), UPat.var("a"), UPat.var("b"))), lambda a, b: a),
+  (UPat(Ops.WHERE, src=(UPat.const(False), UPat.var("a"), UPat.var("b"))), lambda a, b: b),
+  (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("a"), UPat.var("a"))), lambda a: a),
+])
