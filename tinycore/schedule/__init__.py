@@ -10,6 +10,7 @@ from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
 from tinycore.schedule.context import ScheduleContext
 from tinycore.schedule.rangeify import KernelBuilder, NeedsRealize, build_store_kernel, build_value_kernel
+from tinycore.uop.spec import check_spec, spec_enabled
 
 
 class ScheduleError(RuntimeError):
@@ -129,7 +130,9 @@ def order_jobs(ctx: ScheduleContext, jobs: list[Job]) -> list[Job]:
 
 
 def create_schedule(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
-  graph = UOp(Ops.SINK, None, tuple(roots)).toposort()
+  sink = UOp(Ops.SINK, None, tuple(roots))
+  if spec_enabled(): check_spec(sink, "tensor")
+  graph = sink.toposort()
   ctx = ScheduleContext()
   mark_realized(ctx, roots, graph)
   for _ in range(1000):
@@ -143,6 +146,7 @@ def create_schedule(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   else: raise ScheduleError("scheduling did not converge")
   ordered = order_jobs(ctx, jobs)
   linear = UOp(Ops.LINEAR, None, tuple(job.call for job in ordered))
+  if spec_enabled(): check_spec(linear, "linear")
   becomes: dict[UOp, UOp] = {}
   for node in ctx.realized:
     buf = ctx.buffer_for(node)

@@ -109,11 +109,11 @@ def random_array(rng: np.random.Generator, shape: Sequence[int] | int, dtype: An
   unsigned [0, 15]). Bools: fair coin flips."""
   shape = (shape,) if isinstance(shape, int) else tuple(shape)
   name = _as_dtype(dtype).name
-  if name == "bool": return rng.random(shape) < 0.5
+  if name == "bool": return np.asarray(rng.random(shape) < 0.5)  # np.asarray: a 0-d comparison gives a numpy scalar
   if name == "bfloat16":
     # 8 significant bits and a small exponent: exactly representable in bfloat16
     mantissa = rng.integers(-128, 129, size=shape).astype(np.float32)
-    return (mantissa * np.exp2(rng.integers(-8, 4, size=shape))).astype(np.float32)
+    return np.asarray(mantissa * np.exp2(rng.integers(-8, 4, size=shape))).astype(np.float32)
   npdt = np.dtype(name)
   if npdt.kind == "f":
     if low is None and high is None: return rng.standard_normal(shape).astype(npdt)

@@ -1,0 +1,2 @@
+import os
+os.environ.setdefault("TINYCORE_SPEC", "1")

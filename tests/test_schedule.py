@@ -1,0 +1,119 @@
+"""The scheduler: fusion, kernel counts, caching, rebinding and assign ordering."""
+import numpy as np
+import pytest
+from tinycore import GlobalCounters, Tensor
+from tinycore.codegen import CodegenStats
+from tinycore.engine.realize import run_linear
+from tinycore.schedule.cache import ScheduleCacheStats
+from tinycore.uop.ops import Ops
+
+
+def realized(*shape, seed=None):
+  data = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+  return Tensor(data).realize(), data
+
+
+def kinds(linear): return [call.src[0].op for call in linear.src]
+
+
+def test_fused_elementwise_and_reduce_is_one_kernel():
+  (a, an), (b, bn), (c, cn) = realized(64), realized(64), realized(64)
+  out = ((a + b) * c).sum()
+  assert kinds(out.schedule_linear()) == [Ops.SINK]
+  GlobalCounters.reset()
+  np.testing.assert_allclose(out.numpy(), ((an + bn) * cn).sum(), rtol=1e-5)
+  assert GlobalCounters.kernel_count == 1
+
+
+def test_elementwise_of_realized_inputs_is_one_kernel():
+  (a, an), (b, bn) = realized(3, 5), realized(3, 5)
+  linear = (a + b).schedule_linear()
+  assert kinds(linear) == [Ops.SINK]
+  call = linear.src[0]
+  # destination first, then the inputs
+  assert call.src[1].arg == 15 and {call.src[2], call.src[3]} == {a.uop.base, b.uop.base}
+
+
+def test_repeating_a_computation_compiles_nothing_new():
+  (a, an), (b, bn) = realized(33, 17), realized(33, 17)
+  (a * b + 1).max(axis=1).numpy()
+  rendered, compiled, hits = CodegenStats.rendered, CodegenStats.compiled, ScheduleCacheStats.hits
+  (a2, _), (b2, _) = realized(33, 17), realized(33, 17)
+  out = (a2 * b2 + 1).max(axis=1).numpy()
+  assert (CodegenStats.rendered, CodegenStats.compiled) == (rendered, compiled)
+  assert ScheduleCacheStats.hits > hits
+  np.testing.assert_allclose(out, (a2.numpy() * b2.numpy() + 1).max(axis=1), rtol=1e-6)
+
+
+def test_a_realized_tensor_is_never_recomputed():
+  x, xn = realized(16)
+  a = x.exp() + 1
+  b = a * 2
+  a.realize()
+  linear = b.schedule_linear()
+  assert kinds(linear) == [Ops.SINK]
+  reads = linear.src[0].src[2:]
+  assert a.uop.base in reads and x.uop.base not in reads
+  np.testing.assert_allclose(b.numpy(), (np.exp(xn) + 1) * 2, rtol=1e-6)
+
+
+def test_softmax_fuses_into_one_kernel():
+  x, xn = realized(4, 9)
+  out = x.softmax(-1)
+  assert kinds(out.schedule_linear()) == [Ops.SINK]
+  e = np.exp(xn - xn.max(-1, keepdims=True))
+  np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_reduce_broadcast_along_an_outer_loop_gets_its_own_kernel():
+  x, xn = realized(6, 5)
+  out = x - x.mean(0)
+  assert kinds(out.schedule_linear()) == [Ops.SINK, Ops.SINK]
+  np.testing.assert_allclose(out.numpy(), xn - xn.mean(0), rtol=1e-5, atol=1e-6)
+
+
+def test_reads_before_an_assign_see_the_old_values():
+  a = Tensor([1.0, 2.0, 3.0]).realize()
+  before = a + 10
+  a.assign(Tensor([5.0, 6.0, 7.0]))
+  after = a + 10
+  Tensor.realize(before, after)
+  assert before.tolist() == [11.0, 12.0, 13.0]
+  assert after.tolist() == [15.0, 16.0, 17.0]
+
+
+def test_assign_that_reads_itself_elsewhere_goes_through_a_temporary():
+  a = Tensor.arange(6).float().realize()
+  a.assign(a.flip(0) + 1)
+  assert a.tolist() == [6.0, 5.0, 4.0, 3.0, 2.0, 1.0]
+
+
+def test_assign_keeps_the_buffer_and_chains():
+  a = Tensor.zeros(4).contiguous().realize()
+  buffer = a.uop.base
+  a.assign(a + 1)
+  a.assign(a * 3)
+  a[1:3].assign(Tensor([7.0, 8.0]))
+  assert a.tolist() == [3.0, 7.0, 8.0, 3.0]
+  assert a.uop.base is buffer
+
+
+def test_schedule_linear_runs_with_run_linear():
+  a, an = realized(5)
+  out = a * 2
+  linear = out.schedule_linear()
+  run_linear(linear)
+  assert len(linear.src) == 1
+
+
+def test_zero_size_tensors_schedule_no_kernel():
+  a = Tensor.ones(0, 3) + 1
+  assert kinds(a.schedule_linear()) == []
+  assert a.numpy().shape == (0, 3)
+  assert Tensor.ones(0).sum().item() == 0
+
+
+def test_realize_of_a_view_of_a_buffer_does_nothing():
+  a, an = realized(4, 4)
+  assert kinds(a.T.schedule_linear()) == []
+  np.testing.assert_equal(a.T.numpy(), an.T)
