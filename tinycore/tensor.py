@@ -105,12 +105,13 @@ class Tensor:
     import numpy as np
     from tinycore.device.buffer import Buffer
     from tinycore.engine.buffers import attach_buffer
-    arr = np.ascontiguousarray(arr)
+    shape = arr.shape
+    arr = np.ascontiguousarray(arr)  # (this makes 0-d arrays 1-d: the shape is kept above)
     dtype = from_np_dtype(arr.dtype)
     flat = arr.reshape(-1)
     buf_uop = UOp.new_buffer("NPY", flat.size, dtype)
     attach_buffer(buf_uop, Buffer("NPY", flat.size, dtype, opaque=flat.view(np.uint8) if flat.size else np.empty(0, np.uint8)))
-    uop = buf_uop.reshape(arr.shape)
+    uop = buf_uop.reshape(shape)
     target = _canonical_device(device)
     return uop if target == "NPY" else UOp(Ops.COPY, dtype, (uop,), target)
 
@@ -276,10 +277,10 @@ class Tensor:
   def detach(self) -> Tensor: return Tensor._rebuild(self.uop, False)
 
   def clone(self, device: str | None = None) -> Tensor:
-    """A copy in fresh storage (on `device` when given)."""
+    """A copy in fresh storage (on `device` when given): new empty storage with the value stored into it."""
     target = self.device if device is None else Device.canonicalize(device)
-    source = self.uop if target == self.device else UOp(Ops.COPY, self.dtype, (self.uop,), target)
-    return self._apply(UOp(Ops.CONTIGUOUS, self.dtype, (source,)))
+    out = Tensor.empty(*self.shape, device=target, dtype=self.dtype)
+    return out.assign(self if target == self.device else self.to(target))
 
   def to(self, device: str | None) -> Tensor:
     if device is None: return self
@@ -447,12 +448,10 @@ class Tensor:
       out = piece if out is None else (out | piece if dtype is dtypes.bool else out + piece)
     return out
 
-  @staticmethod
-  def stack(*tensors: Tensor, dim: int = 0) -> Tensor:
-    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)): tensors = tuple(tensors[0])
-    first = tensors[0]
-    dim = _normalize_axis(dim, first.ndim + 1)
-    return Tensor.cat(*[t.unsqueeze(dim) for t in tensors], dim=dim) if len(tensors) > 1 else first.unsqueeze(dim)
+  def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
+    tensors = (self, *others)
+    dim = _normalize_axis(dim, self.ndim + 1)
+    return Tensor.cat(*[t.unsqueeze(dim) for t in tensors], dim=dim) if others else self.unsqueeze(dim)
 
   def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
     dim = _normalize_axis(dim, self.ndim)

@@ -74,6 +74,10 @@ class CStyleRenderer:
   def storage_type(self, dtype: DType) -> str: return self.storage_names.get(dtype, self.type_names[dtype])
 
   def literal(self, value: Any, dtype: DType) -> str:
+    text = self._literal(value, dtype)
+    return f"({text})" if text.startswith("-") else text
+
+  def _literal(self, value: Any, dtype: DType) -> str:
     if dtype is dtypes.bool: return "1" if value else "0"
     if dtypes.is_float(dtype):
       suffix = self.float_suffix[dtype]

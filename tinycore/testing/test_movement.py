@@ -184,7 +184,7 @@ def test_chain_permute_slice_flip_arithmetic(rng):
 
 
 def test_chain_reshape_transpose_broadcast(rng):
-  x, y = random_array(rng, (4, 6), "float32"), random_array(rng, (4,), "float32")
+  x, y = random_array(rng, (4, 6), "float32"), random_array(rng, (6,), "float32")
   expected = x.reshape(6, 4).T[1:3] + y
   assert_close(Tensor(x).reshape(6, 4).T[1:3] + Tensor(y), expected, dtype=dtypes.float32)
 
