@@ -365,7 +365,9 @@ class Tensor:
     return self.permute(order)
 
   @property
-  def T(self) -> Tensor: return self.permute(tuple(range(self.ndim))[::-1])
+  def T(self) -> Tensor:
+    """tinygrad's `.T`: `transpose()`, which swaps dims 0 and 1 (not numpy's reversal of every dim)."""
+    return self.transpose()
 
   def flip(self, axis, *args) -> Tensor:
     axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,) + args

@@ -158,6 +158,16 @@ class CStyleRenderer:
     del src_dtype
     return expr
 
+  def loop_pragma(self, loop: Loop) -> str:
+    """A line placed before a loop (e.g. a vectorization hint); none by default."""
+    return ""
+
+  @staticmethod
+  def reduction_updates(loop: Loop) -> list[AccUpdate]:
+    """The accumulator updates of an innermost loop (one with no loops inside): a reduction over this range."""
+    if any(isinstance(item, Loop) for item in loop.body): return []
+    return [item for item in loop.body if isinstance(item, AccUpdate)]
+
   # ------------------------------------------------------------------ the function
   def signature(self, name: str, params: list[UOp], written: set[int]) -> str:
     args = []
@@ -196,6 +206,7 @@ class CStyleRenderer:
           acc = self._names[x] = self._fresh("acc")
           lines.append(f"{pad}{self.value_type(x.dtype)} {acc} = {self.literal(identity_element(x.arg, x.dtype), x.dtype)};")
         r = self._name(item.range)
+        if (pragma := self.loop_pragma(item)): lines.append(f"{pad}{pragma}")
         lines.append(f"{pad}for ({self.index_type} {r} = 0; {r} < {self.literal(item.range.src[0].arg, dtypes.int64)}; {r}++) {{")
         self._emit_block(item.body, lines, depth + 1)
         lines.append(f"{pad}}}")

@@ -43,6 +43,12 @@ def test_transpose(rng):
   assert_equal(Tensor(matrix).T, matrix.T)
 
 
+def test_T_is_transpose_of_first_two_dims(rng):
+  # tinygrad: `.T` is an alias for `.transpose()`, which swaps dims 0 and 1 (numpy's .T reverses all dims)
+  x = random_array(rng, BASE, "float32")
+  assert_equal(Tensor(x).T, np.swapaxes(x, 0, 1))
+
+
 @pytest.mark.parametrize("source, target", [((3, 1), (3, 4)), ((1, 4), (5, 4)), ((3,), (2, 3)), ((4, 1, 6), (4, 5, 6)),
                                             ((1,), (2, 3, 1)), ((), (2, 2))], ids=_ids)
 def test_expand(rng, source, target):
@@ -151,6 +157,7 @@ def test_squeeze_unsqueeze(rng):
   assert_equal(t.squeeze(), x.squeeze())
   assert_equal(t.squeeze(1), x.squeeze(1))
   assert_equal(t.squeeze(-1), x.squeeze(-1))
+  assert_equal(t.squeeze(0), x)  # a dim whose size is not 1 is left alone
   y = random_array(rng, (3, 5), "float32")
   assert_equal(Tensor(y).unsqueeze(0), y[None])
   assert_equal(Tensor(y).unsqueeze(1), y[:, None])

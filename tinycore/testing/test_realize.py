@@ -7,9 +7,9 @@ from tinycore.testing.helpers import assert_close, assert_equal, np_dtype, rando
 
 
 def _buffer_of(t: Tensor):
-  """The device buffer behind a realized tensor, through tinygrad's `t.uop.base.realized` (or `t.uop.buffer`);
-  None when the core exposes neither."""
-  for path in (("uop", "base", "realized"), ("uop", "buffer")):
+  """What identifies the storage behind a realized tensor: tinygrad's `t.uop.base.realized` (or `t.uop.buffer`),
+  else the BUFFER UOp the tensor is a view of (`t.uop.buffer_uop`); None when the core exposes none of them."""
+  for path in (("uop", "base", "realized"), ("uop", "buffer"), ("uop", "buffer_uop")):
     obj = t
     try:
       for attr in path: obj = getattr(obj, attr)
@@ -132,7 +132,8 @@ def test_assign_keeps_the_buffer(rng):
   x, y = random_array(rng, (7, 5), "float32"), random_array(rng, (7, 5), "float32")
   a = Tensor(x).realize()
   before = _buffer_of(a)
-  if before is None: pytest.skip("the core exposes no buffer of a tensor (t.uop.base.realized / t.uop.buffer)")
+  if before is None: pytest.skip("the core exposes no buffer of a tensor (t.uop.base.realized, t.uop.buffer, "
+                                 "t.uop.buffer_uop)")
   a.assign(Tensor(y)).realize()
   assert _buffer_of(a) is before
   a.assign(a + 1).realize()
