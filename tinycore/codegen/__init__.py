@@ -11,9 +11,14 @@ from tinycore.codegen.optimize import optimize_kernel
 
 
 class CompiledKernel:
-  """A kernel ready to run on one device: its Program and the source it came from."""
-  def __init__(self, name: str, source: str, program: Any):
+  """A kernel ready to run on one device: its Program, the source it came from and its launch dimensions."""
+  def __init__(self, name: str, source: str, program: Any, global_size: tuple[int, ...] = (1, 1, 1),
+               local_size: tuple[int, ...] = (1, 1, 1)):
     self.name, self.source, self.program = name, source, program
+    self.global_size, self.local_size = global_size, local_size
+
+  def __call__(self, *handles: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    return self.program(*handles, global_size=self.global_size, local_size=self.local_size, vals=vals, wait=wait)
 
 
 _kernels: dict[tuple[str, UOp], CompiledKernel] = {}
@@ -47,7 +52,8 @@ def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
   if (lib := _binaries.get(key)) is None:
     lib = _binaries[key] = dev.compiler.compile_cached(source)
     CodegenStats.compiled += 1
-  kernel = _kernels[(device, sink)] = CompiledKernel(name, source, dev.runtime(name, lib))
+  global_size, local_size = dev.renderer.launch_dims(optimized)
+  kernel = _kernels[(device, sink)] = CompiledKernel(name, source, dev.runtime(name, lib), global_size, local_size)
   return kernel
 
 

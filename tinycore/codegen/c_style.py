@@ -177,11 +177,50 @@ class CStyleRenderer:
                   f"{self.restrict} data{p.arg}")
     return f"{self.kernel_qualifier}{' ' if self.kernel_qualifier else ''}void {name}({', '.join(args)})"
 
+  # ------------------------------------------------------------------ work-items (devices that launch a grid)
+  global_dims = 0          # how many outer loops may become work-item ids (0: the kernel loops over everything)
+  max_local_size = 256     # the most work-items in one work-group
+
+  def global_id(self, dim: int) -> str:
+    """The expression for this work-item's id in grid dimension `dim` (dimension 0 varies fastest)."""
+    raise NotImplementedError(f"{type(self).__name__} does not launch a grid")
+
+  def parallel_loops(self, kernel: LinearKernel) -> list[Loop]:
+    """The outer output loops that become work-item ids: the outermost, then each next one only while the loop
+    above it holds nothing but that loop (so no reduce is repeated per work-item)."""
+    chosen: list[Loop] = []
+    body = kernel.body
+    while len(chosen) < self.global_dims:
+      loops = [item for item in body if isinstance(item, Loop)]
+      if len(loops) != 1 or loops[0].range.arg[1] != "loop" or loops[0].reduces: break
+      if chosen and any(isinstance(item, Loop) for item in chosen[-1].body if item is not loops[0]): break
+      chosen.append(loops[0])
+      body = loops[0].body
+    return chosen
+
+  def launch_dims(self, sink: UOp) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(global_size, local_size) in work-items for devices with `global_dims`; the global size is padded up to a
+    multiple of the local size (the kernel returns early past the real size)."""
+    if not self.global_dims: return (1, 1, 1), (1, 1, 1)
+    loops = self.parallel_loops(linearize(sink))
+    sizes = [loop.range.src[0].arg for loop in reversed(loops)]  # innermost mapped loop is dimension 0
+    local, budget = [], self.max_local_size
+    for size in sizes:
+      width = 1
+      while width * 2 <= min(size, budget, 256 if not local else 16): width *= 2
+      local.append(width)
+      budget //= width
+    global_size = [-(-size // width) * width for size, width in zip(sizes, local)]
+    pad = 3 - len(sizes)
+    return tuple(global_size) + (1,) * pad, tuple(local) + (1,) * pad
+
   def render(self, name: str, sink: UOp) -> str:
     kernel = linearize(sink)
     written = {u.src[0].src[0].arg for u in sink.src if u.op is Ops.STORE}
     self._names: dict[UOp, str] = {}
     self._counter = 0
+    parallel = self.parallel_loops(kernel) if self.global_dims else []
+    self._grid_dims = {id(loop): len(parallel) - 1 - i for i, loop in enumerate(parallel)}
     lines = [self.signature(name, kernel.params, written) + " {"]
     self._emit_block(kernel.body, lines, 1)
     lines.append("}")
@@ -206,6 +245,12 @@ class CStyleRenderer:
           acc = self._names[x] = self._fresh("acc")
           lines.append(f"{pad}{self.value_type(x.dtype)} {acc} = {self.literal(identity_element(x.arg, x.dtype), x.dtype)};")
         r = self._name(item.range)
+        if id(item) in self._grid_dims:
+          size = self.literal(item.range.src[0].arg, dtypes.int64)
+          lines.append(f"{pad}{self.index_type} {r} = {self.global_id(self._grid_dims[id(item)])};")
+          lines.append(f"{pad}if ({r} >= {size}) return;")
+          self._emit_block(item.body, lines, depth)
+          continue
         if (pragma := self.loop_pragma(item)): lines.append(f"{pad}{pragma}")
         lines.append(f"{pad}for ({self.index_type} {r} = 0; {r} < {self.literal(item.range.src[0].arg, dtypes.int64)}; {r}++) {{")
         self._emit_block(item.body, lines, depth + 1)

@@ -37,7 +37,7 @@ def run_linear(linear: UOp, wait: bool = False) -> None:
       device = buffers[0].device
       kernel = compile_kernel(device, callee)
       handles = [b.ensure_allocated()._buf for b in buffers]
-      elapsed = kernel.program(*handles, wait=wait)
+      elapsed = kernel(*handles, wait=wait)
       if elapsed: GlobalCounters.time_sum_s += elapsed
     else: raise RuntimeError(f"cannot run a call to {callee.op}")
     GlobalCounters.kernel_count += 1
