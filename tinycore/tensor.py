@@ -70,7 +70,11 @@ class Tensor:
       import numpy as np
       uop = self._from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), device)
     elif isinstance(data, pathlib.Path):
-      raise NotImplementedError("Tensor(pathlib.Path) needs the DISK device (pip install tiny-disk)")
+      path = data.resolve()
+      try: size = path.stat().st_size
+      except OSError as e: raise FileNotFoundError(f"cannot make a Tensor from {path}: {e.strerror}") from e
+      uop = Tensor.empty(size, dtype=dtypes.uint8, device=f"DISK:{path}").uop
+      if device is not None: uop = Tensor(uop).to(device).uop
     elif data is None:
       raise ValueError("Tensor(None) is not supported; use Tensor.empty(shape)")
     else:
@@ -279,14 +283,15 @@ class Tensor:
   def clone(self, device: str | None = None) -> Tensor:
     """A copy in fresh storage (on `device` when given): new empty storage with the value stored into it."""
     target = self.device if device is None else Device.canonicalize(device)
-    out = Tensor.empty(*self.shape, device=target, dtype=self.dtype)
-    return out.assign(self if target == self.device else self.to(target))
+    return Tensor.empty(*self.shape, device=target, dtype=self.dtype).assign(self)
 
   def to(self, device: str | None) -> Tensor:
     if device is None: return self
     target = Device.canonicalize(device)
     Device[target]  # fail early and clearly on an unknown device
     if target == self.device: return self
+    # a copy to DISK is a store into fresh disk storage; any other device change is a COPY
+    if target.startswith("DISK"): return self.clone(target)
     return self._apply(UOp(Ops.COPY, self.dtype, (self.uop,), target))
 
   def _readable_buffer(self):

@@ -68,6 +68,7 @@ class CStyleRenderer:
   math_functions = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc",
                     Ops.POW: "pow"}
   prelude = "#include <math.h>\n"
+  half_helpers = HALF_HELPERS       # the float16/bfloat16 conversion functions, emitted when a kernel uses them
 
   # ------------------------------------------------------------------ types and literals
   def value_type(self, dtype: DType) -> str: return self.type_names[dtype]
@@ -115,7 +116,8 @@ class CStyleRenderer:
     if dst is dtypes.bool: return f"({expr} != 0)"
     if dst in (dtypes.float16, dtypes.bfloat16): return self.round_16bit(f"(float)({expr})", dst)
     if dtypes.is_float(src) and dtypes.is_unsigned(dst) and dst.itemsize < 8:
-      return f"({self.value_type(dst)})(long long)({expr})"  # negative floats wrap like numpy instead of being undefined
+      # negative floats wrap like numpy instead of being undefined
+      return f"({self.value_type(dst)})({self.value_type(dtypes.int64)})({expr})"
     return f"({self.value_type(dst)})({expr})"
 
   def load(self, buffer: str, offset: str, dtype: DType) -> str:
@@ -225,7 +227,7 @@ class CStyleRenderer:
     self._emit_block(kernel.body, lines, 1)
     lines.append("}")
     needs_half = any(p.dtype in (dtypes.float16, dtypes.bfloat16) for p in sink.toposort())
-    return self.prelude + (HALF_HELPERS if needs_half else "") + "\n".join(lines) + "\n"
+    return self.prelude + (self.half_helpers if needs_half else "") + "\n".join(lines) + "\n"
 
   def _name(self, u: UOp) -> str:
     if u.op is Ops.CONST: return self.literal(u.arg, u.dtype)

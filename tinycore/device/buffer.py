@@ -104,6 +104,20 @@ class Buffer:
       if force_zero_copy: raise AssertionError(f"{self.device} has no zero-copy host view")
     return self.copyout(memoryview(bytearray(self.nbytes)))
 
+  def copy_from(self, src: Buffer) -> Buffer:
+    """Copy src's bytes into this buffer (equal sizes, both allocated) with a one-call LINEAR: CALL(COPY, self, src)."""
+    from tinycore.engine.buffers import attach_buffer
+    from tinycore.engine.realize import run_linear
+    from tinycore.uop.ops import Ops, UOp
+    if src.nbytes != self.nbytes: raise ValueError(f"copy_from needs equal sizes: {src.nbytes} -> {self.nbytes} bytes")
+    if not (self.is_allocated() and src.is_allocated()): raise RuntimeError("copy_from needs both buffers allocated")
+    dst_uop, src_uop = UOp.new_buffer(self.device, self.size, self.dtype), UOp.new_buffer(src.device, src.size, src.dtype)
+    attach_buffer(dst_uop, self)
+    attach_buffer(src_uop, src)
+    callee = UOp(Ops.COPY, self.dtype, (UOp(Ops.PARAM, src.dtype, (), 1),), self.device)
+    run_linear(UOp(Ops.LINEAR, None, (UOp(Ops.CALL, None, (callee, dst_uop, src_uop)),)), count=False)
+    return self
+
   def numpy(self):
     import numpy as np
     if self.dtype is dtypes.bfloat16:

@@ -14,16 +14,14 @@ def attach_buffer(buf_uop: UOp, buf: Buffer) -> None:
 
 
 def buffer_of(buf_uop: UOp) -> Buffer:
-  """The Buffer for a BUFFER UOp, created (unallocated) on first use."""
+  """The Buffer for a BUFFER UOp (created, unallocated, on first use), or a view for a BUFFER_VIEW."""
+  if buf_uop.op is Ops.BUFFER_VIEW:
+    size, byte_offset = buf_uop.arg
+    return buffer_of(buf_uop.src[0]).view(size, buf_uop.dtype, byte_offset)
   buf = _buffers.get(buf_uop)
   if buf is None:
     buf = _buffers[buf_uop] = Buffer(buf_uop.device, buf_uop.arg, buf_uop.dtype)
   return buf
 
 
-def has_buffer_identity(u: UOp) -> bool:
-  """True when u's elements are exactly a whole buffer's, in order: a BUFFER (or a finished AFTER) behind reshapes."""
-  node = u
-  while node.op is Ops.RESHAPE: node = node.src[0]
-  while node.op is Ops.AFTER: node = node.src[0]
-  return node.op is Ops.BUFFER and prod(u.shape) == node.arg
+from tinycore.schedule.copies import has_buffer_identity  # noqa: E402,F401  (re-exported)

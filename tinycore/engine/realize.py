@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.engine.buffers import buffer_of
 from tinycore.schedule.cache import cached_schedule
+from tinycore.schedule.copies import is_disk
 
 if TYPE_CHECKING:
   from tinycore.tensor import Tensor
@@ -23,24 +24,30 @@ class GlobalCounters:
     GlobalCounters.time_sum_s = 0.0
 
 
-def run_linear(linear: UOp, wait: bool = False) -> None:
-  """Execute each CALL of a LINEAR in order: kernels through their device's Program, copies through the copy path."""
+def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
+  """Execute each CALL of a LINEAR in order: kernels through their device's Program, copies through the copy path.
+  When it returns, every device it wrote to is synchronized (so a write to DISK is durable). `count=False` leaves
+  GlobalCounters alone (runtime copies such as Buffer.copy_from)."""
   from tinycore.codegen import compile_kernel
   from tinycore.engine.copy import run_copy
+  from tinycore.device.registry import Device
+  written: dict[str, None] = {}
   for call in linear.src:
+    written[call.src[1].device] = None
     callee, buffer_uops = call.src[0], call.src[1:]
     buffers = [buffer_of(b) for b in buffer_uops]
     if callee.op is Ops.COPY:
       run_copy(buffers[0], buffers[1])
-      GlobalCounters.copy_count += 1
+      if count: GlobalCounters.copy_count += 1
     elif callee.op is Ops.SINK:
       device = buffers[0].device
       kernel = compile_kernel(device, callee)
       handles = [b.ensure_allocated()._buf for b in buffers]
       elapsed = kernel(*handles, wait=wait)
-      if elapsed: GlobalCounters.time_sum_s += elapsed
+      if elapsed and count: GlobalCounters.time_sum_s += elapsed
     else: raise RuntimeError(f"cannot run a call to {callee.op}")
-    GlobalCounters.kernel_count += 1
+    if count: GlobalCounters.kernel_count += 1
+  for device in written: Device[device].synchronize()
 
 
 def schedule_tensors(tensors: list[Tensor]) -> tuple[UOp, dict[UOp, UOp]]:
@@ -75,8 +82,10 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
     value = value._broadcast_to(target.shape)
   if value.dtype is not target.dtype:
     raise TypeError(f"assign dtype mismatch: cannot assign {value.dtype.name} into {target.dtype.name}")
-  if value.device != target.device:
-    raise RuntimeError(f"assign across devices ({value.device} into {target.device}) needs the cross-device copy rules")
+  if value.device != target.device and not is_disk(target.device):
+    # the value is copied to the target's device and stored there; the target never moves. (A copy to DISK is a
+    # store into the disk buffer: no COPY.) The copy rules drop this COPY again when the target is a whole buffer.
+    value = value.to(target.device)
   if target.uop.base.op not in (Ops.BUFFER, Ops.AFTER):
     owner = _storage_owner(target)
     if owner is None:

@@ -11,18 +11,11 @@ from tinycore.uop.symbolic import symbolic
 from tinycore.schedule.context import ScheduleContext
 from tinycore.schedule.rangeify import KernelBuilder, NeedsRealize, build_store_kernel, build_value_kernel
 from tinycore.uop.spec import check_spec, spec_enabled
+from tinycore.schedule.copies import Region, contiguous_region, has_buffer_identity, is_disk, lower_copies, region_uop
 
 
 class ScheduleError(RuntimeError):
   pass
-
-
-def _has_identity(u: UOp) -> bool:
-  """The value is a whole buffer's elements in order (BUFFER or AFTER behind reshapes)."""
-  node = u
-  while node.op is Ops.RESHAPE: node = node.src[0]
-  while node.op is Ops.AFTER: node = node.src[0]
-  return node.op is Ops.BUFFER and prod(u.shape) == node.arg
 
 
 def _is_buffer_view(u: UOp) -> bool:
@@ -34,17 +27,32 @@ def _strip_reshapes(u: UOp) -> UOp:
   return u
 
 
+def is_cross_device_store(store: UOp) -> bool:
+  """A store whose value lives on another device, or into DISK (which never computes): it runs as a copy."""
+  target, value = store.src
+  return value.device != target.device or is_disk(target.device)
+
+
 def mark_realized(ctx: ScheduleContext, roots: list[UOp], graph: dict[UOp, None]) -> None:
   """The nodes that must be materialized regardless of fusion decisions."""
   for node in graph:
-    if node.op is Ops.CONTIGUOUS and not _has_identity(node.src[0]): ctx.realize(node)
+    if node.op is Ops.CONTIGUOUS and not has_buffer_identity(node.src[0]): ctx.realize(node)
     elif node.op is Ops.AFTER: ctx.realize(node)
-    elif node.op is Ops.COPY:
-      ctx.realize(node)
-      # a copy moves bytes: its source is realized on its own device first
-      if not _has_identity(node.src[0]): ctx.realize(node.src[0])
   for root in roots:
-    if not _is_buffer_view(root) and not (root.op is Ops.CONTIGUOUS and _has_identity(root.src[0])): ctx.realize(root)
+    if not _is_buffer_view(root) and not (root.op is Ops.CONTIGUOUS and has_buffer_identity(root.src[0])): ctx.realize(root)
+  # the source of a cross-device store is realized on its own device first, so the store only moves bytes
+  for node in graph:
+    if node.op is Ops.STORE and is_cross_device_store(node) and contiguous_region(node.src[1], ctx.realized) is None:
+      value = node.src[1]
+      if not _can_compute(value.device):
+        raise ScheduleError(f"non-contiguous view is not supported: {value.device} cannot compute, so a view of it "
+                            "must be one contiguous range (shrink, reshape, bitcast); copy it with .to() first")
+      ctx.realize(value)
+
+
+def _can_compute(device: object) -> bool:
+  from tinycore.device.registry import Device
+  return isinstance(device, str) and Device[device].can_compute
 
 
 class Job:
@@ -57,15 +65,12 @@ def build_jobs(ctx: ScheduleContext) -> list[Job]:
   jobs: list[Job] = []
   for node in list(ctx.realized):
     if prod(node.shape) == 0: continue
-    if node.op is Ops.COPY:
-      src = _strip_reshapes(node.src[0]) if _has_identity(node.src[0]) else node.src[0]
-      dst_buf, src_buf = ctx.buffer_for(node), ctx.buffer_for(src)
-      callee = UOp(Ops.COPY, node.dtype, (UOp(Ops.PARAM, node.dtype, (), 1),), node.arg)
-      jobs.append(Job(node, UOp(Ops.CALL, None, (callee, dst_buf, src_buf)), [src]))
-      continue
     if node.op is Ops.AFTER:
       for effect in node.src[1:]:
         if effect.op is not Ops.STORE: raise ScheduleError(f"AFTER effects must be STOREs, got {effect.op}")
+        if is_cross_device_store(effect):
+          jobs.append(copy_job(ctx, node, effect))
+          continue
         kb = build_store_kernel(ctx, effect, ctx.buffer_for(node))
         check_store_hazard(kb, effect)
         jobs.append(Job(node, kernel_call(kb), kb.reads, after_prev=node.src[0]))
@@ -73,6 +78,23 @@ def build_jobs(ctx: ScheduleContext) -> list[Job]:
     kb = build_value_kernel(ctx, node, ctx.buffer_for(node))
     jobs.append(Job(node, kernel_call(kb), kb.reads))
   return jobs
+
+
+def copy_job(ctx: ScheduleContext, after: UOp, store: UOp) -> Job:
+  """A store across devices (or into DISK) between contiguous regions is one CALL(COPY, dst, src)."""
+  target, value = store.src
+  dst = contiguous_region(target, {})
+  if dst is None:
+    raise ScheduleError(f"non-contiguous view is not supported: a store into {target.device} must target one contiguous "
+                        "range of its buffer (shrink, reshape, bitcast)")
+  src = contiguous_region(value, ctx.realized)
+  assert src is not None, "the source of a cross-device store was realized on its own device"
+  dst_arg = region_uop(dst, ctx.buffer_for(dst.version))
+  src_arg = region_uop(src, ctx.buffer_for(src.version))
+  if dst_arg.dtype.itemsize * dst_arg.shape[0] != src_arg.dtype.itemsize * src_arg.shape[0]:
+    raise ScheduleError(f"copy between regions of different sizes: {src_arg.shape} -> {dst_arg.shape}")
+  callee = UOp(Ops.COPY, dst_arg.dtype, (UOp(Ops.PARAM, src_arg.dtype, (), 1),), dst_arg.device)
+  return Job(after, UOp(Ops.CALL, None, (callee, dst_arg, src_arg)), [src.version], after_prev=after.src[0])
 
 
 def check_store_hazard(kb: KernelBuilder, store: UOp) -> None:
@@ -129,9 +151,12 @@ def order_jobs(ctx: ScheduleContext, jobs: list[Job]) -> list[Job]:
   return order
 
 
-def create_schedule(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
-  sink = UOp(Ops.SINK, None, tuple(roots))
-  if spec_enabled(): check_spec(sink, "tensor")
+def create_schedule(original_roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
+  original = UOp(Ops.SINK, None, tuple(original_roots))
+  if spec_enabled(): check_spec(original, "tensor")
+  lowered = lower_copies(original)
+  sink = lowered[original]
+  roots = list(sink.src)
   graph = sink.toposort()
   ctx = ScheduleContext()
   mark_realized(ctx, roots, graph)
@@ -153,4 +178,9 @@ def create_schedule(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
     becomes[node] = buf if node.shape == (buf.arg,) else buf.reshape(node.shape)
   for root in roots:
     if root.op is Ops.CONTIGUOUS and root not in ctx.realized: becomes[root] = root.src[0]
+  # the tensors hold the original graph: map its nodes through what the copy rules made of them
+  for node, lowered_node in lowered.items():
+    if lowered_node is not node and lowered_node in becomes: becomes[node] = becomes[lowered_node]
+    elif lowered_node is not node and lowered_node.op is Ops.RESHAPE and lowered_node.src[0] in becomes:
+      becomes[node] = becomes[lowered_node.src[0]].reshape(node.shape)
   return linear, becomes

@@ -80,6 +80,8 @@ class KernelBuilder:
 
   def load(self, u: UOp, idx: Index, valid: UOp | None) -> UOp:
     buf = self.ctx.buffer_for(u)
+    if self.buffers and buf.device != self.buffers[0].device:
+      raise RuntimeError(f"all buffers must be on the same device: a kernel on {self.buffers[0].device} reads {buf.device}")
     self.reads.append(u)
     offset = flat_index(idx, u.shape)
     if self.buffers and buf is self.buffers[0]: self.loads_of_output.append((offset, valid))

@@ -54,16 +54,20 @@ def device() -> str:
   return Device.DEFAULT
 
 
-def seed_for_test(config: pytest.Config, nodeid: str) -> int:
-  """The seed of one test: the run's base seed mixed with the test's id, so each test gets its own fresh data."""
-  return (config.stash[_SEED_KEY] * 1_000_003 + zlib.crc32(nodeid.encode())) % (1 << 63)
+def seed_for_test(config: pytest.Config, item: pytest.Item) -> int:
+  """The seed of one test: the run's base seed mixed with the test's name (module, class, function and parameters;
+  not its path, so that the same seed gives the same data wherever pytest is started from)."""
+  module = getattr(getattr(item, "module", None), "__name__", "")
+  cls = getattr(getattr(item, "cls", None), "__name__", "")
+  key = f"{module}::{cls}::{item.name}"
+  return (config.stash[_SEED_KEY] * 1_000_003 + zlib.crc32(key.encode())) % (1 << 63)
 
 
 @pytest.fixture
 def rng(request: pytest.FixtureRequest):
   """A fresh ``numpy.random.Generator`` for this test; its seed is shown in the report if the test fails."""
   import numpy as np
-  seed = seed_for_test(request.config, request.node.nodeid)
+  seed = seed_for_test(request.config, request.node)
   request.node.user_properties.append(("tinycore_seed", seed))
   return np.random.default_rng(seed)
 
@@ -72,6 +76,8 @@ def rng(request: pytest.FixtureRequest):
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
   outcome = yield
   report = outcome.get_result()
-  if report.failed and any(key == "tinycore_seed" for key, _ in item.user_properties):
+  seeds = [value for key, value in item.user_properties if key == "tinycore_seed"]
+  if report.failed and seeds:
     base = item.config.stash.get(_SEED_KEY, None)
-    report.sections.append(("tinycore", f"random data from the run seed {base}: rerun with --tinycore-seed={base}"))
+    report.sections.append(("tinycore", f"random data from numpy seed {seeds[0]} (run seed {base}): "
+                                        f"reproduce with --tinycore-seed={base}"))

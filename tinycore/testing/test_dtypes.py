@@ -32,8 +32,9 @@ def _tolerance(dtype) -> dict:
 
 def _check(actual, expected, dtype) -> None:
   """Exact for ints and bools, with the dtype's tolerance for floats; `dtype` is the expected result dtype."""
-  if dtype in FLOATS: assert_close(actual, np.asarray(expected).astype(np_dtype(dtype)), dtype=dtype, **_tolerance(dtype))
-  else: assert_equal(actual, np.asarray(expected).astype(np_dtype(dtype)), dtype=dtype)
+  expected = np.asarray(expected).astype(np_dtype(dtype))
+  if dtype in FLOATS: assert_close(actual, expected, dtype=dtype, **_tolerance(dtype))
+  else: assert_equal(actual, expected, dtype=dtype)
 
 
 # name: (tinycore op, numpy op computed in float64/int64, result dtype for an input dtype)

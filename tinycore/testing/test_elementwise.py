@@ -293,7 +293,7 @@ def test_shifts(rng, dtype):
   bits = npdt.itemsize * 8
   # non-negative values small enough that a << 3 stays in range
   a = rng.integers(0, 2 ** (bits - 4), size=(7, 5), dtype=npdt)
-  for shift in (0, 1, 3):
+  for shift in (1, 3):
     assert_equal(Tensor(a) << shift, a << npdt.type(shift), dtype=dtype)
     assert_equal(Tensor(a) >> shift, a >> npdt.type(shift), dtype=dtype)
   assert_equal(Tensor(a) >> (bits - 5), a >> npdt.type(bits - 5), dtype=dtype)

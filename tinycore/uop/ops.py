@@ -24,6 +24,7 @@ class Ops(Enum):
   DEVICE = auto()      # arg: device name (str)
   UNIQUE = auto()      # arg: a unique int; makes otherwise equal BUFFERs distinct
   BUFFER = auto()      # src: (UNIQUE, DEVICE), arg: number of elements; a named piece of device memory
+  BUFFER_VIEW = auto() # src: (BUFFER,), arg: (elements, byte offset); a contiguous part of a buffer, any dtype
   PARAM = auto()       # arg: slot number; a buffer argument of a kernel
   DEFINE_VAR = auto()  # arg: (name, min, max); a symbolic integer
   BIND = auto()        # src: (DEFINE_VAR, CONST); a variable with its value
@@ -180,6 +181,7 @@ class UOp(metaclass=_UOpCache):
     if self.op is Ops.DEVICE: return self.arg
     if self.op is Ops.COPY: return self.arg
     if self.op is Ops.BUFFER: return self.src[1].arg
+    if self.op is Ops.BUFFER_VIEW: return self.src[0].device
     for s in self.src:
       if (d := s.device) is not None: return d
     return None
@@ -274,6 +276,7 @@ def _binop(op: Ops, a: Any, b: Any) -> UOp:
 def _infer_shape(u: UOp) -> tuple[int, ...] | None:
   op = u.op
   if op is Ops.BUFFER: return (u.arg,)
+  if op is Ops.BUFFER_VIEW: return (u.arg[0],)
   if op is Ops.CONST: return () if u.src else None
   if op is Ops.ARANGE: return (u.arg,)
   if op in (Ops.RESHAPE, Ops.EXPAND): return tuple(u.arg)

@@ -96,6 +96,11 @@ class PatternMatcher:
 
 def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
   """Rewrite `root` bottom-up with `matcher` until no rule applies (iteratively: deep graphs don't recurse)."""
+  return graph_rewrite_map(root, matcher, ctx)[root]
+
+
+def graph_rewrite_map(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> dict[UOp, UOp]:
+  """`graph_rewrite`, returning what every node under root became."""
   done: dict[UOp, UOp] = {}
   stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
   while stack:
@@ -116,4 +121,4 @@ def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
         stack.append((result, 0, None))
     else:  # the replacement has been rewritten: node maps to what it became
       done[node] = done[pending]
-  return done[root]
+  return done

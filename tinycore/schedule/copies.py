@@ -1,0 +1,123 @@
+"""COPY is an anonymous store: the rules that lower device copies before kernels are built.
+
+A copy between devices moves bytes and computes nothing. So a COPY either disappears into the STORE that consumes
+it (a store into another device's buffer *is* a copy) or becomes a store into a fresh buffer on the target device,
+and every cross-device store runs as a `CALL(COPY, dst, src)` between two contiguous regions of memory.
+"""
+from __future__ import annotations
+import attrs
+from tinycore.uop.ops import Ops, UOp, prod
+from tinycore.uop.pattern import PatternMatcher, UPat, graph_rewrite_map
+
+
+def is_disk(device: object) -> bool: return isinstance(device, str) and device.startswith("DISK")
+
+
+def has_buffer_identity(u: UOp) -> bool:
+  """u's elements are exactly a whole buffer's, in order: a BUFFER (or a pending AFTER on it) behind reshapes."""
+  node = u
+  while node.op is Ops.RESHAPE: node = node.src[0]
+  while node.op is Ops.AFTER: node = node.src[0].base if node.src[0].op is Ops.RESHAPE else node.src[0]
+  return node.op is Ops.BUFFER and prod(u.shape) == node.arg
+
+
+def _drop_same_device_copy(c: UOp, x: UOp) -> UOp | None:
+  return x if x.device == c.arg else None
+
+
+def _store_drops_copy(store: UOp, dst: UOp, c: UOp, x: UOp) -> UOp | None:
+  if dst.device != c.arg or not has_buffer_identity(dst): return None
+  return store.replace(src=(dst, x))
+
+
+def _copy_below_movement(c: UOp, mv: UOp) -> UOp | None:
+  if not is_disk(mv.device): return None
+  return mv.replace(src=(c.replace(src=(mv.src[0],)),))
+
+
+def copy_to_anonymous_store(c: UOp, x: UOp) -> UOp:
+  """COPY(x) -> AFTER(STORE(b, x)) on a fresh buffer b on the target device, viewed in the copy's shape."""
+  buf = UOp.new_buffer(c.arg, prod(c.shape), c.dtype)
+  target = buf.reshape(c.shape)
+  return UOp(Ops.AFTER, c.dtype, (buf, UOp(Ops.STORE, None, (target, x)))).reshape(c.shape)
+
+
+copy_rules = PatternMatcher([
+  # a COPY to the device its source is already on is nothing
+  (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), _drop_same_device_copy),
+  # a COPY off DISK moves below permute, flip, pad and expand: DISK never computes, those run on the target
+  (UPat(Ops.COPY, src=(UPat((Ops.PERMUTE, Ops.FLIP, Ops.PAD, Ops.EXPAND), name="mv"),), name="c"), _copy_below_movement),
+  # a STORE into a whole buffer on the copy's device drops the COPY: a store into another device's buffer is the copy
+  (UPat(Ops.STORE, src=(UPat.var("dst"), UPat(Ops.COPY, src=(UPat.var("x"),), name="c")), name="store"), _store_drops_copy),
+])
+
+anonymous_store_rules = PatternMatcher([
+  # a bare COPY is an anonymous store into a fresh buffer on the target device (like CONTIGUOUS)
+  (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), copy_to_anonymous_store),
+])
+
+
+def lower_copies(sink: UOp) -> dict[UOp, UOp]:
+  """Apply the COPY rules (STORE-dropping first, parent before child, then bare COPYs); what every node became."""
+  first = graph_rewrite_map(sink, copy_rules)
+  second = graph_rewrite_map(first[sink], anonymous_store_rules)
+  return {node: second.get(mid, mid) for node, mid in first.items()}
+
+
+@attrs.frozen
+class Region:
+  """A contiguous run of memory: `size` elements of `dtype` at `byte_offset` in the storage of `version`."""
+  version: UOp
+  byte_offset: int
+  size: int
+  dtype: object
+
+
+def contiguous_region(u: UOp, realized: dict[UOp, None]) -> Region | None:
+  """The memory u's elements occupy, in order, when that is one contiguous run of one buffer (through reshapes,
+  contiguous shrinks and bitcasts); None otherwise."""
+  if u.op in (Ops.BUFFER, Ops.AFTER) or u in realized: return Region(u, 0, prod(u.shape), u.dtype)
+  if u.op is Ops.RESHAPE:
+    inner = contiguous_region(u.src[0], realized)
+    return inner if inner is None else attrs.evolve(inner, size=prod(u.shape))
+  if u.op is Ops.BITCAST:
+    inner = contiguous_region(u.src[0], realized)
+    if inner is None or (inner.size * inner.dtype.itemsize) % u.dtype.itemsize: return None
+    return Region(inner.version, inner.byte_offset, inner.size * inner.dtype.itemsize // u.dtype.itemsize, u.dtype)
+  if u.op is Ops.SHRINK:
+    inner = contiguous_region(u.src[0], realized)
+    offset = _contiguous_shrink_offset(u.src[0].shape, u.arg)
+    if inner is None or offset is None: return None
+    return Region(inner.version, inner.byte_offset + offset * u.dtype.itemsize, prod(u.shape), u.dtype)
+  if u.op in (Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.FLIP) and prod(u.shape) == prod(u.src[0].shape) and \
+      _is_identity_movement(u):
+    return contiguous_region(u.src[0], realized)
+  return None
+
+
+def _contiguous_shrink_offset(shape: tuple[int, ...], bounds: tuple[tuple[int, int], ...]) -> int | None:
+  """The element offset of a shrink that selects one contiguous run of a row-major shape, else None: every dim
+  inside the innermost partial one is whole, and every dim outside it selects a single index."""
+  partial = [i for i in range(len(shape)) if bounds[i] != (0, shape[i])]
+  if not partial: return 0
+  innermost = partial[-1]
+  if any(bounds[i][1] - bounds[i][0] != 1 for i in range(innermost)): return None
+  offset, stride = 0, 1
+  for i in reversed(range(len(shape))):
+    offset += bounds[i][0] * stride
+    stride *= shape[i]
+  return offset
+
+
+def _is_identity_movement(u: UOp) -> bool:
+  if u.op is Ops.PERMUTE: return [a for a in u.arg if u.src[0].shape[a] != 1] == sorted(a for a in u.arg if u.src[0].shape[a] != 1)
+  if u.op is Ops.PAD: return all(p == (0, 0) for p in u.arg)
+  if u.op is Ops.FLIP: return all(not f or s == 1 for f, s in zip(u.arg, u.src[0].shape))
+  if u.op is Ops.EXPAND: return u.shape == u.src[0].shape
+  return False
+
+
+def region_uop(region: Region, buffer: UOp) -> UOp:
+  """The CALL argument for a region: the buffer itself, or a BUFFER_VIEW of it."""
+  if region.byte_offset == 0 and region.size == buffer.arg and region.dtype is buffer.dtype: return buffer
+  return UOp(Ops.BUFFER_VIEW, region.dtype, (buffer,), (region.size, region.byte_offset))
