@@ -164,11 +164,11 @@ class CStyleRenderer:
     """A line placed before a loop (e.g. a vectorization hint); none by default."""
     return ""
 
-  @staticmethod
-  def reduction_updates(loop: Loop) -> list[AccUpdate]:
+  def reduction_updates(self, loop: Loop) -> list[AccUpdate]:
     """The accumulator updates of an innermost loop (one with no loops inside): a reduction over this range."""
     if any(isinstance(item, Loop) for item in loop.body): return []
-    return [item for item in loop.body if isinstance(item, AccUpdate)]
+    updates = [item for item in loop.body if isinstance(item, AccUpdate)]
+    return [] if any(u.reduce in self._vector for u in updates) else updates
 
   # ------------------------------------------------------------------ the function
   def signature(self, name: str, params: list[UOp], written: set[int]) -> str:
@@ -223,29 +223,117 @@ class CStyleRenderer:
     self._counter = 0
     parallel = self.parallel_loops(kernel) if self.global_dims else []
     self._grid_dims = {id(loop): len(parallel) - 1 - i for i, loop in enumerate(parallel)}
+    self._prepare_upcast(kernel)
     lines = [self.signature(name, kernel.params, written) + " {"]
     self._emit_block(kernel.body, lines, 1)
     lines.append("}")
     needs_half = any(p.dtype in (dtypes.float16, dtypes.bfloat16) for p in sink.toposort())
     return self.prelude + (self.half_helpers if needs_half else "") + "\n".join(lines) + "\n"
 
+  # ------------------------------------------------------------------ upcast (unrolled) ranges
+  unroll_pragma = "#pragma GCC unroll 64"
+
+  def _is_vector(self, item: Any) -> bool:
+    if isinstance(item, AccUpdate): return item.reduce in self._vector
+    return isinstance(item, UOp) and item in self._vector
+
+  def _segments(self, body: list) -> list:
+    """Consecutive vector items grouped into lists (each becomes one unrolled loop nest); other items as they are."""
+    out: list = []
+    for item in body:
+      if self._is_vector(item):
+        if out and isinstance(out[-1], list): out[-1].append(item)
+        else: out.append([item])
+      else: out.append(item)
+    return out
+
+  def _prepare_upcast(self, kernel: LinearKernel) -> None:
+    """Which unrolled block each vector node is computed in, and which of them other blocks read (those are kept in
+    arrays indexed by the upcast ranges; the rest stay scalars inside their block)."""
+    self._vector, self._upcast = kernel.vector, kernel.upcast
+    self._array_dims = "".join(f"[{r.src[0].arg}]" for r in kernel.upcast)
+    self._array_index = "".join(f"[ridx{r.arg[0]}]" for r in kernel.upcast)
+    self._block_of: dict[Any, int] = {}
+    self._current_block: int | None = None
+    self._arrays: dict[UOp, str] = {}
+    if not kernel.upcast: return
+    def assign(body: list) -> None:
+      for segment in self._segments(body):
+        if isinstance(segment, list):
+          self._blocks.append(segment)
+          for item in segment: self._block_of[self._block_key(item)] = len(self._blocks)
+        elif isinstance(segment, Loop): assign(segment.body)
+    self._blocks: list[list] = []
+    assign(kernel.body)
+    for block in self._blocks:
+      for item in block:
+        # a REDUCE item only names its accumulator; its AccUpdate reads the value
+        sources = [item.reduce.src[0]] if isinstance(item, AccUpdate) else [] if item.op is Ops.REDUCE else self._value_sources(item)
+        for src in sources:
+          if src in self._vector and src.op is not Ops.REDUCE and self._block_of.get(src) != self._block_of[self._block_key(item)]:
+            self._arrays.setdefault(src, self._fresh("arr"))
+
+  @staticmethod
+  def _block_key(item: Any) -> Any: return id(item) if isinstance(item, AccUpdate) else item
+
+  @staticmethod
+  def _value_sources(u: UOp) -> list[UOp]:
+    out = []
+    for s in u.src:
+      out.extend(CStyleRenderer._value_sources(s) if s.op is Ops.INDEX else [s])
+    return out
+
+  def _emit_vector_block(self, items: list, lines: list[str], depth: int) -> None:
+    pad = "  " * depth
+    for node in items:
+      if isinstance(node, UOp) and node in self._arrays:
+        lines.append(f"{pad}{self.value_type(node.dtype)} {self._arrays[node]}{self._array_dims};")
+    self._open_upcast_loops(lines, depth)
+    self._current_block = self._block_of[self._block_key(items[0])]
+    inner = depth + len(self._upcast)
+    self._emit_block(items, lines, inner, vector_ok=True)
+    self._current_block = None
+    lines.append("  " * depth + "}" * len(self._upcast))
+
+  def _open_upcast_loops(self, lines: list[str], depth: int) -> None:
+    for i, r in enumerate(self._upcast):
+      pad = "  " * (depth + i)
+      name = self._name(r)
+      lines.append(f"{pad}{self.unroll_pragma}")
+      lines.append(f"{pad}for ({self.index_type} {name} = 0; {name} < {self.literal(r.src[0].arg, dtypes.int64)}; {name}++) {{")
+
+  def _declare_accumulator(self, x: UOp, lines: list[str], pad: str) -> None:
+    acc = self._names[x] = self._fresh("acc")
+    identity = self.literal(identity_element(x.arg, x.dtype), x.dtype)
+    if x not in self._vector:
+      lines.append(f"{pad}{self.value_type(x.dtype)} {acc} = {identity};")
+      return
+    lines.append(f"{pad}{self.value_type(x.dtype)} {acc}{self._array_dims};")
+    depth = len(pad) // 2
+    self._open_upcast_loops(lines, depth)
+    lines.append("  " * (depth + len(self._upcast)) + f"{acc}{self._array_index} = {identity};")
+    lines.append(pad + "}" * len(self._upcast))
+
   def _name(self, u: UOp) -> str:
     if u.op is Ops.CONST: return self.literal(u.arg, u.dtype)
     if u.op is Ops.PARAM: return f"data{u.arg}"
     if u.op is Ops.RANGE: return f"ridx{u.arg[0]}"
+    if u.op is Ops.REDUCE and u in self._vector: return f"{self._names[u]}{self._array_index}"
+    if u in self._arrays and self._block_of.get(u) != self._current_block: return f"{self._arrays[u]}{self._array_index}"
     return self._names[u]
 
   def _fresh(self, prefix: str) -> str:
     self._counter += 1
     return f"{prefix}{self._counter}"
 
-  def _emit_block(self, body: list, lines: list[str], depth: int) -> None:
+  def _emit_block(self, body: list, lines: list[str], depth: int, vector_ok: bool = False) -> None:
     pad = "  " * depth
-    for item in body:
+    for item in (body if vector_ok or not self._upcast else self._segments(body)):
+      if isinstance(item, list):
+        self._emit_vector_block(item, lines, depth)
+        continue
       if isinstance(item, Loop):
-        for x in item.reduces:
-          acc = self._names[x] = self._fresh("acc")
-          lines.append(f"{pad}{self.value_type(x.dtype)} {acc} = {self.literal(identity_element(x.arg, x.dtype), x.dtype)};")
+        for x in item.reduces: self._declare_accumulator(x, lines, pad)
         r = self._name(item.range)
         if id(item) in self._grid_dims:
           size = self.literal(item.range.src[0].arg, dtypes.int64)
@@ -259,7 +347,7 @@ class CStyleRenderer:
         lines.append(f"{pad}}}")
       elif isinstance(item, AccUpdate):
         x = item.reduce
-        acc, value = self._names[x], self._name(x.src[0])
+        acc, value = self._name(x), self._name(x.src[0])
         if x.arg is Ops.MAX: update = f"({value} > {acc} ? {value} : {acc})"
         else: update = self.alu(UOp(x.arg, x.dtype, (x, x.src[0])), [acc, value])
         lines.append(f"{pad}{acc} = {update};")
@@ -287,3 +375,4 @@ class CStyleRenderer:
     else: raise NotImplementedError(f"the C renderer cannot render {u.op}")
     name = self._names[u] = self._fresh("v")
     lines.append(f"{pad}{self.value_type(u.dtype)} {name} = {expr};")
+    if u in self._arrays: lines.append(f"{pad}{self._arrays[u]}{self._array_index} = {name};")

@@ -28,9 +28,13 @@ class Loop:
 
 @attrs.define
 class LinearKernel:
+  """The loop tree of a kernel. `upcast` ranges are not loops of the tree: every node that depends on one (the
+  `vector` nodes) is computed for all of its values at once, in a small fully unrolled loop nest."""
   body: list[Union[UOp, Loop, AccUpdate]]
   params: list[UOp]
   ranges: list[UOp]
+  upcast: list[UOp] = attrs.field(factory=list)
+  vector: set[UOp] = attrs.field(factory=set)
 
 
 def linearize(sink: UOp) -> LinearKernel:
@@ -44,6 +48,12 @@ def linearize(sink: UOp) -> LinearKernel:
     else:
       f = frozenset().union(*(free[s] for s in n.src))
       free[n] = f - frozenset(n.src[1:]) if n.op is Ops.REDUCE else f
+
+  # upcast ranges are unrolled in place, not looped over: placement ignores them
+  upcast = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "upcast"), key=lambda r: r.arg[0])
+  vector = {n for n in nodes if n.op not in INLINE_OPS and free[n] & frozenset(upcast)}
+  if upcast:
+    free = {n: f - frozenset(upcast) for n, f in free.items()}
 
   # loop nesting: output loops in order, each reduce's loops inside the loop of its deepest free range
   parent: dict[UOp, UOp | None] = {}
@@ -64,7 +74,7 @@ def linearize(sink: UOp) -> LinearKernel:
       if r in parent: raise AssertionError(f"range {r.arg} belongs to two reduces")
       parent[r], depth[r], previous = previous, depth[previous] + 1, r
   for n in nodes:
-    if n not in scope: scope[n] = deepest(free[n]) if n.op is not Ops.RANGE else parent[n]
+    if n not in scope: scope[n] = deepest(free[n]) if n.op is not Ops.RANGE else parent.get(n)
 
   def chain(s: UOp | None) -> list[UOp | None]:
     out = [s]
@@ -136,7 +146,9 @@ def linearize(sink: UOp) -> LinearKernel:
         if e.op is Ops.REDUCE:
           first = min(e.src[1:], key=lambda r: depth[r])
           deps[i].add(key_of[id(first)])
-    order_key = [position[e.reduce] if isinstance(e, AccUpdate) else position[e] for e in entries]
+    # upcast (vector) statements go after the others when both are ready, so they group into few unrolled nests
+    def is_vector(e) -> bool: return (e.reduce if isinstance(e, AccUpdate) else e) in vector
+    order_key = [(is_vector(e), position[e.reduce] if isinstance(e, AccUpdate) else position[e]) for e in entries]
     indegree = {i: len(d) for i, d in deps.items()}
     users: dict[int, list[int]] = {i: [] for i in deps}
     for i, d in deps.items():
@@ -158,4 +170,4 @@ def linearize(sink: UOp) -> LinearKernel:
     return out
 
   params = sorted((n for n in nodes if n.op is Ops.PARAM), key=lambda p: p.arg)
-  return LinearKernel(build(None), params, [n for n in nodes if n.op is Ops.RANGE])
+  return LinearKernel(build(None), params, [n for n in nodes if n.op is Ops.RANGE], upcast, vector)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.pattern import graph_rewrite
-from tinycore.uop.symbolic import symbolic
+from tinycore.uop.symbolic import affine_terms, symbolic
 
 
 def _divmod_count(sink: UOp) -> int:
@@ -61,5 +61,36 @@ def merge_ranges(sink: UOp) -> UOp:
   return sink
 
 
+def _split_range(sink: UOp, r: UOp, width: int, new_id: int) -> UOp:
+  """r -> outer * width + inner, with `inner` an upcast range (unrolled into registers by the renderer)."""
+  outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, _range_size(r) // width),), r.arg)
+  inner = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, width),), (new_id, "upcast"))
+  return graph_rewrite(sink.substitute({r: outer * width + inner}), symbolic)
+
+
+def upcast_reduce_kernel(sink: UOp) -> UOp:
+  """Register tiles for reductions over a strided axis (matmul, column sums): the output dim that some load inside the
+  reduce reads contiguously is computed 16 (8, 4) at a time, and a second output dim those loads don't use 4 at a
+  time, so each loaded value is reused from registers and the compiler vectorizes the unrolled nest."""
+  nodes = sink.toposort()
+  reduce_ranges = {r for n in nodes if n.op is Ops.REDUCE for r in n.src[1:]}
+  if not reduce_ranges or any(n.op is Ops.RANGE and n.arg[1] == "upcast" for n in nodes): return sink
+  outputs = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "loop"), key=lambda r: r.arg[0])
+  inner_addresses = [n.src[0].src[1] for n in nodes if n.op is Ops.LOAD and
+                     any(r in reduce_ranges for r in n.src[0].src[1].toposort())]
+  coefficients = [affine_terms(a)[0] for a in inner_addresses]
+  def width_for(size: int, widths=(16, 8, 4)) -> int | None: return next((w for w in widths if size % w == 0), None)
+  contiguous = [r for r in reversed(outputs) if width_for(_range_size(r)) and any(c.get(r) == 1 for c in coefficients)]
+  if not contiguous: return sink
+  u_dim = contiguous[0]
+  reused = [r for r in reversed(outputs) if r is not u_dim and _range_size(r) % 4 == 0 and
+            any(c.get(r) and not c.get(u_dim) for c in coefficients)]
+  next_id = 1 + max(n.arg[0] for n in nodes if n.op is Ops.RANGE)
+  sink = _split_range(sink, u_dim, width_for(_range_size(u_dim)), next_id)
+  if reused:
+    sink = _split_range(sink, reused[0], 4, next_id + 1)
+  return sink
+
+
 def optimize_kernel(sink: UOp) -> UOp:
-  return merge_ranges(sink)
+  return upcast_reduce_kernel(merge_ranges(sink))

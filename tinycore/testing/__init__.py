@@ -21,7 +21,8 @@ Options (see ``pytest --help``, group "tinycore"):
   the seed, so ``--tinycore-seed=N`` reproduces a failure with the same data.
 
 Dtypes the device's renderer does not list in ``supported_dtypes`` are skipped with the reason, and so is the whole
-suite when the device cannot be opened or cannot compute (the reason names the device and the error).
+suite when the device cannot be opened or cannot compute (the reason names the device and the error). A device
+name that no installed plugin provides (a typo, or the plugin is not installed) stops the run with exit code 4.
 
 Public helpers for tests built on the suite live in ``tinycore.testing.helpers`` (``supports_dtype``,
 ``skip_unless_dtype``, ``assert_close``, ``random_array``, ...); the fixtures ``device`` (the canonical device name)

@@ -1,0 +1,281 @@
+"""Model state: safetensors files read and written through the DISK device, and state dicts of nested objects.
+
+    from tinycore.nn.state import safe_load, safe_save, get_state_dict
+    safe_save(get_state_dict(model), "/tmp/model.safetensors")
+    weights = safe_load("/tmp/model.safetensors")   # {name: Tensor on DISK}; bytes are read when realized
+
+The safetensors format: 8 bytes little-endian header length N, N bytes of JSON
+``{name: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}}``, then the data
+(offsets count from the end of the header). Loading reads only the header; each tensor is a view of the file's uint8
+DISK tensor (`Tensor(pathlib.Path(path))[start:end].bitcast(dtype).reshape(shape)`), so realizing one reads only its
+bytes. Saving writes a temporary file next to the target through a DISK tensor and renames it over the target when
+everything is written, so no partial file ever has the target's name. Needs the DISK device (pip install tiny-disk).
+"""
+from __future__ import annotations
+import json
+import os
+import pathlib
+import tempfile
+from collections import OrderedDict
+from typing import Any
+from tinycore.dtype import DType, dtypes
+from tinycore.tensor import Tensor
+from tinycore.uop.ops import prod
+
+# the safetensors dtype names (https://github.com/huggingface/safetensors)
+safe_dtypes: dict[str, DType] = {
+  "BOOL": dtypes.bool, "I8": dtypes.int8, "U8": dtypes.uint8, "I16": dtypes.int16, "U16": dtypes.uint16,
+  "I32": dtypes.int32, "U32": dtypes.uint32, "I64": dtypes.int64, "U64": dtypes.uint64, "F16": dtypes.float16,
+  "BF16": dtypes.bfloat16, "F32": dtypes.float32, "F64": dtypes.float64,
+}
+inverse_safe_dtypes: dict[DType, str] = {dtype: name for name, dtype in safe_dtypes.items()}
+
+HEADER_LENGTH_BYTES = 8
+MAX_HEADER_BYTES = 100 << 20  # the safetensors package's own limit: a longer "header" is a corrupt length
+METADATA_KEY = "__metadata__"
+
+
+class SafetensorsError(ValueError):
+  """A safetensors file (or tensor) that is not valid: its message names the file and what is wrong."""
+
+
+def _disk_name(path: str | os.PathLike) -> str:
+  return str(pathlib.Path(path).resolve())
+
+
+def _file_tensor(path: str) -> Tensor:
+  """The whole file as a 1-d uint8 tensor on DISK (nothing is read until a view of it is realized)."""
+  try: return Tensor(pathlib.Path(path))
+  except NotImplementedError:  # a core without Tensor(pathlib.Path): the same tensor, spelled out
+    return Tensor.empty(os.stat(path).st_size, dtype=dtypes.uint8, device=f"DISK:{path}")
+
+
+def _read_header_from_file(path: str) -> tuple[int, dict[str, Any]]:
+  """(data_start, header) read with plain file I/O: only the header's bytes are read."""
+  try:
+    with open(path, "rb") as f:
+      size = os.fstat(f.fileno()).st_size
+      length_bytes = f.read(HEADER_LENGTH_BYTES)
+      if len(length_bytes) < HEADER_LENGTH_BYTES:
+        raise SafetensorsError(f"{path} is not a safetensors file: it has {size} bytes, fewer than the "
+                               f"{HEADER_LENGTH_BYTES}-byte header length")
+      length = _check_header_length(path, int.from_bytes(length_bytes, "little"), size)
+      header_bytes = f.read(length)
+  except FileNotFoundError:
+    raise FileNotFoundError(f"no safetensors file at {path}") from None
+  if len(header_bytes) < length:
+    raise SafetensorsError(f"{path}: the file ended inside its {length}-byte header")
+  return HEADER_LENGTH_BYTES + length, _parse_header(path, header_bytes, size - HEADER_LENGTH_BYTES - length)
+
+
+def _read_header_from_tensor(t: Tensor, name: str) -> tuple[int, dict[str, Any]]:
+  if t.dtype is not dtypes.uint8 or t.ndim != 1:
+    raise SafetensorsError(f"{name}: a safetensors source tensor must be 1-d uint8, got shape {t.shape} {t.dtype}")
+  size = t.shape[0]
+  if size < HEADER_LENGTH_BYTES:
+    raise SafetensorsError(f"{name} is not a safetensors file: it has {size} bytes, fewer than the "
+                           f"{HEADER_LENGTH_BYTES}-byte header length")
+  length = _check_header_length(name, int.from_bytes(bytes(t[0:HEADER_LENGTH_BYTES].data()), "little"), size)
+  header_bytes = bytes(t[HEADER_LENGTH_BYTES:HEADER_LENGTH_BYTES + length].data())
+  return HEADER_LENGTH_BYTES + length, _parse_header(name, header_bytes, size - HEADER_LENGTH_BYTES - length)
+
+
+def _check_header_length(name: str, length: int, size: int) -> int:
+  if length > size - HEADER_LENGTH_BYTES or length > MAX_HEADER_BYTES:
+    raise SafetensorsError(f"{name}: corrupt safetensors header: its length field says {length} bytes, but the "
+                           f"file has {size} bytes" + (f" (the limit is {MAX_HEADER_BYTES})" if length > MAX_HEADER_BYTES else ""))
+  if length < 2: raise SafetensorsError(f"{name}: corrupt safetensors header: its length field says {length} bytes")
+  return length
+
+
+def _parse_header(name: str, header_bytes: bytes, data_bytes: int) -> dict[str, Any]:
+  """The JSON header, checked: every entry has a known dtype, a shape and offsets inside the data that match."""
+  try:
+    header = json.loads(header_bytes.decode("utf-8"))
+  except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    raise SafetensorsError(f"{name}: corrupt safetensors header: not valid JSON ({error})") from None
+  if not isinstance(header, dict):
+    raise SafetensorsError(f"{name}: corrupt safetensors header: expected a JSON object, got {type(header).__name__}")
+  for key, entry in header.items():
+    if key == METADATA_KEY:
+      if not isinstance(entry, dict): raise SafetensorsError(f"{name}: corrupt safetensors header: {METADATA_KEY} is not an object")
+      continue
+    where = f"{name}: tensor {key!r}"
+    if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
+      raise SafetensorsError(f"{where}: corrupt safetensors header entry {entry!r} (needs dtype, shape, data_offsets)")
+    if entry["dtype"] not in safe_dtypes:
+      raise SafetensorsError(f"{where}: unknown safetensors dtype {entry['dtype']!r}; known: {', '.join(safe_dtypes)}")
+    shape, offsets = entry["shape"], entry["data_offsets"]
+    if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+      raise SafetensorsError(f"{where}: corrupt shape {shape!r}")
+    if not isinstance(offsets, list) or len(offsets) != 2 or \
+        not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
+      raise SafetensorsError(f"{where}: corrupt data_offsets {offsets!r}")
+    begin, end = offsets
+    if not 0 <= begin <= end <= data_bytes:
+      raise SafetensorsError(f"{where}: data_offsets [{begin}, {end}] lie outside the file's {data_bytes} data bytes")
+    expected = prod(shape) * safe_dtypes[entry["dtype"]].itemsize
+    if end - begin != expected:
+      raise SafetensorsError(f"{where}: data_offsets [{begin}, {end}] hold {end - begin} bytes, but shape {shape} of "
+                             f"{entry['dtype']} needs {expected}")
+  return header
+
+
+def safe_load_metadata(fn: Tensor | str | os.PathLike) -> tuple[Tensor, int, dict[str, Any]]:
+  """Read a safetensors header (only the header's bytes): the file as a 1-d uint8 DISK tensor, the byte where the
+  data starts, and the whole JSON header (the tensor entries and, if present, "__metadata__"). A corrupt header is a
+  ValueError naming the file. Like tinygrad's, `fn` may also be a 1-d uint8 tensor holding a safetensors file."""
+  if isinstance(fn, Tensor):
+    data_start, header = _read_header_from_tensor(fn, f"safetensors tensor on {fn.device}")
+    return fn, data_start, header
+  path = _disk_name(fn)
+  data_start, header = _read_header_from_file(path)
+  return _file_tensor(path), data_start, header
+
+
+def safe_load(fn: Tensor | str | os.PathLike) -> dict[str, Tensor]:
+  """Every tensor of a safetensors file, by name, as views of the file on DISK: realizing (or moving) one reads
+  only its own bytes. Move them where you compute: ``{k: v.to("CPU") for k, v in safe_load(p).items()}``."""
+  t, data_start, header = safe_load_metadata(fn)
+  return {key: t[data_start + entry["data_offsets"][0]:data_start + entry["data_offsets"][1]]
+          .bitcast(safe_dtypes[entry["dtype"]]).reshape(tuple(entry["shape"]))
+          for key, entry in header.items() if key != METADATA_KEY}
+
+
+def safe_get_metadata(fn: Tensor | str | os.PathLike) -> dict[str, Any]:
+  """Just the file's "__metadata__" object ({} when it has none)."""
+  return dict(safe_load_metadata(fn)[2].get(METADATA_KEY, {}))
+
+
+def _header_for(tensors: dict[str, Tensor], metadata: dict[str, Any] | None) -> tuple[bytes, list[tuple[int, int]]]:
+  """The padded JSON header and each tensor's [begin, end) in the data, in dict order."""
+  header: dict[str, Any] = {}
+  if metadata: header[METADATA_KEY] = metadata
+  spans, offset = [], 0
+  for key, t in tensors.items():
+    nbytes = t.numel() * t.dtype.itemsize
+    header[key] = {"dtype": inverse_safe_dtypes[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
+    spans.append((offset, offset + nbytes))
+    offset += nbytes
+  text = json.dumps(header, separators=(",", ":"))
+  text += " " * (-len(text.encode("utf-8")) % 8)  # pad with spaces so the data starts 8-byte aligned
+  return text.encode("utf-8"), spans
+
+
+def _check_tensors(tensors: dict[str, Tensor], metadata: dict[str, Any] | None, path: str) -> None:
+  if not isinstance(tensors, dict): raise TypeError(f"safe_save({path!r}): tensors must be a dict of name -> Tensor")
+  for key, t in tensors.items():
+    if not isinstance(key, str): raise TypeError(f"safe_save({path!r}): tensor names must be str, got {key!r}")
+    if key == METADATA_KEY: raise ValueError(f"safe_save({path!r}): {METADATA_KEY!r} is reserved for the metadata")
+    if not isinstance(t, Tensor): raise TypeError(f"safe_save({path!r}): {key!r} is a {type(t).__name__}, not a Tensor")
+    if isinstance(t.device, tuple): raise ValueError(f"safe_save({path!r}): {key!r} is sharded over {t.device}; gather it first")
+    if t.dtype not in inverse_safe_dtypes: raise TypeError(f"safe_save({path!r}): {key!r} has dtype {t.dtype}, which "
+                                                           "safetensors cannot store")
+  if metadata is not None:
+    if not isinstance(metadata, dict): raise TypeError(f"safe_save({path!r}): metadata must be a dict, got {type(metadata).__name__}")
+    try: json.dumps(metadata)
+    except (TypeError, ValueError) as error: raise TypeError(f"safe_save({path!r}): metadata is not JSON: {error}") from None
+
+
+def _as_bytes(t: Tensor) -> Tensor:
+  """t's elements as a 1-d uint8 tensor in row-major order, on a device that computes (a DISK tensor goes through
+  the default device: disk-to-disk copies go through host memory)."""
+  from tinycore.device.registry import Device
+  if not Device[t.device].can_compute: t = t.to(Device.DEFAULT)
+  flat = t.contiguous().reshape(t.numel())
+  return flat if flat.dtype is dtypes.uint8 else flat.bitcast(dtypes.uint8)
+
+
+def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[str, Any] | None = None) -> None:
+  """Write ``tensors`` to a safetensors file at ``fn`` (names in dict order, data contiguous, header padded to 8
+  bytes; ``metadata`` becomes "__metadata__", which the safetensors package wants as str -> str).
+
+  The bytes go through a DISK tensor on a temporary file in the target's directory, which is made durable and then
+  renamed over ``fn``: a failure leaves the old file (if any) untouched and no temporary behind."""
+  path = _disk_name(fn)
+  _check_tensors(tensors, metadata, path)
+  header, spans = _header_for(tensors, metadata)
+  data_start = HEADER_LENGTH_BYTES + len(header)
+  total = data_start + (spans[-1][1] if spans else 0)
+  directory = os.path.dirname(path)
+  if not os.path.isdir(directory): raise FileNotFoundError(f"cannot save {path}: the directory {directory} does not exist")
+  handle, temporary = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
+  os.close(handle)
+  try:
+    _write_through_disk(temporary, total, header, data_start, tensors, spans)
+    os.replace(temporary, path)
+  except BaseException:
+    try: os.unlink(temporary)
+    except OSError: pass
+    raise
+  _fsync_directory(directory)
+
+
+def _write_through_disk(temporary: str, total: int, header: bytes, data_start: int, tensors: dict[str, Tensor],
+                        spans: list[tuple[int, int]]) -> None:
+  import numpy as np
+  from tinycore.device.registry import Device
+  device = f"DISK:{temporary}"
+  disk = Tensor.empty(total, dtype=dtypes.uint8, device=device)
+  prefix = len(header).to_bytes(HEADER_LENGTH_BYTES, "little") + header
+  disk[0:data_start].assign(Tensor(np.frombuffer(prefix, dtype=np.uint8)))
+  for (begin, end), t in zip(spans, tensors.values()):
+    if end > begin: disk[data_start + begin:data_start + end].assign(_as_bytes(t))
+  disk.realize()
+  Device[device].synchronize()  # durable before the rename makes it the target
+  del disk
+
+
+def _fsync_directory(directory: str) -> None:
+  """Make the rename durable (POSIX: fsync the directory); best effort where directories cannot be opened."""
+  try: fd = os.open(directory, os.O_RDONLY)
+  except OSError: return
+  try: os.fsync(fd)
+  except OSError: pass
+  finally: os.close(fd)
+
+
+def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
+  """Every tensor reachable from ``obj`` through attributes, lists, tuples, dicts and namedtuples, keyed by its
+  dotted path (``{"l1.weight": ..., "layers.0.bias": ...}``), as tinygrad's ``get_state_dict``."""
+  return _state_dict(obj, prefix, tensor_type, set())
+
+
+def _state_dict(obj: Any, prefix: str, tensor_type: type, active: set[int]) -> dict[str, Tensor]:
+  if isinstance(obj, tensor_type): return {prefix.strip("."): obj}
+  if id(obj) in active: return {}  # a reference cycle: its tensors are listed under the first path
+  if hasattr(obj, "_asdict"): return _state_dict(obj._asdict(), prefix, tensor_type, active)  # namedtuple
+  if isinstance(obj, OrderedDict): return _state_dict(dict(obj), prefix, tensor_type, active)
+  if hasattr(obj, "__dict__") and not isinstance(obj, type):
+    return _state_dict(obj.__dict__, prefix, tensor_type, active | {id(obj)})
+  state: dict[str, Tensor] = {}
+  if isinstance(obj, (list, tuple)):
+    for i, x in enumerate(obj): state.update(_state_dict(x, f"{prefix}{i}.", tensor_type, active | {id(obj)}))
+  elif isinstance(obj, dict):
+    for k, v in obj.items(): state.update(_state_dict(v, f"{prefix}{k}.", tensor_type, active | {id(obj)}))
+  return state
+
+
+def get_parameters(obj: Any) -> list[Tensor]:
+  """The tensors of ``get_state_dict(obj)``, in order."""
+  return list(get_state_dict(obj).values())
+
+
+def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, realize: bool = True) -> list[Tensor]:
+  """Load ``state_dict`` into the tensors of ``model`` (matched by ``get_state_dict`` names): each model tensor is
+  replaced by the loaded value moved to its device. ``strict``: a name missing from ``state_dict`` is a KeyError.
+  A shape or dtype mismatch is a ValueError. Returns the model's tensors (realized unless ``realize=False``)."""
+  loaded = []
+  for key, target in get_state_dict(model).items():
+    if key not in state_dict:
+      if strict: raise KeyError(f"{key} is missing from the state dict (strict=True)")
+      continue
+    value = state_dict[key]
+    if value.shape != target.shape:
+      raise ValueError(f"{key}: shape mismatch: the model has {target.shape}, the state dict {value.shape}")
+    if value.dtype is not target.dtype:
+      raise ValueError(f"{key}: dtype mismatch: the model has {target.dtype}, the state dict {value.dtype}")
+    target.replace(value.to(target.device))
+    loaded.append(target)
+  if realize and loaded: loaded[0].realize(*loaded[1:])
+  return loaded
