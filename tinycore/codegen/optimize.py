@@ -86,7 +86,9 @@ def upcast_reduce_kernel(sink: UOp) -> UOp:
   reused = [r for r in reversed(outputs) if r is not u_dim and _range_size(r) % 4 == 0 and
             any(c.get(r) and not c.get(u_dim) for c in coefficients)]
   next_id = 1 + max(n.arg[0] for n in nodes if n.op is Ops.RANGE)
-  sink = _split_range(sink, u_dim, width_for(_range_size(u_dim)), next_id)
+  # without a second dim to tile, a wider strip reads more of each row per pass (column sums)
+  widths = (16, 8, 4) if reused else (64, 32, 16, 8, 4)
+  sink = _split_range(sink, u_dim, width_for(_range_size(u_dim), widths), next_id)
   if reused:
     sink = _split_range(sink, reused[0], 4, next_id + 1)
   return sink
