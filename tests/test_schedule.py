@@ -21,7 +21,7 @@ def test_fused_elementwise_and_reduce_is_one_kernel():
   out = ((a + b) * c).sum()
   assert kinds(out.schedule_linear()) == [Ops.SINK]
   GlobalCounters.reset()
-  np.testing.assert_allclose(out.numpy(), ((an + bn) * cn).sum(), rtol=1e-5)
+  np.testing.assert_allclose(out.numpy(), ((an + bn) * cn).sum(), rtol=1e-4, atol=1e-5)
   assert GlobalCounters.kernel_count == 1
 
 
