@@ -82,12 +82,14 @@ class Buffer:
 
   # --- data movement between host and this buffer
   def copyin(self, mv: memoryview) -> Buffer:
+    _wait_for_queues()
     mv = memoryview(mv).cast("B") if memoryview(mv).nbytes else memoryview(b"")
     if mv.nbytes != self.nbytes: raise ValueError(f"copyin of {mv.nbytes} bytes into {self!r} of {self.nbytes} bytes")
     if self.nbytes: self.allocator._copyin(self._buf, mv)
     return self
 
   def copyout(self, mv: memoryview) -> memoryview:
+    _wait_for_queues()
     mv = memoryview(mv).cast("B") if memoryview(mv).nbytes else memoryview(bytearray(0))
     if mv.nbytes != self.nbytes: raise ValueError(f"copyout of {self!r} ({self.nbytes} bytes) into {mv.nbytes} bytes")
     if self.nbytes: self.allocator._copyout(mv, self._buf)
@@ -99,10 +101,15 @@ class Buffer:
     if allow_zero_copy or force_zero_copy:
       if self.allocator.supports_as_buffer:
         from tinycore.device.registry import Device
+        _wait_for_queues()
         Device[self.device].synchronize()
         return self.allocator._as_buffer(self._buf) if self.nbytes else memoryview(bytearray(0))
       if force_zero_copy: raise AssertionError(f"{self.device} has no zero-copy host view")
     return self.copyout(memoryview(bytearray(self.nbytes)))
+
+  def get_buf(self, device: str) -> Any:
+    """This buffer as `device` addresses it (its handle on its own device; a mapping on a queue device)."""
+    return get_buf(self, device)
 
   def copy_from(self, src: Buffer) -> Buffer:
     """Copy src's bytes into this buffer (equal sizes, both allocated) with a one-call LINEAR: CALL(COPY, self, src)."""
@@ -124,6 +131,20 @@ class Buffer:
       raw = np.frombuffer(self.as_memoryview(), dtype=np.uint16).astype(np.uint32) << 16
       return raw.view(np.float32)
     return np.frombuffer(self.as_memoryview(), dtype=to_np_dtype(self.dtype))
+
+
+def _wait_for_queues() -> None:
+  """Host access to memory waits until queue devices finished the work they were given (HCQ2)."""
+  from tinycore.hcq.runtime import _in_flight, wait_for_queues
+  if _in_flight: wait_for_queues()
+
+
+def get_buf(buf: Buffer, device: str) -> Any:
+  """The handle (address) `device`'s queues use for this buffer: its own handle on its own device, else a mapping
+  of host memory the other device addresses in place."""
+  from tinycore.device.registry import Device
+  if Device.canonicalize(device) == buf.device: return buf._buf
+  return Device[device].device_address(buf)
 
 
 def _free_handle(allocator, handle, nbytes, options):

@@ -25,29 +25,47 @@ class GlobalCounters:
 
 
 def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
-  """Execute each CALL of a LINEAR in order: kernels through their device's Program, copies through the copy path.
-  When it returns, every device it wrote to is synchronized (so a write to DISK is durable). `count=False` leaves
+  """Execute each CALL of a LINEAR in order: kernels through their device's Program, copies through the copy path,
+  and calls on queue devices (HCQ2) as compiled command batches that run while Python goes on. When it returns,
+  every non-queue device it wrote to is synchronized (so a write to DISK is durable). `count=False` leaves
   GlobalCounters alone (runtime copies such as Buffer.copy_from)."""
   from tinycore.codegen import compile_kernel
   from tinycore.engine.copy import run_copy
   from tinycore.device.registry import Device
+  from tinycore.hcq.device import is_hcq_device
+  from tinycore.hcq.runtime import call_is_hcq, compile_linear, queue_of, wait_for_queues
+  if any(queue_of(call) is not None for call in linear.src if call.src[0].op is not Ops.PROGRAM):
+    linear = compile_linear(linear, input_uops=_all_buffer_uops(linear))
   written: dict[str, None] = {}
   for call in linear.src:
-    written[call.src[1].device] = None
     callee, buffer_uops = call.src[0], call.src[1:]
     buffers = [buffer_of(b) for b in buffer_uops]
+    if call_is_hcq(call):
+      callee.arg.run(buffers)
+      if count: GlobalCounters.kernel_count += callee.arg.commands
+      continue
+    written[buffer_uops[0].device] = None
     if callee.op is Ops.COPY:
+      wait_for_queues()
       run_copy(buffers[0], buffers[1])
       if count: GlobalCounters.copy_count += 1
     elif callee.op is Ops.SINK:
-      device = buffers[0].device
-      kernel = compile_kernel(device, callee)
+      kernel = compile_kernel(buffers[0].device, callee)
       handles = [b.ensure_allocated()._buf for b in buffers]
       elapsed = kernel(*handles, wait=wait)
       if elapsed and count: GlobalCounters.time_sum_s += elapsed
     else: raise RuntimeError(f"cannot run a call to {callee.op}")
     if count: GlobalCounters.kernel_count += 1
-  for device in written: Device[device].synchronize()
+  for device in written:
+    if not is_hcq_device(Device[device]): Device[device].synchronize()
+  if wait: wait_for_queues()
+
+
+def _all_buffer_uops(linear: UOp) -> list[UOp]:
+  seen: dict[UOp, None] = {}
+  for call in linear.src:
+    for b in call.src[1:]: seen[b.src[0] if b.op is Ops.BUFFER_VIEW else b] = None
+  return list(seen)
 
 
 def schedule_tensors(tensors: list[Tensor]) -> tuple[UOp, dict[UOp, UOp]]:

@@ -18,6 +18,7 @@ class Ops(Enum):
   SINK = auto()        # groups its sources; a kernel's body is a SINK of STOREs
   LINEAR = auto()      # an ordered list of CALLs: the schedule
   CALL = auto()        # src[0] is the callee (SINK kernel or COPY), src[1:] the buffers, destination first
+  PROGRAM = auto()     # arg: a compiled, runnable batch of calls (HCQ2 command buffers); a CALL's callee
   NOOP = auto()
 
   # --- storage and identity

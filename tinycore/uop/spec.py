@@ -67,7 +67,7 @@ kernel_spec: list[tuple[UPat, Predicate]] = _common + [
 
 linear_spec: list[tuple[UPat, Predicate]] = [
   (UPat(Ops.LINEAR, name="x"), lambda x: all(s.op is Ops.CALL for s in x.src)),
-  (UPat(Ops.CALL, name="x"), lambda x: x.src[0].op in (Ops.SINK, Ops.COPY) and all(b.op in (Ops.BUFFER, Ops.BUFFER_VIEW) for b in x.src[1:])),
+  (UPat(Ops.CALL, name="x"), lambda x: x.src[0].op in (Ops.SINK, Ops.COPY, Ops.PROGRAM) and all(b.op in (Ops.BUFFER, Ops.BUFFER_VIEW) for b in x.src[1:])),
 ]
 
 SPECS = {"tensor": tensor_spec, "kernel": kernel_spec, "linear": linear_spec}

@@ -8,7 +8,8 @@ import tempfile
 import time
 from typing import Any, Sequence
 from tinycore.device.allocator import BufferSpec, LRUAllocator
-from tinycore.device.compiled import Compiled, cache_dir
+from tinycore.device.compiled import cache_dir
+from tinycore.hcq.device import HCQDevice
 from tiny_cpu.compiler import CPUCompiler
 
 
@@ -104,6 +105,7 @@ class CPUProgram:
     except AttributeError as error:
       raise RuntimeError(f"the compiled CPU program has no function named {name!r}") from error
     self.function.restype = None
+    self.address = ctypes.cast(self.function, ctypes.c_void_p).value  # what a queue entry calls
     self._argument_counts: tuple[int, int] | None = None
 
   def __call__(self, *bufs: HostMemory, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] = (1, 1, 1),
@@ -117,15 +119,38 @@ class CPUProgram:
     return time.perf_counter() - start if wait else None
 
 
-class CPUDevice(Compiled):
-  """A CPU device ("CPU", "CPU:1", ...). Each name has its own allocator; they share the machine's memory."""
+class CPUDevice(HCQDevice):
+  """A CPU device ("CPU", "CPU:1", ...) on HCQ2: kernels run on a worker thread fed through a ring, so Python
+  returns before they finish. Each name has its own allocator and worker. There is no copy queue: copies use the
+  allocator (memmove), after the queues finished."""
 
   def __init__(self, name: str = "CPU"):
     # the renderer pulls in tinycore's code generator: import it only when a device is opened
     from tiny_cpu.renderer import CPURenderer
-    super().__init__(name, CPUAllocator(), CPURenderer(), CPUCompiler(), CPUProgram)
+    from tiny_cpu.queue import CPUQueue, WorkerLibrary
+    compiler = CPUCompiler()
+    super().__init__(name, CPUAllocator(), CPURenderer(), compiler, CPUProgram)
+    self.queues = {"compute": CPUQueue(self, "compute", WorkerLibrary.get(compiler))}
+
+  def device_address(self, buf: Any) -> int:
+    handle = buf._buf
+    if isinstance(handle, HostMemory): return handle.addr
+    return host_address(buf)
 
   def capabilities(self) -> dict[str, Any]:
     caps = super().capabilities()
     caps["compiler"] = self.compiler.name if isinstance(self.compiler, CPUCompiler) else None
+    caps["queues"] = sorted(self.queues)
     return caps
+
+  def finalize(self) -> None:
+    try: self.synchronize(timeout_ms=2000)
+    except Exception: pass
+    for queue in self.queues.values(): queue.close()
+
+
+def host_address(buf: Any) -> int:
+  """The address of a host-visible buffer of any device (through its zero-copy view)."""
+  import numpy as np
+  view = buf.allocator._as_buffer(buf._buf)
+  return int(np.frombuffer(view, dtype=np.uint8).ctypes.data) if view.nbytes else 0

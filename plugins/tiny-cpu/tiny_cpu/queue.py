@@ -1,0 +1,181 @@
+"""The CPU's HCQ2 queue: a worker thread (in C) running entries from a ring, so Python returns before kernels finish.
+
+Each entry is 64 64-bit words: a function address, then up to 63 arguments. The worker sleeps on a semaphore,
+calls the entry's function with the arguments and bumps `done`. Kernels are entries whose function is the kernel;
+signal stores, waits and timestamps are small helper functions compiled with the worker. A Barrier needs nothing:
+one thread runs the entries in order.
+"""
+from __future__ import annotations
+import ctypes
+import struct
+import time
+from typing import Any, Sequence
+from tinycore.hcq.commands import Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp, Variable
+from tinycore.hcq.device import Encoded, HCQTimeoutError, HWQueue
+
+ENTRY_WORDS = 64
+RING_ENTRIES = 16 * 1024
+
+WORKER_SOURCE = r"""
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <sched.h>
+#include <time.h>
+typedef struct {
+  volatile uint64_t put;     /* entries made available by the host */
+  volatile uint64_t done;    /* entries the worker finished */
+  uint64_t slots;
+  uint64_t *ring;
+  volatile int stop;
+  sem_t sem;
+  pthread_t thread;
+} tc_queue;
+#define A(i) e[1 + i]
+typedef void (*tc_fn)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
+  uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
+  uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
+static void *tc_worker(void *arg) {
+  tc_queue *q = (tc_queue *)arg;
+  for (;;) {
+    while (sem_wait(&q->sem) != 0) {}
+    if (q->stop) break;
+    uint64_t *e = q->ring + (q->done % q->slots) * 64;
+    ((tc_fn)e[0])(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7), A(8), A(9), A(10), A(11), A(12), A(13), A(14),
+                  A(15), A(16), A(17), A(18), A(19), A(20), A(21), A(22), A(23), A(24), A(25), A(26), A(27), A(28),
+                  A(29), A(30));
+    __atomic_store_n(&q->done, q->done + 1, __ATOMIC_RELEASE);
+  }
+  return 0;
+}
+tc_queue *tc_queue_new(uint64_t slots) {
+  tc_queue *q = (tc_queue *)calloc(1, sizeof(tc_queue));
+  q->slots = slots;
+  q->ring = (uint64_t *)calloc(slots * 64, 8);
+  sem_init(&q->sem, 0, 0);
+  pthread_create(&q->thread, 0, tc_worker, q);
+  return q;
+}
+void tc_queue_post(tc_queue *q, uint64_t n) {
+  __atomic_store_n(&q->put, q->put + n, __ATOMIC_RELEASE);
+  for (uint64_t i = 0; i < n; i++) sem_post(&q->sem);
+}
+uint64_t tc_queue_done(tc_queue *q) { return __atomic_load_n(&q->done, __ATOMIC_ACQUIRE); }
+uint64_t *tc_queue_ring(tc_queue *q) { return q->ring; }
+void tc_queue_stop(tc_queue *q) {
+  q->stop = 1;
+  sem_post(&q->sem);
+  pthread_join(q->thread, 0);
+}
+void tc_signal_store(uint64_t *signal, uint64_t value) { __atomic_store_n(signal, value, __ATOMIC_RELEASE); }
+void tc_signal_wait(uint64_t *signal, uint64_t value) {
+  for (uint64_t spins = 0; __atomic_load_n(signal, __ATOMIC_ACQUIRE) < value; spins++) {
+    if (spins < 256) sched_yield();
+    else { struct timespec pause = {0, 20000}; nanosleep(&pause, 0); }
+  }
+}
+void tc_timestamp(uint64_t *signal) {
+  struct timespec now; clock_gettime(CLOCK_MONOTONIC, &now);
+  __atomic_store_n(signal, (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec, __ATOMIC_RELEASE);
+}
+void tc_memcpy(uint64_t dst, uint64_t src, uint64_t n) { memmove((void *)dst, (const void *)src, n); }
+"""
+MAX_ARGS = 31
+
+
+class WorkerLibrary:
+  """The compiled worker and helper functions (one per process)."""
+  _instance: WorkerLibrary | None = None
+
+  def __init__(self, compiler: Any):
+    from tiny_cpu.device import load_shared_object
+    source = WORKER_SOURCE
+    lib = load_shared_object(compiler.compile_cached(source))
+    self.lib = lib
+    lib.tc_queue_new.restype = ctypes.c_void_p
+    lib.tc_queue_new.argtypes = [ctypes.c_uint64]
+    lib.tc_queue_post.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+    lib.tc_queue_done.restype = ctypes.c_uint64
+    lib.tc_queue_done.argtypes = [ctypes.c_void_p]
+    lib.tc_queue_ring.restype = ctypes.c_void_p
+    lib.tc_queue_ring.argtypes = [ctypes.c_void_p]
+    lib.tc_queue_stop.argtypes = [ctypes.c_void_p]
+    self.address = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                    for name in ("tc_signal_store", "tc_signal_wait", "tc_timestamp", "tc_memcpy")}
+
+  @classmethod
+  def get(cls, compiler: Any) -> WorkerLibrary:
+    if cls._instance is None: cls._instance = WorkerLibrary(compiler)
+    return cls._instance
+
+
+class CPUQueue(HWQueue):
+  """A ring of 16Ki entries run by one worker thread."""
+
+  def __init__(self, device: Any, kind: str, worker: WorkerLibrary):
+    super().__init__(device, kind)
+    self.worker = worker
+    self.handle = worker.lib.tc_queue_new(RING_ENTRIES)
+    self.ring = worker.lib.tc_queue_ring(self.handle)
+    self.put = 0
+
+  @property
+  def done(self) -> int: return self.worker.lib.tc_queue_done(self.handle)
+
+  def encode(self, commands: Sequence[Command]) -> Encoded:
+    blob = bytearray()
+    patches: list[tuple[int, InputAddress | Variable]] = []
+    counted = 0
+
+    def entry(function: int, args: Sequence[Any]) -> None:
+      if len(args) > MAX_ARGS: raise ValueError(f"a CPU queue entry takes at most {MAX_ARGS} arguments, got {len(args)}")
+      start = len(blob)
+      words = [function] + [a if isinstance(a, int) else 0 for a in args]
+      blob.extend(struct.pack(f"<{ENTRY_WORDS}Q", *(words + [0] * (ENTRY_WORDS - len(words)))))
+      for i, a in enumerate(args):
+        if not isinstance(a, int): patches.append((start + 8 * (1 + i), a))
+
+    for command in commands:
+      if isinstance(command, Exec):
+        entry(command.program.program.address, [*command.buffers, *command.vals])
+        counted += 1
+      elif isinstance(command, Copy):
+        entry(self.worker.address["tc_memcpy"], [command.dst, command.src, command.nbytes])
+        counted += 1
+      elif isinstance(command, SignalStore): entry(self.worker.address["tc_signal_store"], [command.signal.addr, command.value])
+      elif isinstance(command, SignalWait): entry(self.worker.address["tc_signal_wait"], [command.signal.addr, command.value])
+      elif isinstance(command, Timestamp): entry(self.worker.address["tc_timestamp"], [command.signal.addr])
+      elif isinstance(command, Barrier): pass  # one worker runs entries in order: nothing to do
+      else: raise TypeError(f"the CPU queue cannot run {type(command).__name__}")
+    return Encoded(blob, patches, len(blob) // (ENTRY_WORDS * 8), counted)
+
+  def submit(self, encoded: Encoded, values: dict[Any, int]) -> None:
+    count = encoded.entries
+    if count == 0: return
+    if count > RING_ENTRIES: raise ValueError(f"a submission of {count} entries does not fit a ring of {RING_ENTRIES}")
+    data = encoded.patched(values)
+    self._wait_for_room(count)
+    entry_bytes = ENTRY_WORDS * 8
+    first = self.put % RING_ENTRIES
+    head = min(count, RING_ENTRIES - first)
+    ctypes.memmove(self.ring + first * entry_bytes, bytes(data[:head * entry_bytes]), head * entry_bytes)
+    if head < count: ctypes.memmove(self.ring, bytes(data[head * entry_bytes:]), (count - head) * entry_bytes)
+    self.put += count
+    self.worker.lib.tc_queue_post(self.handle, count)
+
+  def _wait_for_room(self, count: int) -> None:
+    start = time.perf_counter()
+    while self.put - self.done > RING_ENTRIES - count:
+      if time.perf_counter() - start > self.device.wait_timeout_ms / 1000:
+        raise HCQTimeoutError(f"{self.device.device}: the {self.kind} ring stayed full ({self.put - self.done} entries "
+                              f"pending) for {self.device.wait_timeout_ms} ms")
+      time.sleep(0.0001)
+
+  def __repr__(self) -> str: return f"put={self.put} done={self.done}"
+
+  def close(self) -> None:
+    if self.handle:
+      self.worker.lib.tc_queue_stop(self.handle)
+      self.handle = None

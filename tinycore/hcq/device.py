@@ -1,0 +1,98 @@
+"""The device side of HCQ2: what a queue-driven device implements (`HCQDevice`, `HWQueue`)."""
+from __future__ import annotations
+import struct
+import time
+from typing import Any, Sequence
+import attrs
+from tinycore.device.compiled import Compiled
+from tinycore.hcq.commands import Command, InputAddress, Variable
+from tinycore.hcq.signal import Signal, signal_pool
+
+
+class HCQTimeoutError(RuntimeError):
+  """A device made no progress within its wait timeout (a wait on a signal nobody writes, or a hang)."""
+
+
+@attrs.define
+class Encoded:
+  """A queue's commands in the device's format: `blob` plus `patches`, the byte offsets in the blob where a 64-bit
+  little-endian run-time value goes (input addresses and variables; everything else is written at encode time).
+  `commands` counts the kernels and copies inside (what GlobalCounters counts)."""
+  blob: bytearray
+  patches: list[tuple[int, InputAddress | Variable]] = attrs.field(factory=list)
+  entries: int = 0
+  commands: int = 0
+
+  def patched(self, values: dict[Any, int]) -> bytearray:
+    if not self.patches: return self.blob
+    out = bytearray(self.blob)
+    for offset, ref in self.patches: struct.pack_into("<Q", out, offset, values[ref] & 0xFFFFFFFFFFFFFFFF)
+    return out
+
+
+class HWQueue:
+  """One hardware queue of a device ("compute" or "copy"). Commands on one queue run in order."""
+
+  def __init__(self, device: HCQDevice, kind: str):
+    self.device, self.kind = device, kind
+
+  def encode(self, commands: Sequence[Command]) -> Encoded:
+    """The commands in this device's command format. A Value that is an InputAddress or Variable gets a patch."""
+    raise NotImplementedError(f"{type(self).__name__} cannot encode commands")
+
+  def submit(self, encoded: Encoded, values: dict[Any, int]) -> None:
+    """Write the encoded commands, with run-time values patched in, to the queue and ring its doorbell."""
+    raise NotImplementedError(f"{type(self).__name__} cannot submit")
+
+  def __repr__(self) -> str: return f"<{self.device.device} {self.kind} queue>"
+
+
+def is_hcq_device(dev: Any) -> bool: return isinstance(dev, HCQDevice)
+
+
+class HCQDevice(Compiled):
+  """A device driven through hardware command queues.
+
+  Subclasses set `queues` ({"compute": ..., "copy": ...}) and implement `device_address`. `has_copy_queue` says
+  whether a DMA queue exists (copies go to the allocator otherwise); `host_devs` are the host device kinds whose
+  memory the queues address in place (others are staged through a pinned CPU ring). `timeline` is written by the
+  device at the end of each batch with the batch's epoch; `epoch` is the last one the host submitted.
+  """
+  host_devs: frozenset[str] = frozenset({"CPU"})
+  wait_timeout_ms: int = 30_000
+
+  def __init__(self, device: str, allocator: Any, renderer: Any = None, compiler: Any = None, runtime: Any = None):
+    super().__init__(device, allocator, renderer, compiler, runtime)
+    self.queues: dict[str, HWQueue] = {}
+    self.timeline: Signal = signal_pool.new(f"{device} timeline")
+    self.epoch = 0
+
+  @property
+  def has_copy_queue(self) -> bool: return "copy" in self.queues
+
+  def device_address(self, buf: Any) -> int:
+    """The address this device's queues use for `buf` (a Buffer of this device or of a kind in host_devs)."""
+    raise NotImplementedError(f"{type(self).__name__} has no device addresses")
+
+  @property
+  def in_flight(self) -> bool: return self.timeline.value < self.epoch
+
+  def synchronize(self, timeout_ms: int | None = None) -> None:
+    """Wait until the device finished everything submitted. No progress for `timeout_ms` (default
+    `wait_timeout_ms`) raises HCQTimeoutError naming the device, its queues and the signal values."""
+    from tinycore.hcq.runtime import release_finished
+    timeout = (self.wait_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+    last_seen, last_change, spins = self.timeline.value, time.perf_counter(), 0
+    while (current := self.timeline.value) < self.epoch:
+      now = time.perf_counter()
+      if current != last_seen: last_seen, last_change = current, now
+      elif now - last_change > timeout:
+        raise HCQTimeoutError(f"{self.device}: no progress for {timeout * 1000:.0f} ms: timeline signal is {current}, "
+                              f"waiting for {self.epoch}; {self.queue_state()}")
+      spins += 1
+      if spins > 64: time.sleep(0.00005)
+    release_finished()
+
+  def queue_state(self) -> str:
+    """A description of each queue's progress, for error messages."""
+    return ", ".join(f"{kind} queue {q!r}" for kind, q in self.queues.items()) or "no queues"

@@ -1,0 +1,248 @@
+"""The generic side of HCQ2: LINEAR -> command batches on device queues, ordered by signals, and their replay.
+
+`compile_linear` turns consecutive calls that queues can run (kernels on queue devices, copies a copy queue can
+do) into one `CALL(PROGRAM(CompiledBatch), *buffers)`; everything else stays a host call. A CompiledBatch holds
+one encoded command buffer per (device, queue). Dependencies are tracked by buffer byte ranges: a command that
+reads what another queue wrote (or writes what another queue read or wrote) waits for that queue's signal to reach
+the producer's sequence number; only the latest edge per producer queue is kept, and a producer stores its
+sequence number only if someone waits on it. Buffer addresses are patched in at run time, so one compiled batch
+serves every call with new buffers of the same shapes.
+"""
+from __future__ import annotations
+import itertools
+from typing import Any, Sequence
+from tinycore.uop.ops import Ops, UOp
+from tinycore.hcq.commands import Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Value
+from tinycore.hcq.device import Encoded, HCQDevice, is_hcq_device
+from tinycore.hcq.signal import Signal, signal_pool
+from tinycore.hcq import staging
+
+MAX_CACHED_CALLS = 32     # eager schedules with more calls than this bake nothing into the cache
+SIGNAL_SETS = 4           # a compiled batch may be in flight this many times at once
+
+_templates: dict[tuple, UOp] = {}
+_in_flight: list[tuple[dict[HCQDevice, int], list[Any]]] = []   # (epochs to reach, buffers kept alive until then)
+
+
+def _device(name: str) -> Any:
+  from tinycore.device.registry import Device
+  return Device[name]
+
+
+def call_is_hcq(call: UOp) -> bool: return call.src[0].op is Ops.PROGRAM
+
+
+def _kind(device: str) -> str: return device.split(":")[0]
+
+
+def copy_enqueuer(dst: str, src: str) -> HCQDevice | None:
+  """The device whose copy queue runs a copy: the source preferably (peer writes beat peer reads), non-CPU devices
+  before CPU; it needs a copy queue and must address the other side (a queue device, or a kind in its host_devs)."""
+  candidates = sorted([(src, dst), (dst, src)], key=lambda pair: _kind(pair[0]) == "CPU")
+  for mine, other in candidates:
+    dev = _device(mine)
+    if is_hcq_device(dev) and dev.has_copy_queue and (is_hcq_device(_device(other)) or _kind(other) in dev.host_devs):
+      return dev
+  return None
+
+
+def staging_direction(call: UOp) -> bool | None:
+  """For a COPY between a device with a copy queue and host memory that device cannot address: True for an upload,
+  False for a download; None when the copy needs no staging."""
+  if call.src[0].op is not Ops.COPY: return None
+  dst, src = _device(call.src[1].device), _device(call.src[2].device)
+  for dev, host, upload in ((dst, src, True), (src, dst, False)):
+    if is_hcq_device(dev) and dev.has_copy_queue and not is_hcq_device(host) and _kind(host.device) not in dev.host_devs:
+      return upload
+  return None
+
+
+def queue_of(call: UOp) -> tuple[HCQDevice, str] | None:
+  """Where a call runs: (device, queue kind), or None for a host call."""
+  callee = call.src[0]
+  if callee.op is Ops.SINK:
+    dev = _device(call.src[1].device)
+    return (dev, "compute") if is_hcq_device(dev) else None
+  if callee.op is Ops.COPY:
+    dev = copy_enqueuer(call.src[1].device, call.src[2].device)
+    return (dev, "copy") if dev is not None else None
+  return None
+
+
+def _base_and_range(buf: UOp) -> tuple[UOp, int, int]:
+  if buf.op is Ops.BUFFER_VIEW: return buf.src[0], buf.arg[1], buf.arg[1] + buf.arg[0] * buf.dtype.itemsize
+  return buf, 0, buf.arg * buf.dtype.itemsize
+
+
+class CompiledBatch:
+  """Command buffers for a run of queue calls. `slots` are the buffers, by the CALL's argument order; slots in
+  `baked` had their addresses written at compile time, the rest are patched in on every run."""
+
+  def __init__(self, calls: Sequence[UOp], slots: Sequence[UOp], baked: frozenset[int] = frozenset()):
+    from tinycore.codegen import compile_kernel
+    from tinycore.engine.buffers import buffer_of
+    self.slot_count = len(slots)
+    slot_of = {s: i for i, s in enumerate(slots)}
+    placed: list[tuple[tuple[HCQDevice, str], Command, list[tuple[UOp, int, int, bool]]]] = []
+    for call in calls:
+      queue = queue_of(call)
+      assert queue is not None, "only queue calls go into a batch"
+      dev = queue[0]
+
+      def value(buf: UOp) -> Value:
+        slot = slot_of[buf.src[0] if buf.op is Ops.BUFFER_VIEW else buf]
+        offset = buf.arg[1] if buf.op is Ops.BUFFER_VIEW else 0
+        if slot in baked: return dev.device_address(buffer_of(slots[slot]).ensure_allocated()) + offset
+        return InputAddress(slot, dev.device, offset)
+
+      buffers = call.src[1:]
+      accesses = [(*_base_and_range(b), i == 0) for i, b in enumerate(buffers)]
+      if call.src[0].op is Ops.SINK:
+        kernel = compile_kernel(buffers[0].device, call.src[0])
+        command: Command = Exec(kernel, tuple(value(b) for b in buffers), (), kernel.global_size, kernel.local_size)
+      else:
+        nbytes = _base_and_range(buffers[0])[2] - _base_and_range(buffers[0])[1]
+        command = Copy(value(buffers[0]), value(buffers[1]), nbytes)
+      placed.append((queue, command, accesses))
+    self.devices: list[HCQDevice] = list(dict.fromkeys(q[0] for q, _, _ in placed))
+    self.queues: list[tuple[HCQDevice, str]] = list(dict.fromkeys(q for q, _, _ in placed))
+    self.commands = len(placed)
+
+    # sequence numbers per queue, and the waits each command needs (latest producer per other queue)
+    seq: dict[tuple[HCQDevice, str], int] = {q: 0 for q in self.queues}
+    numbered: list[int] = []
+    history: list[tuple[tuple[HCQDevice, str], int, UOp, int, int, bool]] = []
+    waits: list[dict[tuple[HCQDevice, str], int]] = []
+    signaled: set[tuple[tuple[HCQDevice, str], int]] = set()
+    for queue, _, accesses in placed:
+      seq[queue] += 1
+      numbered.append(seq[queue])
+      need: dict[tuple[HCQDevice, str], int] = {}
+      for other_queue, other_seq, base, start, end, wrote in history:
+        if other_queue == queue: continue  # one queue runs in order
+        for my_base, my_start, my_end, i_write in accesses:
+          if my_base is base and my_start < end and start < my_end and (wrote or i_write):
+            need[other_queue] = max(need.get(other_queue, 0), other_seq)
+      waits.append(need)
+      signaled.update(need.items())
+      history.extend((queue, seq[queue], base, start, end, write) for base, start, end, write in accesses)
+    self.last_seq = dict(seq)
+    signaled.update(seq.items())  # each queue's last command always reports, for the batch's end
+
+    # one signal per queue for each of a few sets, so a batch can be in flight more than once
+    self.signal_sets: list[dict[tuple[HCQDevice, str], Signal]] = [
+      {q: signal_pool.new(f"{q[0].device} {q[1]} batch") for q in self.queues} for _ in range(SIGNAL_SETS)]
+    self.set_epochs: list[dict[HCQDevice, int]] = [{} for _ in range(SIGNAL_SETS)]
+    self.next_set = itertools.count()
+    self.encoded: list[dict[tuple[HCQDevice, str], Encoded]] = []
+    for signals in self.signal_sets:
+      per_queue: dict[tuple[HCQDevice, str], list[Command]] = {q: [] for q in self.queues}
+      for (queue, command, _), number, need in zip(placed, numbered, waits):
+        per_queue[queue].extend(SignalWait(signals[q], s) for q, s in need.items())
+        per_queue[queue].append(command)
+        if (queue, number) in signaled: per_queue[queue].append(SignalStore(signals[queue], number))
+      self.encoded.append({q: q[0].queues[q[1]].encode(cmds) for q, cmds in per_queue.items()})
+    self.patches = [ref for enc in self.encoded[0].values() for _, ref in enc.patches]
+
+  def run(self, buffers: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
+    """Submit the batch with these buffers (by slot) and variable values."""
+    which = next(self.next_set) % SIGNAL_SETS
+    signals, encoded = self.signal_sets[which], self.encoded[which]
+    # host fence: the last run that used this signal set must be done before its signals are reset
+    for dev, epoch in self.set_epochs[which].items():
+      if dev.timeline.value < epoch: dev.synchronize()
+    for signal in signals.values(): signal.value = 0
+    values: dict[Any, int] = {}
+    for enc in encoded.values():
+      for _, ref in enc.patches:
+        if ref in values: continue
+        if isinstance(ref, InputAddress): values[ref] = ref_address(ref, buffers)
+        else: values[ref] = (var_vals or {})[ref.name]
+    release_finished()
+    # every queue first waits for everything submitted before, on this batch's devices and any still running
+    waiting_on = dict.fromkeys([*self.devices, *(d for epochs, _ in _in_flight for d in epochs)])
+    prologue = [Barrier()] + [SignalWait(d.timeline, d.epoch) for d in waiting_on if d.epoch]
+    for queue in self.queues:
+      dev, kind = queue
+      hw = dev.queues[kind]
+      hw.submit(hw.encode(prologue), {})
+      hw.submit(encoded[queue], values)
+    # each device ends the batch by writing its next epoch to its timeline, after all of its queues finished
+    epochs: dict[HCQDevice, int] = {}
+    for dev in self.devices:
+      mine = [q for q in self.queues if q[0] is dev]
+      last = mine[0] if (dev, "compute") not in mine else (dev, "compute")
+      finalize: list[Command] = [SignalWait(signals[q], self.last_seq[q]) for q in mine if q is not last]
+      finalize.append(SignalStore(dev.timeline, dev.epoch + 1))
+      hw = dev.queues[last[1]]
+      hw.submit(hw.encode(finalize), {})
+      dev.epoch += 1
+      epochs[dev] = dev.epoch
+    self.set_epochs[which] = epochs
+    _in_flight.append((epochs, list(buffers)))
+
+
+def ref_address(ref: InputAddress, buffers: Sequence[Any]) -> int:
+  return _device(ref.device).device_address(buffers[ref.slot].ensure_allocated()) + ref.offset
+
+
+def release_finished() -> None:
+  """Drop the references that kept buffers alive while queues still used them."""
+  _in_flight[:] = [(epochs, bufs) for epochs, bufs in _in_flight if any(d.timeline.value < e for d, e in epochs.items())]
+
+
+def wait_for_queues() -> None:
+  """Host calls run after every queue device finished what it was given (a simple, safe fence)."""
+  for epochs, _ in list(_in_flight):
+    for dev in epochs: dev.synchronize()
+  release_finished()
+
+
+def _buffer_uops(linear: UOp) -> list[UOp]:
+  out: dict[UOp, None] = {}
+  for call in linear.src:
+    for b in call.src[1:]: out[b.src[0] if b.op is Ops.BUFFER_VIEW else b] = None
+  return list(out)
+
+
+def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile: bool = False) -> UOp:
+  """A LINEAR whose queue calls are grouped into compiled batches. `input_uops` (eager use) are the buffers whose
+  addresses are patched in at every run; None (JIT use) bakes every address. Compiling a compiled LINEAR returns
+  it unchanged; small eager schedules are cached as templates keyed by their buffer-free form."""
+  if any(call_is_hcq(call) for call in linear.src): return linear
+  if input_uops is not None and len(linear.src) <= MAX_CACHED_CALLS:
+    inputs = list(input_uops)
+    placeholders = [UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, None, (), -(i + 1)), b.src[1]), b.arg) for i, b in enumerate(inputs)]
+    # the staging ring's settings are part of the key: a staged copy bakes the ring's address and chunking
+    key = (linear.substitute(dict(zip(inputs, placeholders))), profile, staging.STAGING_SIZE, staging.STAGING_SLOTS,
+           staging._staging)
+    if (template := _templates.get(key)) is None:
+      template = _templates[key] = _compile(key[0], placeholders)
+    return template.substitute(dict(zip(placeholders, inputs)))
+  return _compile(linear, list(input_uops) if input_uops is not None else [])
+
+
+def _compile(linear: UOp, inputs: Sequence[UOp]) -> UOp:
+  expanded: list[UOp] = []
+  for call in linear.src:
+    direction = staging_direction(call)
+    expanded.extend(staging.staged_copy_calls(call, direction) if direction is not None else [call])
+  out: list[UOp] = []
+  batch: list[UOp] = []
+
+  def flush() -> None:
+    if not batch: return
+    slots = _buffer_uops(UOp(Ops.LINEAR, None, tuple(batch)))
+    input_set = set(inputs)
+    baked = frozenset(i for i, s in enumerate(slots) if s not in input_set)
+    compiled = CompiledBatch(batch, slots, baked)
+    out.append(UOp(Ops.CALL, None, (UOp(Ops.PROGRAM, None, (), compiled), *slots)))
+    batch.clear()
+
+  for call in expanded:
+    if queue_of(call) is not None: batch.append(call)
+    else:
+      flush()
+      out.append(call)
+  flush()
+  return UOp(Ops.LINEAR, None, tuple(out))
