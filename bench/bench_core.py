@@ -1,6 +1,10 @@
 """tinycore vs numpy on the CPU, side by side in one process. Prints a table; asserts nothing about speed.
 
     python bench/bench_core.py [--device CPU] [--repeat 5]
+
+--device runs the tinycore side on any installed device (default: the default device, Device.DEFAULT), e.g.
+`--device CL` with tiny-cl (PoCL, or a GPU's OpenCL driver) or `--device CPU:1`; numpy always runs on the host.
+Times are wall-clock until realize() returns, which waits for the device to finish (run_linear synchronizes).
 """
 from __future__ import annotations
 import argparse
@@ -11,12 +15,16 @@ from tinycore import Tensor
 from tinycore.device.registry import Device
 
 
-def timed(fn, repeat: int) -> float:
-  fn()  # warm up: compile, allocate
+def timed(fn, repeat: int, device: str | None = None) -> float:
+  """Median wall time of fn, including waiting for the device to finish (queue devices return early)."""
+  def run():
+    fn()
+    if device is not None: Device[device].synchronize()
+  run()  # warm up: compile, allocate
   samples = []
   for _ in range(repeat):
     start = time.perf_counter()
-    fn()
+    run()
     samples.append(time.perf_counter() - start)
   return statistics.median(samples)
 
@@ -26,8 +34,9 @@ def realized(data: np.ndarray, device: str) -> Tensor:
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser()
-  parser.add_argument("--device", default=None)
+  parser = argparse.ArgumentParser(description="tinycore vs numpy, side by side")
+  parser.add_argument("--device", default=None, help="the device tinycore runs on, e.g. CPU, CPU:1, CL (default: the "
+                      "default device)")
   parser.add_argument("--repeat", type=int, default=5)
   args = parser.parse_args()
   device = Device.canonicalize(args.device) if args.device else Device.DEFAULT
@@ -38,13 +47,13 @@ def main() -> None:
   a, b, c, d = (rng.standard_normal(n).astype(np.float32) for _ in range(4))
   ta, tb, tc, td = (realized(x, device) for x in (a, b, c, d))
   rows.append(("fused ((a*b+c).relu()*d).sum(), 16M f32",
-               timed(lambda: ((ta * tb + tc).relu() * td).sum().realize(), args.repeat),
+               timed(lambda: ((ta * tb + tc).relu() * td).sum().realize(), args.repeat, device),
                timed(lambda: (np.maximum(a * b + c, 0) * d).sum(), args.repeat)))
 
   m = rng.standard_normal((4096, 4096)).astype(np.float32)
   tm = realized(m, device)
   for axis in (0, 1):
-    rows.append((f"sum over axis {axis}, 4096x4096 f32", timed(lambda: tm.sum(axis).realize(), args.repeat),
+    rows.append((f"sum over axis {axis}, 4096x4096 f32", timed(lambda: tm.sum(axis).realize(), args.repeat, device),
                  timed(lambda: m.sum(axis), args.repeat)))
 
   s = rng.standard_normal((4096, 1024)).astype(np.float32)
@@ -52,20 +61,22 @@ def main() -> None:
   def np_softmax():
     e = np.exp(s - s.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
-  rows.append(("softmax over (4096, 1024) f32", timed(lambda: ts.softmax(-1).realize(), args.repeat), timed(np_softmax, args.repeat)))
+  rows.append(("softmax over (4096, 1024) f32", timed(lambda: ts.softmax(-1).realize(), args.repeat, device), timed(np_softmax, args.repeat)))
 
   x, y = rng.standard_normal((1024, 1024)).astype(np.float32), rng.standard_normal((1024, 1024)).astype(np.float32)
   tx, ty = realized(x, device), realized(y, device)
-  rows.append(("matmul 1024x1024 f32", timed(lambda: (tx @ ty).realize(), args.repeat), timed(lambda: x @ y, args.repeat)))
+  rows.append(("matmul 1024x1024 f32", timed(lambda: (tx @ ty).realize(), args.repeat, device), timed(lambda: x @ y, args.repeat)))
 
   # time to first result: a kernel this process has never seen (a fresh constant makes the source new)
   salt = float(time.time() % 1000)
   v = realized(rng.standard_normal(1000).astype(np.float32), device)
   start = time.perf_counter()
   (v * salt + 1).exp().sum().realize()
+  Device[device].synchronize()
   first = time.perf_counter() - start
   start = time.perf_counter()
   (v * salt + 1).exp().sum().realize()
+  Device[device].synchronize()
   again = time.perf_counter() - start
 
   print(f"device: {device}")

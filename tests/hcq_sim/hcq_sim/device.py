@@ -1,0 +1,159 @@
+"""The simulated HCQ2 device.
+
+Memory: each allocation is private memory the host never reads or writes directly: the allocator has no zero-copy
+view, and its copy-in/out go through the device's own copy queue. The device's queues address that memory and the
+host memory of the kinds in `host_devs` ({"CPU"}); copies with any other host memory are staged by the core.
+
+Queues: "compute" and "copy", each a thread that decodes this command format (64-bit little-endian words):
+
+    word 0 of a record: opcode | (number of operand words << 8), then the operands
+    EXEC      = 1: function address, then the kernel's arguments (buffer addresses, then variable values)
+    COPY      = 2: destination address, source address, byte count
+    SIGNAL    = 3: signal address, value            (signal := value)
+    WAIT      = 4: signal address, value            (wait until signal >= value)
+    TIMESTAMP = 5: signal address                   (signal := monotonic clock in ns)
+    BARRIER   = 6: (no operands)
+
+Kernels are compiled for the CPU (tiny-cpu's renderer and compiler); EXEC calls them on the compute thread.
+"""
+from __future__ import annotations
+import ctypes
+import mmap
+import queue
+import struct
+import threading
+import time
+from typing import Any, Sequence
+from tinycore.device.allocator import BufferSpec, LRUAllocator
+from tinycore.hcq.commands import Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp, Variable
+from tinycore.hcq.device import Encoded, HCQDevice, HWQueue
+
+EXEC, COPY, SIGNAL, WAIT, TIMESTAMP, BARRIER = 1, 2, 3, 4, 5, 6
+
+
+class SimMemory:
+  """Private device memory: an address the queues use, kept alive by its mapping."""
+  __slots__ = ("mapping", "addr", "nbytes")
+
+  def __init__(self, mapping: Any, addr: int, nbytes: int):
+    self.mapping, self.addr, self.nbytes = mapping, addr, nbytes
+
+
+class SimAllocator(LRUAllocator[SimMemory]):
+  def _alloc(self, nbytes: int, spec: BufferSpec) -> SimMemory:
+    mapping = mmap.mmap(-1, nbytes)
+    return SimMemory(mapping, ctypes.addressof(ctypes.c_char.from_buffer(mapping)), nbytes)
+
+  def _free(self, handle: SimMemory, spec: BufferSpec) -> None: pass  # the mapping goes with the handle
+
+  def _offset(self, handle: SimMemory, nbytes: int, offset: int) -> SimMemory:
+    return SimMemory(handle.mapping, handle.addr + offset, nbytes)
+
+  # the host reaches device memory only through the copy queue
+  def _copyin(self, dst: SimMemory, src: memoryview) -> None:
+    bounce = ctypes.create_string_buffer(bytes(src), len(src))
+    self.device.run_copy_now(dst.addr, ctypes.addressof(bounce), len(src))
+
+  def _copyout(self, dst: memoryview, src: SimMemory) -> None:
+    bounce = ctypes.create_string_buffer(len(dst))
+    self.device.run_copy_now(ctypes.addressof(bounce), src.addr, len(dst))
+    dst[:] = bounce.raw
+
+
+class SimQueue(HWQueue):
+  """A queue whose thread decodes and runs submitted command buffers in order."""
+
+  def __init__(self, device: SimDevice, kind: str):
+    super().__init__(device, kind)
+    self.pending: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+    self.submitted = self.finished = 0
+    self._functions: dict[tuple[int, int], Any] = {}
+    self.thread = threading.Thread(target=self._run, name=f"{device.device} {kind}", daemon=True)
+    self.thread.start()
+
+  def encode(self, commands: Sequence[Command]) -> Encoded:
+    blob, patches, counted = bytearray(), [], 0
+    def record(opcode: int, operands: Sequence[Any]) -> None:
+      blob.extend(struct.pack("<Q", opcode | (len(operands) << 8)))
+      for operand in operands:
+        if not isinstance(operand, int): patches.append((len(blob), operand))
+        blob.extend(struct.pack("<Q", operand if isinstance(operand, int) else 0))
+    for command in commands:
+      if isinstance(command, Exec):
+        record(EXEC, [command.program.program.address, *command.buffers, *command.vals])
+        counted += 1
+      elif isinstance(command, Copy):
+        record(COPY, [command.dst, command.src, command.nbytes])
+        counted += 1
+      elif isinstance(command, SignalStore): record(SIGNAL, [command.signal.addr, command.value])
+      elif isinstance(command, SignalWait): record(WAIT, [command.signal.addr, command.value])
+      elif isinstance(command, Timestamp): record(TIMESTAMP, [command.signal.addr])
+      elif isinstance(command, Barrier): record(BARRIER, [])
+      else: raise TypeError(f"the SIM queue cannot run {type(command).__name__}")
+    return Encoded(blob, patches, 1 if blob else 0, counted)
+
+  def submit(self, encoded: Encoded, values: dict[Any, int]) -> None:
+    if not encoded.blob: return
+    self.submitted += 1
+    self.pending.put(bytes(encoded.patched(values)))
+
+  def _run(self) -> None:
+    while (blob := self.pending.get()) is not None:
+      words = struct.unpack(f"<{len(blob) // 8}Q", blob)
+      i = 0
+      while i < len(words):
+        opcode, count = words[i] & 0xFF, words[i] >> 8
+        operands = words[i + 1:i + 1 + count]
+        i += 1 + count
+        if opcode == EXEC: self._function(operands[0], count - 1)(*operands[1:])
+        elif opcode == COPY: ctypes.memmove(operands[0], operands[1], operands[2])
+        elif opcode == SIGNAL: ctypes.c_uint64.from_address(operands[0]).value = operands[1]
+        elif opcode == WAIT:
+          word = ctypes.c_uint64.from_address(operands[0])
+          while word.value < operands[1]: time.sleep(0.00002)
+        elif opcode == TIMESTAMP: ctypes.c_uint64.from_address(operands[0]).value = time.monotonic_ns()
+        elif opcode != BARRIER: raise RuntimeError(f"SIM queue: unknown opcode {opcode}")
+      self.finished += 1
+
+  def _function(self, address: int, argc: int) -> Any:
+    if (fn := self._functions.get((address, argc))) is None:
+      fn = self._functions[(address, argc)] = ctypes.CFUNCTYPE(None, *[ctypes.c_uint64] * argc)(address)
+    return fn
+
+  def __repr__(self) -> str: return f"submitted={self.submitted} finished={self.finished}"
+
+  def close(self) -> None: self.pending.put(None)
+
+
+class SimDevice(HCQDevice):
+  """Private memory, a compute queue and a copy queue; CPU host memory is addressed in place."""
+
+  def __init__(self, name: str = "SIM"):
+    from tiny_cpu.compiler import CPUCompiler
+    from tiny_cpu.device import CPUProgram
+    from tiny_cpu.renderer import CPURenderer
+    super().__init__(name, SimAllocator(), CPURenderer(), CPUCompiler(), CPUProgram)
+    self.queues = {"compute": SimQueue(self, "compute"), "copy": SimQueue(self, "copy")}
+
+  def device_address(self, buf: Any) -> int:
+    handle = buf._buf
+    if isinstance(handle, SimMemory): return handle.addr
+    if buf.device.split(":")[0] not in self.host_devs and buf.device.split(":")[0] != "CPU":
+      raise RuntimeError(f"{self.device} cannot address {buf.device} memory (host_devs={sorted(self.host_devs)})")
+    from tiny_cpu.device import host_address
+    return host_address(buf)
+
+  def run_copy_now(self, dst: int, src: int, nbytes: int) -> None:
+    """A copy on the copy queue, waited for (how the host reaches this device's memory)."""
+    from tinycore.hcq.runtime import wait_for_queues
+    wait_for_queues()
+    queue_ = self.queues["copy"]
+    done = queue_.finished + 1
+    queue_.submit(queue_.encode([Copy(dst, src, nbytes)]), {})
+    start = time.perf_counter()
+    while queue_.finished < done:
+      if time.perf_counter() - start > self.wait_timeout_ms / 1000: raise RuntimeError(f"{self.device}: copy timed out")
+      time.sleep(0.00002)
+
+  def finalize(self) -> None:
+    for q in self.queues.values(): q.close()
