@@ -135,6 +135,7 @@ class CompiledBatch:
     self.set_epochs: list[dict[HCQDevice, int]] = [{} for _ in range(SIGNAL_SETS)]
     self.next_set = itertools.count()
     self.encoded: list[dict[tuple[HCQDevice, str], Encoded]] = []
+    self.plan: dict[tuple[HCQDevice, str], list[Command]] = {}  # the abstract commands of the first set (to inspect)
     for signals in self.signal_sets:
       per_queue: dict[tuple[HCQDevice, str], list[Command]] = {q: [] for q in self.queues}
       for (queue, command, _), number, need in zip(placed, numbered, waits):
@@ -142,6 +143,7 @@ class CompiledBatch:
         per_queue[queue].append(command)
         if (queue, number) in signaled: per_queue[queue].append(SignalStore(signals[queue], number))
       self.encoded.append({q: q[0].queues[q[1]].encode(cmds) for q, cmds in per_queue.items()})
+      if not self.plan: self.plan = per_queue
     self.patches = [ref for enc in self.encoded[0].values() for _, ref in enc.patches]
 
   def run(self, buffers: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
@@ -214,8 +216,10 @@ def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile
     inputs = list(input_uops)
     placeholders = [UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, None, (), -(i + 1)), b.src[1]), b.arg) for i, b in enumerate(inputs)]
     # the staging ring's settings are part of the key: a staged copy bakes the ring's address and chunking
-    key = (linear.substitute(dict(zip(inputs, placeholders))), profile, staging.STAGING_SIZE, staging.STAGING_SLOTS,
-           staging._staging)
+    devices = sorted({b.device for call in linear.src for b in call.src[1:]})
+    host_devs = tuple(getattr(_device(d), "host_devs", None) for d in devices)
+    key = (linear.substitute(dict(zip(inputs, placeholders))), profile, host_devs, staging.STAGING_SIZE,
+           staging.STAGING_SLOTS, staging._staging)
     if (template := _templates.get(key)) is None:
       template = _templates[key] = _compile(key[0], placeholders)
     return template.substitute(dict(zip(placeholders, inputs)))
