@@ -18,7 +18,7 @@ from tinycore.hcq.signal import Signal, signal_pool
 from tinycore.hcq import staging
 
 MAX_CACHED_CALLS = 32     # eager schedules with more calls than this bake nothing into the cache
-SIGNAL_SETS = 4           # a compiled batch may be in flight this many times at once
+SIGNAL_SETS = 2           # a compiled batch may be in flight this many times at once
 
 _templates: dict[tuple, UOp] = {}
 _in_flight: list[tuple[dict[HCQDevice, int], list[Any]]] = []   # (epochs to reach, buffers kept alive until then)
@@ -111,21 +111,21 @@ class CompiledBatch:
     # sequence numbers per queue, and the waits each command needs (latest producer per other queue)
     seq: dict[tuple[HCQDevice, str], int] = {q: 0 for q in self.queues}
     numbered: list[int] = []
-    history: list[tuple[tuple[HCQDevice, str], int, UOp, int, int, bool]] = []
+    history: dict[UOp, list[tuple[tuple[HCQDevice, str], int, int, int, bool]]] = {}  # by buffer
     waits: list[dict[tuple[HCQDevice, str], int]] = []
     signaled: set[tuple[tuple[HCQDevice, str], int]] = set()
     for queue, _, accesses in placed:
       seq[queue] += 1
       numbered.append(seq[queue])
       need: dict[tuple[HCQDevice, str], int] = {}
-      for other_queue, other_seq, base, start, end, wrote in history:
-        if other_queue == queue: continue  # one queue runs in order
-        for my_base, my_start, my_end, i_write in accesses:
-          if my_base is base and my_start < end and start < my_end and (wrote or i_write):
+      for my_base, my_start, my_end, i_write in accesses:
+        for other_queue, other_seq, start, end, wrote in history.get(my_base, ()):
+          # one queue runs in order; across queues, any overlap with a write on either side is an edge
+          if other_queue != queue and my_start < end and start < my_end and (wrote or i_write):
             need[other_queue] = max(need.get(other_queue, 0), other_seq)
       waits.append(need)
       signaled.update(need.items())
-      history.extend((queue, seq[queue], base, start, end, write) for base, start, end, write in accesses)
+      for base, start, end, write in accesses: history.setdefault(base, []).append((queue, seq[queue], start, end, write))
     self.last_seq = dict(seq)
     signaled.update(seq.items())  # each queue's last command always reports, for the batch's end
 
