@@ -1,7 +1,29 @@
 """The C renderer of the CPU device: tinycore's C-style renderer with the CPU's details."""
 from tinycore.codegen.c_style import CStyleRenderer
 from tinycore.codegen.linearize import Loop
+from tinycore.dtype import DType, dtypes
 from tinycore.uop.ops import Ops
+
+# exp2 for float32 without a libm call, so loops over it vectorize: 2^x = 2^n * 2^f with n = rint(x), f in
+# [-0.5, 0.5], 2^f from Cephes' degree-6 polynomial (relative error < 2e-7), 2^n built in two halves so that
+# 2^-150..2^128 scale without overflowing the exponent field. inf, -inf and nan come out as libm gives them.
+EXP2F = r"""
+static inline float tc_exp2f(float x) {
+  float clamped = x > 128.0f ? 128.0f : (x < -150.0f ? -150.0f : x);
+  float n = __builtin_rintf(clamped), f = clamped - n;
+  float p = 1.535336188319500e-4f;
+  p = p * f + 1.339887440266574e-3f;
+  p = p * f + 9.618437357674640e-3f;
+  p = p * f + 5.550332471162809e-2f;
+  p = p * f + 2.402264791363012e-1f;
+  p = p * f + 6.931472028550421e-1f;
+  p = p * f + 1.0f;
+  int whole = (int)n, half = whole / 2;
+  unsigned int b1 = (unsigned int)(half + 127) << 23, b2 = (unsigned int)(whole - half + 127) << 23;
+  float s1, s2; __builtin_memcpy(&s1, &b1, 4); __builtin_memcpy(&s2, &b2, 4);
+  return x != x ? x : p * s1 * s2;
+}
+"""
 
 OMP_REDUCTION = {Ops.ADD: "+", Ops.MUL: "*", Ops.MAX: "max"}
 
@@ -9,6 +31,11 @@ OMP_REDUCTION = {Ops.ADD: "+", Ops.MUL: "*", Ops.MAX: "max"}
 class CPURenderer(CStyleRenderer):
   """Renders a kernel as a C function ``void name(T* restrict data0, ..., long long var0, ...)``."""
   device = "CPU"
+  prelude = CStyleRenderer.prelude + EXP2F
+
+  def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
+    if op is Ops.EXP2 and dtype in (dtypes.float32, dtypes.float16, dtypes.bfloat16): return f"tc_exp2f({args[0]})"
+    return super().math_call(op, dtype, args)
 
   def loop_pragma(self, loop: Loop) -> str:
     # an innermost reduction loop may be reassociated, so the compiler can keep several partial sums in vectors
