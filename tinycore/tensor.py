@@ -239,7 +239,10 @@ class Tensor:
     shape = Tensor._shape_arg(shape)
     dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
     bits = Tensor._random_bits(prod(shape), device)
-    values = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
+    # as many random bits as the dtype's significand holds, so the cast is exact and 1.0 is never reached
+    precision = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float64: 32}.get(dtype, 24)
+    compute = dtypes.float64 if precision > 24 else dtypes.float32
+    values = (bits >> (32 - precision)).cast(compute) * (1.0 / (1 << precision))
     return Tensor(values.reshape(shape).cast(dtype).uop, **kwargs)
 
   @staticmethod

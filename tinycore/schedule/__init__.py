@@ -107,7 +107,14 @@ def check_store_hazard(kb: KernelBuilder, store: UOp) -> None:
 
 
 def kernel_call(kb: KernelBuilder) -> UOp:
+  """CALL(kernel, *buffers). Simplification can remove every load of a buffer (the empty side of a cat): such
+  buffers leave the call and the remaining parameters are renumbered, so slots and buffers always line up."""
   sink = graph_rewrite(kb.sink, symbolic)
+  used = sorted({u.arg for u in sink.toposort() if u.op is Ops.PARAM})
+  if used != list(range(len(kb.buffers))):
+    renumber = {UOp(Ops.PARAM, kb.buffers[slot].dtype, (), slot): UOp(Ops.PARAM, kb.buffers[slot].dtype, (), i)
+                for i, slot in enumerate(used)}
+    return UOp(Ops.CALL, None, (sink.substitute(renumber), *[kb.buffers[slot] for slot in used]))
   return UOp(Ops.CALL, None, (sink, *kb.buffers))
 
 

@@ -18,19 +18,24 @@ PENDING_PRUNE_AT = 64  # how many in-flight copy-ins to collect before the finis
 
 class CLView:
   """A byte range of a cl.Buffer (a tinycore buffer view). Copies address the range through the base buffer at any
-  offset; a kernel needs a sub-buffer, which OpenCL allows only at offsets aligned to CL_DEVICE_MEM_BASE_ADDR_ALIGN."""
-  __slots__ = ("base", "offset", "nbytes", "sub", "alignment")
+  offset; a kernel needs a sub-buffer, which OpenCL allows only at offsets aligned to CL_DEVICE_MEM_BASE_ADDR_ALIGN
+  (made when a kernel first takes the view)."""
+  __slots__ = ("base", "offset", "nbytes", "alignment", "_sub")
 
   def __init__(self, base: cl.Buffer, offset: int, nbytes: int, alignment: int):
     self.base, self.offset, self.nbytes, self.alignment = base, offset, nbytes, alignment
-    self.sub = base.get_sub_region(offset, nbytes) if offset % alignment == 0 else None
+    self._sub: cl.Buffer | None = None
 
   def kernel_arg(self) -> cl.Buffer:
-    if self.sub is None:
-      raise NotImplementedError(f"a kernel cannot use a view at byte offset {self.offset} of an OpenCL buffer: "
-                                f"sub-buffers must start at a multiple of the device's base address alignment "
-                                f"({self.alignment} bytes); copy the view to a fresh buffer first (.contiguous())")
-    return self.sub
+    if self._sub is None:
+      if self.offset % self.alignment:
+        raise NotImplementedError(f"a kernel cannot take a view at byte offset {self.offset} of an OpenCL buffer: "
+                                  f"sub-buffers must start at a multiple of the device's base address alignment "
+                                  f"({self.alignment} bytes, CL_DEVICE_MEM_BASE_ADDR_ALIGN); pass the base buffer "
+                                  "and index into it, or copy the view into a buffer of its own")
+      # an empty view still needs a valid argument: OpenCL has no empty sub-buffers
+      self._sub = self.base.get_sub_region(self.offset, self.nbytes) if self.nbytes else self.base
+    return self._sub
 
   def __repr__(self) -> str: return f"<CLView {self.nbytes} bytes at +{self.offset}>"
 
@@ -129,6 +134,7 @@ class CLProgram:
     except cl.Error as error:
       raise RuntimeError(f"cannot load the OpenCL program binary of kernel {name!r} on {device.device}: {error}") from error
     self.max_work_group = self.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device.cl_device)
+    self.num_args = self.kernel.num_args
     self._local_sizes: dict[tuple[int, ...], tuple[int, ...]] = {}
 
   def fit_local_size(self, local_size: Sequence[int]) -> tuple[int, ...]:
@@ -148,6 +154,9 @@ class CLProgram:
                vals: Sequence[int] = (), wait: bool = False) -> float | None:
     args = [buf if type(buf) is cl.Buffer else buf.kernel_arg() for buf in bufs]
     args.extend(np.int64(value) for value in vals)
+    if len(args) != self.num_args:
+      raise RuntimeError(f"kernel {self.name!r} takes {self.num_args} arguments, but the call passed {len(bufs)} buffers "
+                         f"and {len(vals)} values: the call's buffers and the kernel's parameters do not match")
     self.kernel.set_args(*args)
     if 0 in tuple(global_size): return 0.0 if wait else None  # nothing to run (OpenCL refuses an empty range)
     event = cl.enqueue_nd_range_kernel(self.queue, self.kernel, tuple(global_size), self.fit_local_size(local_size))

@@ -52,6 +52,7 @@ class CLRenderer(CStyleRenderer):
     dtypes.float64: "double", dtypes.float16: "float", dtypes.bfloat16: "float"}   # 16-bit floats compute in float
   storage_names: dict[DType, str] = {dtypes.bool: "uchar", dtypes.float16: "ushort", dtypes.bfloat16: "ushort"}
   half_helpers = CL_HALF_HELPERS
+  unroll_pragma = "#pragma unroll"  # OpenCL compilers (clang, NVIDIA, AMD, Intel) know this spelling, not GCC's
 
   def __init__(self, fp64: bool = True, fp16: bool = False, max_local_size: int = 256,
                max_work_item_sizes: Sequence[int] = (256, 256, 256)):
