@@ -356,3 +356,26 @@ def test_bfloat16_storage():
   upper = t.bitcast(dtypes.uint16).numpy()
   expected = ((x.view(np.uint32) + 0x7FFF + ((x.view(np.uint32) >> 16) & 1)) >> 16).astype(np.uint16)
   np.testing.assert_array_equal(upper, expected)
+
+
+# ---------------------------------------------------------------------------- cross-device assigns (COPY rules)
+@needs_device
+@needs_tiny_cpu
+@pytest.mark.parametrize("dst, src", [("CL", "CPU"), ("CPU", "CL")])
+def test_cross_device_assign_whole_view_and_lazy(dst, src):
+  from tinycore.uop.ops import Ops
+  from tinycore.engine.realize import run_linear
+  a = Tensor.zeros(5, device=dst).contiguous().realize()
+  source = Tensor(np.arange(5, dtype=np.float32), device=src).realize()
+  linear = Tensor.schedule_linear(a.assign(source))
+  assert [call.src[0].op for call in linear.src] == [Ops.COPY]       # a realized cross-device assign is one copy
+  assert (linear.src[0].src[1].device, linear.src[0].src[2].device) == (a.device, source.device)
+  run_linear(linear)
+  np.testing.assert_equal(a.numpy(), np.arange(5, dtype=np.float32))
+  b = Tensor.zeros(8, device=dst).contiguous().realize()
+  b[2:6].assign(Tensor([0., 1., 2., 3.], device=src).realize())    # a view: copied over, scattered locally
+  np.testing.assert_equal(b.numpy(), np.array([0, 0, 0, 1, 2, 3, 0, 0], dtype=np.float32))
+  c = Tensor.zeros(8, device=dst).contiguous().realize()
+  c.assign(Tensor.ones(8, device=src) * 2)                          # computed on its own device, then copied
+  np.testing.assert_equal(c.numpy(), np.full(8, 2.0, np.float32))
+  assert c.device == Device.canonicalize(dst)
