@@ -104,19 +104,38 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
     # the value is copied to the target's device and stored there; the target never moves. (A copy to DISK is a
     # store into the disk buffer: no COPY.) The copy rules drop this COPY again when the target is a whole buffer.
     value = value.to(target.device)
-  if target.uop.base.op not in (Ops.BUFFER, Ops.AFTER):
+  if storage_root(target.uop).op not in (Ops.BUFFER, Ops.AFTER):
     owner = _storage_owner(target)
     if owner is None:
       target.uop = value.uop  # nothing else sees this tensor's storage: it simply becomes the value
       return
     owner.realize()  # rebinds target too: it is a view of owner
-    if target.uop.base.op not in (Ops.BUFFER, Ops.AFTER):
-      raise RuntimeError(f"cannot assign into a view of {target.uop.base.op.name}: it has no storage")
-  base = target.uop.base
-  after = UOp(Ops.AFTER, base.dtype, (base, UOp(Ops.STORE, None, (target.uop, value.uop))))
+    if storage_root(target.uop).op not in (Ops.BUFFER, Ops.AFTER):
+      raise RuntimeError(f"cannot assign into a view of {storage_root(target.uop).op.name}: it has no storage")
+  store_target, stored = bitcast_to_source(target.uop, value.uop)
+  base = storage_root(store_target)
+  after = UOp(Ops.AFTER, base.dtype, (base, UOp(Ops.STORE, None, (store_target, stored))))
   # every view of this buffer (the target itself included) now reads the stored value
   for t in _live_tensors():
-    if t.uop.base is base: t.uop = t.uop.substitute({base: after})
+    if storage_root(t.uop) is base: t.uop = t.uop.substitute({base: after})
+
+
+def storage_root(u: UOp) -> UOp:
+  """What a view reads from: u without movement ops and bitcasts on top."""
+  while u.op in GroupOp.Movement or u.op is Ops.BITCAST: u = u.src[0]
+  return u
+
+
+def bitcast_to_source(target: UOp, value: UOp) -> tuple[UOp, UOp]:
+  """A store into a bitcast view stores the value bitcast back to the buffer's dtype into the view below it (moving
+  a destination bitcast to the source). Reshapes above the bitcast are undone on the value first."""
+  node, moved = target, value
+  while node.op in (Ops.RESHAPE, Ops.BITCAST):
+    moved = moved.reshape(node.src[0].shape) if node.op is Ops.RESHAPE else UOp(Ops.BITCAST, node.src[0].dtype, (moved,))
+    node = node.src[0]
+  if not any(n.op is Ops.BITCAST for n in target.toposort(gate=lambda n: n is not node)): return target, value
+  if storage_root(node) is not node.base: raise RuntimeError("cannot assign through a bitcast below a permute, pad or flip")
+  return node, moved
 
 
 def _live_tensors():
@@ -131,7 +150,7 @@ def _storage_owner(target: Tensor) -> Tensor | None:
   for t in _live_tensors():
     if t is not target: by_uop.setdefault(t.uop, t)
   node = target.uop
-  while node.op in GroupOp.Movement:
+  while node.op in GroupOp.Movement or node.op is Ops.BITCAST:
     node = node.src[0]
     if node in by_uop: return by_uop[node]
   return None

@@ -19,7 +19,9 @@ class ScheduleError(RuntimeError):
 
 
 def _is_buffer_view(u: UOp) -> bool:
-  return u.base.op in (Ops.BUFFER, Ops.AFTER)
+  """A view of stored data (movement ops and bitcasts over a buffer): realizing it computes nothing."""
+  while u.op in GroupOp.Movement or u.op is Ops.BITCAST: u = u.src[0]
+  return u.op in (Ops.BUFFER, Ops.AFTER)
 
 
 def _strip_reshapes(u: UOp) -> UOp:
