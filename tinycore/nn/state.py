@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import tempfile
+import secrets
+import stat
 from collections import OrderedDict
 from typing import Any
 from tinycore.dtype import DType, dtypes
@@ -45,9 +46,7 @@ def _disk_name(path: str | os.PathLike) -> str:
 
 def _file_tensor(path: str) -> Tensor:
   """The whole file as a 1-d uint8 tensor on DISK (nothing is read until a view of it is realized)."""
-  try: return Tensor(pathlib.Path(path))
-  except NotImplementedError:  # a core without Tensor(pathlib.Path): the same tensor, spelled out
-    return Tensor.empty(os.stat(path).st_size, dtype=dtypes.uint8, device=f"DISK:{path}")
+  return Tensor(pathlib.Path(path))
 
 
 def _read_header_from_file(path: str) -> tuple[int, dict[str, Any]]:
@@ -82,8 +81,9 @@ def _read_header_from_tensor(t: Tensor, name: str) -> tuple[int, dict[str, Any]]
 
 def _check_header_length(name: str, length: int, size: int) -> int:
   if length > size - HEADER_LENGTH_BYTES or length > MAX_HEADER_BYTES:
+    limit = f" (the limit is {MAX_HEADER_BYTES})" if length > MAX_HEADER_BYTES else ""
     raise SafetensorsError(f"{name}: corrupt safetensors header: its length field says {length} bytes, but the "
-                           f"file has {size} bytes" + (f" (the limit is {MAX_HEADER_BYTES})" if length > MAX_HEADER_BYTES else ""))
+                           f"file has {size} bytes{limit}")
   if length < 2: raise SafetensorsError(f"{name}: corrupt safetensors header: its length field says {length} bytes")
   return length
 
@@ -98,7 +98,8 @@ def _parse_header(name: str, header_bytes: bytes, data_bytes: int) -> dict[str, 
     raise SafetensorsError(f"{name}: corrupt safetensors header: expected a JSON object, got {type(header).__name__}")
   for key, entry in header.items():
     if key == METADATA_KEY:
-      if not isinstance(entry, dict): raise SafetensorsError(f"{name}: corrupt safetensors header: {METADATA_KEY} is not an object")
+      if not isinstance(entry, dict):
+        raise SafetensorsError(f"{name}: corrupt safetensors header: {METADATA_KEY} is not an object")
       continue
     where = f"{name}: tensor {key!r}"
     if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
@@ -168,11 +169,13 @@ def _check_tensors(tensors: dict[str, Tensor], metadata: dict[str, Any] | None, 
     if not isinstance(key, str): raise TypeError(f"safe_save({path!r}): tensor names must be str, got {key!r}")
     if key == METADATA_KEY: raise ValueError(f"safe_save({path!r}): {METADATA_KEY!r} is reserved for the metadata")
     if not isinstance(t, Tensor): raise TypeError(f"safe_save({path!r}): {key!r} is a {type(t).__name__}, not a Tensor")
-    if isinstance(t.device, tuple): raise ValueError(f"safe_save({path!r}): {key!r} is sharded over {t.device}; gather it first")
+    if isinstance(t.device, tuple):
+      raise ValueError(f"safe_save({path!r}): {key!r} is sharded over {t.device}; gather it first")
     if t.dtype not in inverse_safe_dtypes: raise TypeError(f"safe_save({path!r}): {key!r} has dtype {t.dtype}, which "
                                                            "safetensors cannot store")
   if metadata is not None:
-    if not isinstance(metadata, dict): raise TypeError(f"safe_save({path!r}): metadata must be a dict, got {type(metadata).__name__}")
+    if not isinstance(metadata, dict):
+      raise TypeError(f"safe_save({path!r}): metadata must be a dict, got {type(metadata).__name__}")
     try: json.dumps(metadata)
     except (TypeError, ValueError) as error: raise TypeError(f"safe_save({path!r}): metadata is not JSON: {error}") from None
 
@@ -199,16 +202,33 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[
   total = data_start + (spans[-1][1] if spans else 0)
   directory = os.path.dirname(path)
   if not os.path.isdir(directory): raise FileNotFoundError(f"cannot save {path}: the directory {directory} does not exist")
-  handle, temporary = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
-  os.close(handle)
+  temporary = _create_temporary(path)
   try:
     _write_through_disk(temporary, total, header, data_start, tensors, spans)
+    _keep_mode(temporary, path)
     os.replace(temporary, path)
   except BaseException:
     try: os.unlink(temporary)
     except OSError: pass
     raise
   _fsync_directory(directory)
+
+
+def _create_temporary(path: str) -> str:
+  """A new, empty file next to ``path`` (``path.<random>.tmp``), created as an ordinary file would be (mode 0666 less
+  the umask)."""
+  while True:
+    temporary = f"{path}.{secrets.token_hex(4)}.tmp"
+    try: fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except FileExistsError: continue
+    os.close(fd)
+    return temporary
+
+
+def _keep_mode(temporary: str, path: str) -> None:
+  """Give the finished temporary the mode of the file it replaces (after writing: that mode may be read-only)."""
+  try: os.chmod(temporary, stat.S_IMODE(os.stat(path).st_mode))
+  except OSError: pass  # no file to replace: keep the default mode
 
 
 def _write_through_disk(temporary: str, total: int, header: bytes, data_start: int, tensors: dict[str, Tensor],

@@ -127,7 +127,7 @@ def test_views_are_byte_ranges(data_file):
   nested = view.view(4, dtypes.uint8, 2)
   assert nested.offset == 32 and read(nested) == bytes(range(32, 36))
   words = base.view(2, dtypes.uint32, 8)
-  assert words.numpy().tolist() == [int.from_bytes(bytes(range(8, 12)), "little"), int.from_bytes(bytes(range(12, 16)), "little")]
+  assert words.numpy().tolist() == [int.from_bytes(bytes(range(start, start + 4)), "little") for start in (8, 12)]
   view.copyin(memoryview(b"abcdefghij"))
   assert data_file.read_bytes()[28:42] == bytes([28, 29]) + b"abcdefghij" + bytes([40, 41])
 
@@ -208,8 +208,16 @@ def test_reads_and_writes_go_in_chunks(tmp_path, monkeypatch):
   monkeypatch.setattr(disk_device, "CHUNK", 4096)
   reads, writes = [], []
   real_preadv, real_pwrite = os.preadv, os.pwrite
-  monkeypatch.setattr(disk_device.os, "preadv", lambda fd, bufs, off: reads.append((off, sum(memoryview(b).nbytes for b in bufs))) or real_preadv(fd, bufs, off))
-  monkeypatch.setattr(disk_device.os, "pwrite", lambda fd, data, off: writes.append((off, memoryview(data).nbytes)) or real_pwrite(fd, data, off))
+
+  def preadv(fd, bufs, offset):
+    reads.append((offset, sum(memoryview(b).nbytes for b in bufs)))
+    return real_preadv(fd, bufs, offset)
+
+  def pwrite(fd, data, offset):
+    writes.append((offset, memoryview(data).nbytes))
+    return real_pwrite(fd, data, offset)
+  monkeypatch.setattr(disk_device.os, "preadv", preadv)
+  monkeypatch.setattr(disk_device.os, "pwrite", pwrite)
   payload = os.urandom(3 * 4096 + 123)
   b = buffer(tmp_path / "chunks.bin", len(payload) + 7)
   view = b.view(len(payload), dtypes.uint8, 7)
@@ -250,10 +258,21 @@ def test_truncated_file_is_an_error_not_short_data(tmp_path):
 
 
 # ------------------------------------------------------------------ durability, accounting
-def test_synchronize_makes_writes_durable(tmp_path, monkeypatch):
-  synced = []
+def count_fsyncs(monkeypatch, path: pathlib.Path) -> list[int]:
+  """Records each os.fsync of ``path`` from now on (buffers of earlier tests may be freed, and synced, meanwhile)."""
+  free_buffers()
+  synced: list[int] = []
   real_fsync = os.fsync
-  monkeypatch.setattr(disk_device.os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+
+  def fsync(fd: int) -> None:
+    if os.path.exists(path) and os.fstat(fd).st_ino == path.stat().st_ino: synced.append(fd)
+    real_fsync(fd)
+  monkeypatch.setattr(disk_device.os, "fsync", fsync)
+  return synced
+
+
+def test_synchronize_makes_writes_durable(tmp_path, monkeypatch):
+  synced = count_fsyncs(monkeypatch, tmp_path / "s.bin")
   device = Device[disk(tmp_path / "s.bin")]
   b = buffer(tmp_path / "s.bin", 16)
   device.synchronize()
@@ -269,9 +288,7 @@ def test_synchronize_makes_writes_durable(tmp_path, monkeypatch):
 
 
 def test_closing_the_file_syncs_it(tmp_path, monkeypatch):
-  synced = []
-  real_fsync = os.fsync
-  monkeypatch.setattr(disk_device.os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+  synced = count_fsyncs(monkeypatch, tmp_path / "c.bin")
   b = buffer(tmp_path / "c.bin", 4)
   b.copyin(memoryview(b"abcd"))
   del b

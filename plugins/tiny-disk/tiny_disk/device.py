@@ -140,14 +140,17 @@ class OpenFile:
     self.dirty = False
 
   def close(self) -> None:
+    """Sync what was written, then unmap and close (even if the sync fails, which is then raised)."""
     if self.closed: return
-    self.sync()
-    self.closed = True
-    for mm in self.maps():
-      try: mm.close()
-      except BufferError: pass  # a zero-copy view is still exported: the mapping goes when the last view does
-    self.old_maps.clear()
-    os.close(self.fd)
+    try:
+      self.sync()
+    finally:
+      self.closed = True
+      for mm in self.maps():
+        try: mm.close()
+        except BufferError: pass  # a zero-copy view is still exported: the mapping goes when the last view does
+      self.old_maps.clear()
+      os.close(self.fd)
 
 
 def _check_can_grow(path: str, read_only: bool, block: bool, size: int, nbytes: int) -> None:
