@@ -312,10 +312,14 @@ class Tensor:
     return self._readable_buffer().as_memoryview()
 
   def numpy(self):
+    """A numpy array with this tensor's values (one copy: read straight from a host-visible buffer)."""
     import numpy as np
-    if self.dtype is dtypes.bfloat16: return self.cast(dtypes.float32).numpy()
-    data = np.frombuffer(self._data(), dtype=to_np_dtype(self.dtype)) if self.numel() else np.empty(0, to_np_dtype(self.dtype))
-    return data.reshape(self.shape).copy()
+    if self.dtype is dtypes.bfloat16:
+      readable = self if Device[self.device].can_compute else self.to("CPU")
+      return readable.cast(dtypes.float32).numpy()
+    if self.numel() == 0: return np.empty(self.shape, to_np_dtype(self.dtype))
+    buffer = self._readable_buffer()  # kept alive while the zero-copy view is read
+    return np.frombuffer(buffer.as_memoryview(allow_zero_copy=True), dtype=to_np_dtype(self.dtype)).reshape(self.shape).copy()
 
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> Any:

@@ -95,14 +95,17 @@ class Buffer:
     if self.nbytes: self.allocator._copyout(mv, self._buf)
     return mv
 
-  def as_memoryview(self, allow_zero_copy: bool = False, force_zero_copy: bool = False) -> memoryview:
+  def as_memoryview(self, allow_zero_copy: bool = False, force_zero_copy: bool = False,
+                    no_sync: bool = False) -> memoryview:
     """The bytes of this buffer. Zero-copy (a live view of device memory) only when asked for and possible, since
-    the view outlives nothing: keep the Buffer alive while you use it."""
+    the view outlives nothing: keep the Buffer alive while you use it. `no_sync` skips waiting for the devices
+    (for a caller that already did, such as a copy about to write into the view)."""
     if allow_zero_copy or force_zero_copy:
       if self.allocator.supports_as_buffer:
         from tinycore.device.registry import Device
-        _wait_for_queues()
-        Device[self.device].synchronize()
+        if not no_sync:
+          _wait_for_queues()
+          Device[self.device].synchronize()
         return self.allocator._as_buffer(self._buf) if self.nbytes else memoryview(bytearray(0))
       if force_zero_copy: raise AssertionError(f"{self.device} has no zero-copy host view")
     return self.copyout(memoryview(bytearray(self.nbytes)))

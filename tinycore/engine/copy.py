@@ -37,7 +37,8 @@ def run_copy(dst: Buffer, src: Buffer) -> None:
     dst_alloc._transfer(dst._buf, src._buf, dst.nbytes, Device[src.device], Device[dst.device])
     return
   if dst_alloc.supports_as_buffer:
-    src.copyout(dst.as_memoryview(force_zero_copy=True))
+    # the destination is about to be overwritten: no need to sync it (that would flush a DISK file per copy)
+    src.copyout(dst.as_memoryview(force_zero_copy=True, no_sync=True))
     return
   if src_alloc.supports_as_buffer:
     dst.copyin(src.as_memoryview(force_zero_copy=True))

@@ -46,9 +46,12 @@ def mark_realized(ctx: ScheduleContext, roots: list[UOp], graph: dict[UOp, None]
   for node in graph:
     if node.op is Ops.STORE and is_cross_device_store(node) and contiguous_region(node.src[1], ctx.realized) is None:
       value = node.src[1]
-      if not _can_compute(value.device):
+      if not _can_compute(value.device) and _is_buffer_view(value):
         raise ScheduleError(f"non-contiguous view is not supported: {value.device} cannot compute, so a view of it "
-                            "must be one contiguous range (shrink, reshape, bitcast); copy it with .to() first")
+                            "must be one contiguous range (shrink, reshape, bitcast)")
+      if not _can_compute(value.device):
+        raise ScheduleError(f"{value.device} cannot compute (it only stores bytes): move the tensor to a compute "
+                            "device with .to('CPU') first")
       ctx.realize(value)
 
 
