@@ -24,6 +24,9 @@ class HostMemory:
   def __repr__(self) -> str: return f"<HostMemory {self.nbytes} bytes at {self.addr:#x}>"
 
 
+POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
 class CPUAllocator(LRUAllocator[HostMemory]):
   """Page-aligned, zero-filled host memory from anonymous mmaps."""
 
@@ -32,7 +35,9 @@ class CPUAllocator(LRUAllocator[HostMemory]):
       view = memoryview((ctypes.c_char * nbytes).from_address(spec.external_ptr)).cast("B")
       return HostMemory(None, spec.external_ptr, nbytes, view)
     try:
-      mapping = mmap.mmap(-1, nbytes)
+      # large buffers are faulted in up front: one kernel-side pass instead of a page fault per 4 KiB on first touch
+      flags = mmap.MAP_SHARED | mmap.MAP_ANONYMOUS | (POPULATE if nbytes >= 1 << 20 else 0)
+      mapping = mmap.mmap(-1, nbytes, flags=flags)
     except OSError as error:
       raise MemoryError(f"mmap of {nbytes} bytes failed: {error}") from error
     # c_char.from_buffer holds a buffer export only while it lives; the address stays valid while the mapping does
