@@ -8,25 +8,11 @@ Times are wall-clock until realize() returns, which waits for the device to fini
 """
 from __future__ import annotations
 import argparse
-import statistics
 import time
 import numpy as np
 from tinycore import Tensor
 from tinycore.device.registry import Device
-
-
-def timed(fn, repeat: int, device: str | None = None) -> float:
-  """Median wall time of fn, including waiting for the device to finish (queue devices return early)."""
-  def run():
-    fn()
-    if device is not None: Device[device].synchronize()
-  run()  # warm up: compile, allocate
-  samples = []
-  for _ in range(repeat):
-    start = time.perf_counter()
-    run()
-    samples.append(time.perf_counter() - start)
-  return statistics.median(samples)
+from timing import median_time
 
 
 def realized(data: np.ndarray, device: str) -> Tensor:
@@ -47,25 +33,25 @@ def main() -> None:
   a, b, c, d = (rng.standard_normal(n).astype(np.float32) for _ in range(4))
   ta, tb, tc, td = (realized(x, device) for x in (a, b, c, d))
   rows.append(("fused ((a*b+c).relu()*d).sum(), 16M f32",
-               timed(lambda: ((ta * tb + tc).relu() * td).sum().realize(), args.repeat, device),
-               timed(lambda: (np.maximum(a * b + c, 0) * d).sum(), args.repeat)))
+               median_time(lambda: ((ta * tb + tc).relu() * td).sum().realize(), args.repeat, device),
+               median_time(lambda: (np.maximum(a * b + c, 0) * d).sum(), args.repeat)))
 
   m = rng.standard_normal((4096, 4096)).astype(np.float32)
   tm = realized(m, device)
   for axis in (0, 1):
-    rows.append((f"sum over axis {axis}, 4096x4096 f32", timed(lambda: tm.sum(axis).realize(), args.repeat, device),
-                 timed(lambda: m.sum(axis), args.repeat)))
+    rows.append((f"sum over axis {axis}, 4096x4096 f32", median_time(lambda: tm.sum(axis).realize(), args.repeat, device),
+                 median_time(lambda: m.sum(axis), args.repeat)))
 
   s = rng.standard_normal((4096, 1024)).astype(np.float32)
   ts = realized(s, device)
   def np_softmax():
     e = np.exp(s - s.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
-  rows.append(("softmax over (4096, 1024) f32", timed(lambda: ts.softmax(-1).realize(), args.repeat, device), timed(np_softmax, args.repeat)))
+  rows.append(("softmax over (4096, 1024) f32", median_time(lambda: ts.softmax(-1).realize(), args.repeat, device), median_time(np_softmax, args.repeat)))
 
   x, y = rng.standard_normal((1024, 1024)).astype(np.float32), rng.standard_normal((1024, 1024)).astype(np.float32)
   tx, ty = realized(x, device), realized(y, device)
-  rows.append(("matmul 1024x1024 f32", timed(lambda: (tx @ ty).realize(), args.repeat, device), timed(lambda: x @ y, args.repeat)))
+  rows.append(("matmul 1024x1024 f32", median_time(lambda: (tx @ ty).realize(), args.repeat, device), median_time(lambda: x @ y, args.repeat)))
 
   # time to first result: a kernel this process has never seen (a fresh constant makes the source new)
   salt = float(time.time() % 1000)

@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 import argparse
-import statistics
 import time
 from tinycore import Tensor
 from tinycore.codegen import compile_kernel
@@ -16,22 +15,13 @@ from tinycore.device.registry import Device
 from tinycore.engine.buffers import buffer_of
 from tinycore.engine.realize import run_linear
 from tinycore.hcq.runtime import compile_linear
+from timing import median_time
 
 
 def chain(n: int) -> Tensor:
   x = Tensor.zeros(16).contiguous().realize()
   for _ in range(n): x = (x + 1).contiguous()
   return x
-
-
-def median_time(fn, repeat: int) -> float:
-  fn()
-  samples = []
-  for _ in range(repeat):
-    start = time.perf_counter()
-    fn()
-    samples.append(time.perf_counter() - start)
-  return statistics.median(samples)
 
 
 def main() -> None:

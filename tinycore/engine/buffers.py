@@ -24,4 +24,12 @@ def buffer_of(buf_uop: UOp) -> Buffer:
   return buf
 
 
+def linear_buffers(linear: UOp) -> list[UOp]:
+  """The distinct BUFFERs a LINEAR's calls use (a BUFFER_VIEW counts as its buffer), in order of first use."""
+  seen: dict[UOp, None] = {}
+  for call in linear.src:
+    for b in call.src[1:]: seen[b.src[0] if b.op is Ops.BUFFER_VIEW else b] = None
+  return list(seen)
+
+
 from tinycore.schedule.copies import has_buffer_identity  # noqa: E402,F401  (re-exported)

@@ -4,7 +4,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 from tinycore.uop.ops import GroupOp, Ops, UOp
-from tinycore.engine.buffers import buffer_of
+from tinycore.engine.buffers import buffer_of, linear_buffers
 from tinycore.schedule.cache import cached_schedule
 from tinycore.schedule.copies import is_disk
 
@@ -35,7 +35,7 @@ def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
   from tinycore.hcq.device import is_hcq_device
   from tinycore.hcq.runtime import call_is_hcq, compile_linear, queue_of, wait_for_queues
   if any(queue_of(call) is not None for call in linear.src if call.src[0].op is not Ops.PROGRAM):
-    linear = compile_linear(linear, input_uops=_all_buffer_uops(linear))
+    linear = compile_linear(linear, input_uops=linear_buffers(linear))
   written: dict[str, None] = {}
   for call in linear.src:
     callee, buffer_uops = call.src[0], call.src[1:]
@@ -59,13 +59,6 @@ def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
   for device in written:
     if not is_hcq_device(Device[device]): Device[device].synchronize()
   if wait: wait_for_queues()
-
-
-def _all_buffer_uops(linear: UOp) -> list[UOp]:
-  seen: dict[UOp, None] = {}
-  for call in linear.src:
-    for b in call.src[1:]: seen[b.src[0] if b.op is Ops.BUFFER_VIEW else b] = None
-  return list(seen)
 
 
 def schedule_tensors(tensors: list[Tensor]) -> tuple[UOp, dict[UOp, UOp]]:

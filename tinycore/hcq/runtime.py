@@ -200,21 +200,15 @@ def wait_for_queues() -> None:
   release_finished()
 
 
-def _buffer_uops(linear: UOp) -> list[UOp]:
-  out: dict[UOp, None] = {}
-  for call in linear.src:
-    for b in call.src[1:]: out[b.src[0] if b.op is Ops.BUFFER_VIEW else b] = None
-  return list(out)
-
-
 def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile: bool = False) -> UOp:
   """A LINEAR whose queue calls are grouped into compiled batches. `input_uops` (eager use) are the buffers whose
   addresses are patched in at every run; None (JIT use) bakes every address. Compiling a compiled LINEAR returns
   it unchanged; small eager schedules are cached as templates keyed by their buffer-free form."""
+  from tinycore.schedule.cache import buffer_placeholder
   if any(call_is_hcq(call) for call in linear.src): return linear
   if input_uops is not None and len(linear.src) <= MAX_CACHED_CALLS:
     inputs = list(input_uops)
-    placeholders = [UOp(Ops.BUFFER, b.dtype, (UOp(Ops.UNIQUE, None, (), -(i + 1)), b.src[1]), b.arg) for i, b in enumerate(inputs)]
+    placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
     # the staging ring's settings are part of the key: a staged copy bakes the ring's address and chunking
     devices = sorted({b.device for call in linear.src for b in call.src[1:]})
     host_devs = tuple(getattr(_device(d), "host_devs", None) for d in devices)
@@ -227,6 +221,7 @@ def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile
 
 
 def _compile(linear: UOp, inputs: Sequence[UOp]) -> UOp:
+  from tinycore.engine.buffers import linear_buffers
   expanded: list[UOp] = []
   for call in linear.src:
     direction = staging_direction(call)
@@ -236,7 +231,7 @@ def _compile(linear: UOp, inputs: Sequence[UOp]) -> UOp:
 
   def flush() -> None:
     if not batch: return
-    slots = _buffer_uops(UOp(Ops.LINEAR, None, tuple(batch)))
+    slots = linear_buffers(UOp(Ops.LINEAR, None, tuple(batch)))
     input_set = set(inputs)
     baked = frozenset(i for i, s in enumerate(slots) if s not in input_set)
     compiled = CompiledBatch(batch, slots, baked)

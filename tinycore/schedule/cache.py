@@ -17,14 +17,15 @@ class ScheduleCacheStats:
   misses = 0
 
 
-def _placeholder(i: int, buf: UOp) -> UOp:
+def buffer_placeholder(i: int, buf: UOp) -> UOp:
+  """Slot i standing in for `buf` in a cache key: same device, size and dtype; negative UNIQUE (never a real one)."""
   return UOp(Ops.BUFFER, buf.dtype, (UOp(Ops.UNIQUE, None, (), -(i + 1)), buf.src[1]), buf.arg)
 
 
 def cached_schedule(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   sink = UOp(Ops.SINK, None, tuple(roots))
   inputs = [n for n in sink.toposort() if n.op is Ops.BUFFER]
-  placeholders = [_placeholder(i, b) for i, b in enumerate(inputs)]
+  placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
   key = sink.substitute(dict(zip(inputs, placeholders)))
   entry = _cache.get(key)
   if entry is None:
