@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 import argparse
-import time
 from tinycore import Tensor
 from tinycore.codegen import compile_kernel
 from tinycore.device.registry import Device
