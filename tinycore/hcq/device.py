@@ -23,6 +23,12 @@ class Encoded:
   entries: int = 0
   commands: int = 0
 
+  def __add__(self, other: Encoded) -> Encoded:
+    """Two command buffers back to back (queues whose format is a sequence of records concatenate)."""
+    shift = len(self.blob)
+    return Encoded(self.blob + other.blob, self.patches + [(offset + shift, ref) for offset, ref in other.patches],
+                   self.entries + other.entries, self.commands + other.commands)
+
   def patched(self, values: dict[Any, int]) -> bytearray:
     if not self.patches: return self.blob
     out = bytearray(self.blob)

@@ -162,24 +162,27 @@ class CompiledBatch:
         else: values[ref] = (var_vals or {})[ref.name]
     release_finished()
     # every queue first waits for everything submitted before, on this batch's devices and any still running
-    waiting_on = dict.fromkeys([*self.devices, *(d for epochs, _ in _in_flight for d in epochs)])
-    prologue = [Barrier()] + [SignalWait(d.timeline, d.epoch) for d in waiting_on if d.epoch]
+    previous = {d: d.epoch for d in [*self.devices, *(d for epochs, _ in _in_flight for d in epochs)]}
+    # each device ends the batch on one queue (compute if it has work there) by writing its next epoch to its
+    # timeline, after its other queues finished
+    epochs: dict[HCQDevice, int] = {}
+    finalize: dict[tuple[HCQDevice, str], list[Command]] = {}
+    for dev in self.devices:
+      mine = [q for q in self.queues if q[0] is dev]
+      last = (dev, "compute") if (dev, "compute") in mine else mine[0]
+      finalize[last] = [SignalWait(signals[q], self.last_seq[q]) for q in mine if q != last]
+      finalize[last].append(SignalStore(dev.timeline, dev.epoch + 1))
+      dev.epoch += 1
+      epochs[dev] = dev.epoch
     for queue in self.queues:
       dev, kind = queue
       hw = dev.queues[kind]
-      hw.submit(hw.encode(prologue), {})
-      hw.submit(encoded[queue], values)
-    # each device ends the batch by writing its next epoch to its timeline, after all of its queues finished
-    epochs: dict[HCQDevice, int] = {}
-    for dev in self.devices:
-      mine = [q for q in self.queues if q[0] is dev]
-      last = mine[0] if (dev, "compute") not in mine else (dev, "compute")
-      finalize: list[Command] = [SignalWait(signals[q], self.last_seq[q]) for q in mine if q is not last]
-      finalize.append(SignalStore(dev.timeline, dev.epoch + 1))
-      hw = dev.queues[last[1]]
-      hw.submit(hw.encode(finalize), {})
-      dev.epoch += 1
-      epochs[dev] = dev.epoch
+      # first wait for everything submitted before (a single-queue device's own work is already in order), then
+      # the batch, then the end-of-batch commands: one submission per queue
+      waits = [SignalWait(d.timeline, e) for d, e in previous.items() if e and not (d is dev and len(dev.queues) == 1)]
+      commands = hw.encode([Barrier(), *waits]) + encoded[queue]
+      if queue in finalize: commands = commands + hw.encode(finalize[queue])
+      hw.submit(commands, values)
     self.set_epochs[which] = epochs
     _in_flight.append((epochs, list(buffers)))
 

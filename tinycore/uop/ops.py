@@ -140,31 +140,33 @@ class UOp(metaclass=_UOpCache):
 
   # ------------------------------------------------------------------ graph walking
   def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
-    """Every node reachable from self, sources before users (an ordered dict used as a set)."""
+    """Every node reachable from self, sources before users (an ordered dict used as a set). `gate(node)` False
+    keeps the node but does not walk below it."""
     order: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(self, False)]
+    pop, push = stack.pop, stack.append
     while stack:
-      node, expanded = stack.pop()
+      node, expanded = pop()
       if node in order: continue
-      if expanded: order[node] = None
-      else:
-        if gate is not None and not gate(node):
-          order[node] = None
-          continue
-        stack.append((node, True))
-        for s in reversed(node.src):
-          if s not in order: stack.append((s, False))
+      if expanded or not node.src or (gate is not None and not gate(node)):
+        order[node] = None
+        continue
+      push((node, True))
+      for s in reversed(node.src):
+        if s not in order: push((s, False))
     return order
 
   def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
     """self with every occurrence of a key of `mapping` replaced by its value (bottom-up)."""
     if not mapping: return self
     done: dict[UOp, UOp] = {}
+    get = mapping.get
     for node in self.toposort():
-      if node in mapping: done[node] = mapping[node]
+      if (mapped := get(node)) is not None: done[node] = mapped
+      elif not node.src: done[node] = node
       else:
-        new_src = tuple(done[s] for s in node.src)
-        done[node] = node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src)
+        new_src = tuple([done[s] for s in node.src])
+        done[node] = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
     return done[self]
 
   # ------------------------------------------------------------------ derived properties (tensor level)
