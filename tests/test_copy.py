@@ -129,3 +129,35 @@ def test_numpy_of_a_value_without_a_buffer_goes_through_clone():
   a = Tensor.arange(12).reshape(3, 4).realize()
   np.testing.assert_equal(a.T.numpy(), np.arange(12).reshape(3, 4).T)
   assert a.uop.base.op is Ops.BUFFER  # reading a view did not rebind the tensor
+
+
+def test_a_plugin_transfer_hook_is_the_first_copy_path():
+  """`tinycore_transfer` lets a plugin move bytes directly between a pair of devices; the copy path asks it first."""
+  from tinycore.engine import copy as copy_module
+  from tinycore.plugin import hookimpl
+  from tinycore.plugin.manager import get_plugin_manager
+  moved = []
+
+  class PeerTransfer:
+    @hookimpl
+    def tinycore_transfer(self, src, dst):
+      if (src.device, dst.device) != ("CPU:1", "CPU"): return None
+      def copy(dst_handle, src_handle, nbytes):
+        moved.append(nbytes)
+        dst_handle.view[:nbytes] = src_handle.view[:nbytes]
+      return copy
+
+  plugin = PeerTransfer()
+  manager = get_plugin_manager()
+  manager.register(plugin, name="test-peer-transfer")
+  copy_module._direct_paths.clear()
+  try:
+    a = Tensor([1.0, 2.0, 3.0], device="CPU:1").realize()
+    out = a.to("CPU")
+    np.testing.assert_equal(out.numpy(), [1.0, 2.0, 3.0])
+    assert moved == [12]
+    np.testing.assert_equal(Tensor([4.0], device="CPU").to("CPU:1").numpy(), [4.0])  # other pairs: no hook
+    assert moved == [12]
+  finally:
+    manager.unregister(plugin)
+    copy_module._direct_paths.clear()
