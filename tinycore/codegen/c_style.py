@@ -164,6 +164,14 @@ class CStyleRenderer:
     """A line placed before a loop (e.g. a vectorization hint); none by default."""
     return ""
 
+  def loop_bounds(self, loop: Loop, lines: list[str], pad: str) -> tuple[str, str]:
+    """The start and end expressions of a loop (statements it needs go into `lines`); [0, size) by default."""
+    return "0", self.literal(loop.range.src[0].arg, dtypes.int64)
+
+  def extra_params(self) -> list[str]:
+    """Scalar parameters after the buffers (e.g. a thread's share of the work); none by default."""
+    return []
+
   def reduction_updates(self, loop: Loop) -> list[AccUpdate]:
     """The accumulator updates of an innermost loop (one with no loops inside): a reduction over this range."""
     if any(isinstance(item, Loop) for item in loop.body): return []
@@ -177,6 +185,7 @@ class CStyleRenderer:
       const = "" if p.arg in written else "const "
       args.append(f"{self.buffer_qualifier}{' ' if self.buffer_qualifier else ''}{const}{self.storage_type(p.dtype)}* "
                   f"{self.restrict} data{p.arg}")
+    args.extend(self.extra_params())
     return f"{self.kernel_qualifier}{' ' if self.kernel_qualifier else ''}void {name}({', '.join(args)})"
 
   # ------------------------------------------------------------------ work-items (devices that launch a grid)
@@ -342,7 +351,8 @@ class CStyleRenderer:
           self._emit_block(item.body, lines, depth)
           continue
         if (pragma := self.loop_pragma(item)): lines.append(f"{pad}{pragma}")
-        lines.append(f"{pad}for ({self.index_type} {r} = 0; {r} < {self.literal(item.range.src[0].arg, dtypes.int64)}; {r}++) {{")
+        start, end = self.loop_bounds(item, lines, pad)
+        lines.append(f"{pad}for ({self.index_type} {r} = {start}; {r} < {end}; {r}++) {{")
         self._emit_block(item.body, lines, depth + 1)
         lines.append(f"{pad}}}")
       elif isinstance(item, AccUpdate):

@@ -115,6 +115,7 @@ class CPUProgram:
 
   def __call__(self, *bufs: HostMemory, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] = (1, 1, 1),
                vals: Sequence[int] = (), wait: bool = False) -> float | None:
+    if global_size[0] > 1: vals = (*vals, 0, 1)  # a threaded kernel called directly: one share, all of the work
     if self._argument_counts != (len(bufs), len(vals)):
       # set once per program (it is the same every call); ctypes then converts plain ints quickly
       self.function.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int64] * len(vals)
@@ -134,8 +135,9 @@ class CPUDevice(HCQDevice):
     from tiny_cpu.renderer import CPURenderer
     from tiny_cpu.queue import CPUQueue, WorkerLibrary
     compiler = CPUCompiler()
-    super().__init__(name, CPUAllocator(), CPURenderer(), compiler, CPUProgram)
-    self.queues = {"compute": CPUQueue(self, "compute", WorkerLibrary.get(compiler))}
+    threads = cpu_threads()
+    super().__init__(name, CPUAllocator(), CPURenderer(threads), compiler, CPUProgram)
+    self.queues = {"compute": CPUQueue(self, "compute", WorkerLibrary.get(compiler), threads)}
 
   def device_address(self, buf: Any) -> int:
     handle = buf._buf
@@ -152,6 +154,13 @@ class CPUDevice(HCQDevice):
     try: self.synchronize(timeout_ms=2000)
     except Exception: return  # a worker stuck on a wait would never join; process exit ends it
     for queue in self.queues.values(): queue.close()
+
+
+def cpu_threads() -> int:
+  """Threads a large kernel is split across: TINYCORE_CPU_THREADS, else the cores this process may use."""
+  if (configured := os.environ.get("TINYCORE_CPU_THREADS")): return max(1, int(configured))
+  try: return max(1, len(os.sched_getaffinity(0)))
+  except AttributeError: return max(1, os.cpu_count() or 1)
 
 
 def host_address(buf: Any) -> int:

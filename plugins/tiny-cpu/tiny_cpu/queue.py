@@ -81,6 +81,57 @@ void tc_timestamp(uint64_t *signal) {
   __atomic_store_n(signal, (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec, __ATOMIC_RELEASE);
 }
 void tc_memcpy(uint64_t dst, uint64_t src, uint64_t n) { memmove((void *)dst, (const void *)src, n); }
+
+/* threaded kernels: the worker runs share 0 of a kernel and helper threads the others, core_id and core_count
+   appended to the kernel's arguments; the entry finishes when every share did */
+typedef struct { struct tc_pool *pool; uint64_t core; sem_t go; pthread_t thread; } tc_helper;
+typedef struct tc_pool {
+  uint64_t threads, fn, nargs, args[32];
+  volatile uint64_t pending;
+  tc_helper *helpers;
+} tc_pool;
+static void tc_share(tc_pool *p, uint64_t core) {
+  uint64_t a[33];
+  memcpy(a, p->args, sizeof p->args);
+  a[p->nargs] = core; a[p->nargs + 1] = p->threads;
+  ((tc_fn)p->fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
+                 a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29], a[30]);
+}
+static void *tc_helper_main(void *arg) {
+  tc_helper *h = (tc_helper *)arg;
+  for (;;) {
+    while (sem_wait(&h->go) != 0) {}
+    tc_share(h->pool, h->core);
+    __atomic_sub_fetch(&h->pool->pending, 1, __ATOMIC_ACQ_REL);
+  }
+  return 0;
+}
+tc_pool *tc_pool_new(uint64_t threads) {
+  tc_pool *p = (tc_pool *)calloc(1, sizeof(tc_pool));
+  p->threads = threads;
+  p->helpers = (tc_helper *)calloc(threads, sizeof(tc_helper));
+  for (uint64_t i = 1; i < threads; i++) {
+    p->helpers[i].pool = p; p->helpers[i].core = i;
+    sem_init(&p->helpers[i].go, 0, 0);
+    pthread_create(&p->helpers[i].thread, 0, tc_helper_main, &p->helpers[i]);
+  }
+  return p;
+}
+void tc_parallel(tc_pool *p, uint64_t fn, uint64_t nargs, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3,
+                 uint64_t a4, uint64_t a5, uint64_t a6, uint64_t a7, uint64_t a8, uint64_t a9, uint64_t a10,
+                 uint64_t a11, uint64_t a12, uint64_t a13, uint64_t a14, uint64_t a15, uint64_t a16, uint64_t a17,
+                 uint64_t a18, uint64_t a19, uint64_t a20, uint64_t a21, uint64_t a22, uint64_t a23, uint64_t a24,
+                 uint64_t a25, uint64_t a26, uint64_t a27) {
+  uint64_t given[28] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19,
+                        a20, a21, a22, a23, a24, a25, a26, a27};
+  memset(p->args, 0, sizeof p->args);
+  memcpy(p->args, given, sizeof given);
+  p->fn = fn; p->nargs = nargs;
+  __atomic_store_n(&p->pending, p->threads - 1, __ATOMIC_RELEASE);
+  for (uint64_t i = 1; i < p->threads; i++) sem_post(&p->helpers[i].go);
+  tc_share(p, 0);
+  for (uint64_t spins = 0; __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE); spins++) if (spins > 64) sched_yield();
+}
 """
 MAX_ARGS = 31
 
@@ -102,8 +153,10 @@ class WorkerLibrary:
     lib.tc_queue_ring.restype = ctypes.c_void_p
     lib.tc_queue_ring.argtypes = [ctypes.c_void_p]
     lib.tc_queue_stop.argtypes = [ctypes.c_void_p]
+    lib.tc_pool_new.restype = ctypes.c_void_p
+    lib.tc_pool_new.argtypes = [ctypes.c_uint64]
     self.address = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-                    for name in ("tc_signal_store", "tc_signal_wait", "tc_timestamp", "tc_memcpy")}
+                    for name in ("tc_signal_store", "tc_signal_wait", "tc_timestamp", "tc_memcpy", "tc_parallel")}
 
   @classmethod
   def get(cls, compiler: Any) -> WorkerLibrary:
@@ -114,9 +167,10 @@ class WorkerLibrary:
 class CPUQueue(HWQueue):
   """A ring of 16Ki entries run by one worker thread."""
 
-  def __init__(self, device: Any, kind: str, worker: WorkerLibrary):
+  def __init__(self, device: Any, kind: str, worker: WorkerLibrary, threads: int = 1):
     super().__init__(device, kind)
     self.worker = worker
+    self.pool = worker.lib.tc_pool_new(threads) if threads > 1 else None
     self.handle = worker.lib.tc_queue_new(RING_ENTRIES)
     self.ring = worker.lib.tc_queue_ring(self.handle)
     self.put = 0
@@ -139,7 +193,11 @@ class CPUQueue(HWQueue):
 
     for command in commands:
       if isinstance(command, Exec):
-        entry(command.program.program.address, [*command.buffers, *command.vals])
+        args = [*command.buffers, *command.vals]
+        if command.global_size[0] > 1:  # a threaded kernel: every core runs its share, then the entry is done
+          if self.pool is None: raise RuntimeError(f"{self.device.device} has no thread pool for a threaded kernel")
+          entry(self.worker.address["tc_parallel"], [self.pool, command.program.program.address, len(args), *args])
+        else: entry(command.program.program.address, args)
         counted += 1
       elif isinstance(command, Copy):
         entry(self.worker.address["tc_memcpy"], [command.dst, command.src, command.nbytes])

@@ -2,7 +2,7 @@
 from tinycore.codegen.c_style import CStyleRenderer
 from tinycore.codegen.linearize import Loop
 from tinycore.dtype import DType, dtypes
-from tinycore.uop.ops import Ops
+from tinycore.uop.ops import Ops, UOp, prod
 
 # exp2 for float32 without a libm call, so loops over it vectorize: 2^x = 2^n * 2^f with n = rint(x), f in
 # [-0.5, 0.5], 2^f from Cephes' degree-6 polynomial (relative error < 2e-7), 2^n built in two halves so that
@@ -32,6 +32,37 @@ class CPURenderer(CStyleRenderer):
   """Renders a kernel as a C function ``void name(T* restrict data0, ..., long long var0, ...)``."""
   device = "CPU"
   prelude = CStyleRenderer.prelude + EXP2F
+  # kernels with at least this many loop iterations split their outermost loop across `threads` worker threads
+  parallel_threshold = 1 << 16
+
+  def __init__(self, threads: int = 1):
+    self.threads = threads
+
+  def _threaded(self, sink) -> UOp | None:
+    """The outermost output loop to split across threads, or None for a kernel too small (or too narrow)."""
+    if self.threads < 2: return None
+    ranges = [u for u in sink.toposort() if u.op is Ops.RANGE]
+    outer = min((r for r in ranges if r.arg[1] == "loop"), key=lambda r: r.arg[0], default=None)
+    if outer is None or outer.src[0].arg < self.threads or prod(r.src[0].arg for r in ranges) < self.parallel_threshold: return None
+    return outer
+
+  def render(self, name: str, sink) -> str:
+    self._split = self._threaded(sink)
+    return super().render(name, sink)
+
+  def launch_dims(self, sink):
+    # a threaded kernel runs once per thread (core_id = 0..threads-1), each on its share of the outermost loop
+    return ((self.threads, 1, 1), (1, 1, 1)) if self._threaded(sink) is not None else ((1, 1, 1), (1, 1, 1))
+
+  def extra_params(self) -> list[str]:
+    return ["long long core_id", "long long core_count"] if self._split is not None else []
+
+  def loop_bounds(self, loop: Loop, lines: list[str], pad: str) -> tuple[str, str]:
+    if loop.range is not self._split: return super().loop_bounds(loop, lines, pad)
+    size = self.literal(loop.range.src[0].arg, dtypes.int64)
+    lines.append(f"{pad}long long tc_share = ({size} + core_count - 1) / core_count, tc_start = core_id * tc_share;")
+    lines.append(f"{pad}long long tc_end = tc_start + tc_share < {size} ? tc_start + tc_share : {size};")
+    return "tc_start", "tc_end"
 
   def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
     if op is Ops.EXP2 and dtype in (dtypes.float32, dtypes.float16, dtypes.bfloat16): return f"tc_exp2f({args[0]})"

@@ -1,0 +1,57 @@
+"""Codegen on the CPU: loop merging, register tiles (upcast), vectorizable exp2, threaded kernels; values vs numpy."""
+import numpy as np
+import pytest
+from tinycore import Tensor
+from tinycore.codegen import compile_kernel
+from tinycore.device.registry import Device
+
+
+def kernel_of(t: Tensor):
+  linear = t.schedule_linear()
+  return compile_kernel(linear.src[-1].src[1].device, linear.src[-1].src[0])
+
+
+def data(*shape, seed=0):
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_contiguous_elementwise_dims_merge_into_one_loop():
+  a, b = Tensor(data(33, 17)).realize(), Tensor(data(33, 17, seed=1)).realize()
+  kernel = kernel_of(a * b + 1)
+  assert kernel.name == "E_561" and kernel.source.count("for (") <= 1
+  np.testing.assert_allclose((a * b + 1).numpy(), data(33, 17) * data(33, 17, seed=1) + 1, rtol=1e-6)
+
+
+def test_matmul_uses_register_tiles_and_is_right():
+  x, y = data(64, 48), data(48, 80, seed=2)
+  out = Tensor(x).realize() @ Tensor(y).realize()
+  source = kernel_of(out).source
+  assert "#pragma GCC unroll" in source and "acc" in source
+  np.testing.assert_allclose(out.numpy(), x @ y, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape, op", [((512, 300), "elementwise"), ((1024, 513), "sum0"), ((300, 257), "softmax"),
+                                       ((256, 256), "matmul")])
+def test_large_kernels_split_across_threads(shape, op):
+  x = data(*shape, seed=3)
+  t = Tensor(x).realize()
+  out, expected = {"elementwise": (lambda: (t * 2 + 1).exp2(), lambda: np.exp2(x * 2 + 1)),
+                   "sum0": (lambda: t.sum(0), lambda: x.sum(0)),
+                   "softmax": (lambda: t.softmax(-1), lambda: np.exp(x - x.max(-1, keepdims=True)) /
+                               np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True)),
+                   "matmul": (lambda: t @ t, lambda: x @ x)}[op]
+  result = out()
+  threads = Device["CPU"].renderer.threads
+  kernel = kernel_of(result)
+  if threads > 1: assert kernel.global_size[0] == threads and "core_id" in kernel.source
+  np.testing.assert_allclose(result.numpy(), expected(), rtol=1e-4, atol=1e-4)
+
+
+def test_exp2_matches_libm_closely_and_keeps_special_values():
+  x = np.concatenate([np.linspace(-149, 127.9, 20001, dtype=np.float32),
+                      np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 200.0, -200.0], np.float32)])
+  out = Tensor(x).exp2().numpy()
+  reference = np.exp2(x.astype(np.float64))
+  finite = np.isfinite(reference) & (reference > 1.2e-38) & (x < 128)
+  assert (np.abs(out[finite] - reference[finite]) / reference[finite]).max() < 5e-7
+  np.testing.assert_equal(out[-7:], np.array([np.inf, 0.0, np.nan, 1.0, 1.0, np.inf, 0.0], np.float32))
