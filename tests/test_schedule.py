@@ -117,3 +117,10 @@ def test_realize_of_a_view_of_a_buffer_does_nothing():
   a, an = realized(4, 4)
   assert kinds(a.T.schedule_linear()) == []
   np.testing.assert_equal(a.T.numpy(), an.T)
+
+
+def test_an_unknown_device_fails_at_creation_naming_the_devices_that_exist():
+  with pytest.raises(ValueError, match="NOSUCHDEV.*CPU"):
+    Tensor.ones(2, device="NOSUCHDEV")
+  with pytest.raises(RuntimeError, match="CPU:x"):
+    Tensor([1, 2], device="cpu:x")

@@ -16,7 +16,11 @@ _all_tensors: dict[weakref.ref, None] = {}
 
 
 def _canonical_device(device: str | None) -> str:
-  return Device.DEFAULT if device is None else Device.canonicalize(device)
+  """The canonical name of a device the caller asked for; an unknown or unopenable device fails here, at creation."""
+  if device is None: return Device.DEFAULT
+  name = Device.canonicalize(device)
+  Device[name]
+  return name
 
 
 def _flatten_nested(data: Any) -> tuple[list[Any], tuple[int, ...]]:

@@ -18,6 +18,7 @@ from tinycore.hcq.signal import Signal, signal_pool
 from tinycore.hcq import staging
 
 MAX_CACHED_CALLS = 32     # eager schedules with more calls than this bake nothing into the cache
+MAX_TEMPLATES = 4096      # compiled eager templates kept (oldest dropped first)
 SIGNAL_SETS = 2           # a compiled batch may be in flight this many times at once
 
 _templates: dict[tuple, UOp] = {}
@@ -218,6 +219,7 @@ def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile
     key = (linear.substitute(dict(zip(inputs, placeholders))), profile, host_devs, staging.STAGING_SIZE,
            staging.STAGING_SLOTS, staging._staging)
     if (template := _templates.get(key)) is None:
+      if len(_templates) >= MAX_TEMPLATES: _templates.pop(next(iter(_templates)))
       template = _templates[key] = _compile(key[0], placeholders)
     return template.substitute(dict(zip(placeholders, inputs)))
   return _compile(linear, list(input_uops) if input_uops is not None else [])
