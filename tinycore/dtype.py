@@ -6,9 +6,10 @@ from typing import Any
 import attrs
 
 
-@attrs.frozen(order=False, repr=False)
+@attrs.frozen(order=False, repr=False, eq=False)
 class DType:
-  """A scalar element type. `priority` orders types for promotion; `fmt` is the struct/memoryview code."""
+  """A scalar element type. `priority` orders types for promotion; `fmt` is the struct/memoryview code.
+  Each dtype is a singleton compared by identity (fast to hash); pickling returns the singleton."""
   priority: int
   itemsize: int
   name: str
@@ -16,6 +17,7 @@ class DType:
   np_name: str | None
 
   def __repr__(self) -> str: return f"dtypes.{self.name}"
+  def __reduce__(self): return (to_dtype, (self.name,))
   def __lt__(self, other: DType) -> bool: return (self.priority, self.itemsize, self.name) < (other.priority, other.itemsize, other.name)
 
 

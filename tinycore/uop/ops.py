@@ -14,6 +14,8 @@ from tinycore.dtype import DType, dtypes
 
 
 class Ops(Enum):
+  # members are singletons: identity hashing (in C) keeps UOp construction fast
+  __hash__ = object.__hash__
   # --- graph structure
   SINK = auto()        # groups its sources; a kernel's body is a SINK of STOREs
   LINEAR = auto()      # an ordered list of CALLs: the schedule
