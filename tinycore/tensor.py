@@ -571,7 +571,9 @@ class Tensor:
 
   def neg(self) -> Tensor: return self.logical_not() if self.dtype is dtypes.bool else self._unary(Ops.NEG)
   def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._binary(Ops.CMPNE, True)
-  def exp(self) -> Tensor: return self.mul(1 / math.log(2))._float_unary(Ops.EXP2) if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float).exp()
+  def exp(self) -> Tensor:
+    x = self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
+    return x.mul(1 / math.log(2))._unary(Ops.EXP2)
   def exp2(self) -> Tensor: return self._float_unary(Ops.EXP2)
   def log(self) -> Tensor: return self._float_unary(Ops.LOG2).mul(math.log(2))
   def log2(self) -> Tensor: return self._float_unary(Ops.LOG2)

@@ -133,7 +133,6 @@ class CStyleRenderer:
   # ------------------------------------------------------------------ expressions
   def alu(self, u: UOp, args: list[str]) -> str:
     op, dtype = u.op, u.dtype
-    src_dtype = u.src[0].dtype
     if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.POW):
       return self.round_16bit(self.math_call(op, dtype, args), dtype)
     if op is Ops.RECIPROCAL: return self.round_16bit(f"(1/{args[0]})", dtype)
@@ -157,7 +156,6 @@ class CStyleRenderer:
     if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL) and dtypes.is_int(dtype) and dtype.itemsize < 4:
       return f"(({self.value_type(dtype)}){expr})"  # C promotes small ints to int: wrap back
     if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV): return self.round_16bit(expr, dtype)
-    del src_dtype
     return expr
 
   def loop_pragma(self, loop: Loop) -> str:

@@ -213,7 +213,7 @@ def fold_constants(x: UOp) -> UOp | None:
 def _cast_value(v: Any, dtype: DType) -> Any:
   if dtype is dtypes.bool: return bool(v)
   if dtypes.is_int(dtype) and isinstance(v, float):
-    if not math.isfinite(v): return None if False else 0
+    if not math.isfinite(v): return 0
     return dtypes.as_const(math.trunc(v), dtype)
   return dtypes.as_const(v, dtype)
 
