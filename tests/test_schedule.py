@@ -26,7 +26,7 @@ def test_fused_elementwise_and_reduce_is_one_kernel():
 
 
 def test_elementwise_of_realized_inputs_is_one_kernel():
-  (a, an), (b, bn) = realized(3, 5), realized(3, 5)
+  (a, _), (b, _) = realized(3, 5), realized(3, 5)
   linear = (a + b).schedule_linear()
   assert kinds(linear) == [Ops.SINK]
   call = linear.src[0]
@@ -35,7 +35,7 @@ def test_elementwise_of_realized_inputs_is_one_kernel():
 
 
 def test_repeating_a_computation_compiles_nothing_new():
-  (a, an), (b, bn) = realized(33, 17), realized(33, 17)
+  (a, _), (b, _) = realized(33, 17), realized(33, 17)
   (a * b + 1).max(axis=1).numpy()
   rendered, compiled, hits = CodegenStats.rendered, CodegenStats.compiled, ScheduleCacheStats.hits
   (a2, _), (b2, _) = realized(33, 17), realized(33, 17)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 import pathlib
 import weakref
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype, to_np_dtype, from_np_dtype
-from tinycore.uop.ops import GroupOp, Ops, UOp, prod
+from tinycore.uop.ops import Ops, UOp, prod
 from tinycore.device.registry import Device
 
 # every live Tensor, so a realize can rebind all of them to the buffers it produced

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import weakref
 from tinycore.device.buffer import Buffer
-from tinycore.uop.ops import Ops, UOp, prod
+from tinycore.uop.ops import Ops, UOp
 
 # keyed weakly: a buffer lives as long as some graph (a tensor) still names it
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()

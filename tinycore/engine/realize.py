@@ -1,8 +1,6 @@
 """Realize: schedule tensors into a LINEAR, run its calls, and rebind every live tensor to the produced buffers."""
 from __future__ import annotations
-import time
-import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.engine.buffers import buffer_of, linear_buffers
 from tinycore.schedule.cache import cached_schedule

@@ -11,7 +11,7 @@ from tinycore.uop.symbolic import symbolic
 from tinycore.schedule.context import ScheduleContext
 from tinycore.schedule.rangeify import KernelBuilder, NeedsRealize, build_store_kernel, build_value_kernel
 from tinycore.uop.spec import check_spec, spec_enabled
-from tinycore.schedule.copies import Region, contiguous_region, has_buffer_identity, is_disk, lower_copies, region_uop
+from tinycore.schedule.copies import contiguous_region, has_buffer_identity, is_disk, lower_copies, region_uop
 
 
 class ScheduleError(RuntimeError):

@@ -7,7 +7,7 @@ its own buffer, and so its own kernel) when it must be: see `NeedsRealize` for t
 from __future__ import annotations
 from typing import TYPE_CHECKING
 from tinycore.dtype import dtypes
-from tinycore.uop.ops import GroupOp, Ops, UOp, prod
+from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.schedule.indexing import Index, and_valid, const_index, flat_index, source_index
 
 if TYPE_CHECKING:

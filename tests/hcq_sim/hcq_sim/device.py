@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Sequence
 from tinycore.device.allocator import BufferSpec, LRUAllocator
-from tinycore.hcq.commands import Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp, Variable
+from tinycore.hcq.commands import Barrier, Command, Copy, Exec, SignalStore, SignalWait, Timestamp
 from tinycore.hcq.device import Encoded, HCQDevice, HWQueue
 
 EXEC, COPY, SIGNAL, WAIT, TIMESTAMP, BARRIER = 1, 2, 3, 4, 5, 6
