@@ -83,7 +83,8 @@ def main() -> None:
   for name, make, numpy_fn in workloads(rng):
     ours = [median_time(make(device), args.repeat, device) for device in devices]
     table.append((name, ours, median_time(numpy_fn, args.repeat)))
-  header = "".join(f"{d + ' ms':>12s}" for d in devices) + f"{'numpy ms':>10s}" + "".join(f"{'np/' + d:>10s}" for d in devices)
+  header = ("".join(f"{d + ' ms':>12s}" for d in devices) + f"{'numpy ms':>10s}" +
+            "".join(f"{'np/' + d:>10s}" for d in devices))
   print(f"{'workload':42s}{header}")
   for name, ours, theirs in table:
     print(f"{name:42s}" + "".join(f"{t * 1e3:12.2f}" for t in ours) + f"{theirs * 1e3:10.2f}" +

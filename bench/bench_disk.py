@@ -164,7 +164,8 @@ def drop_caches() -> None:
 
 def best(samples: list[dict]) -> dict:
   """The median time, and the largest memory figures seen."""
-  return {"seconds": statistics.median(s["seconds"] for s in samples), "rss_growth": max(s["rss_growth"] for s in samples),
+  return {"seconds": statistics.median(s["seconds"] for s in samples),
+          "rss_growth": max(s["rss_growth"] for s in samples),
           "traced_peak": max(s["traced_peak"] for s in samples), "ok": all(s["ok"] for s in samples)}
 
 
@@ -197,7 +198,8 @@ def main() -> None:
   gb = nbytes / 1e9
   mib = lambda n: f"{n / 2**20:8.0f}"  # noqa: E731
   print(f"DISK vs numpy, {args.mb} MiB file, median of {args.repeat}{', cold cache' if args.cold else ', warm cache'}")
-  header = f"{'operation':36} {'tinycore GB/s':>13} {'numpy GB/s':>10} {'tc peak +RSS MiB':>16} {'np peak +RSS MiB':>16} " \
+  header = f"{'operation':36} {'tinycore GB/s':>13} {'numpy GB/s':>10} " \
+           f"{'tc peak +RSS MiB':>16} {'np peak +RSS MiB':>16} " \
            f"{'tc py peak MiB':>14} {'np py peak MiB':>14}  ok"
   print(header)
   print("-" * len(header))

@@ -30,7 +30,8 @@ def main() -> None:
   args = parser.parse_args()
   n, cpu = args.kernels, Device["CPU"]
   linear = chain(n).schedule_linear()
-  calls = [(compile_kernel("CPU", c.src[0]), [buffer_of(b).ensure_allocated()._buf for b in c.src[1:]]) for c in linear.src]
+  calls = [(compile_kernel("CPU", c.src[0]), [buffer_of(b).ensure_allocated()._buf for b in c.src[1:]])
+           for c in linear.src]
 
   def direct():
     for kernel, handles in calls: kernel.program(*handles)

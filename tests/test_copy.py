@@ -32,7 +32,8 @@ def zeros(device, *shape):
   return on(device, np.zeros(shape, np.float32))
 
 
-def calls(linear): return [(c.src[0].op, c.src[1].device, c.src[2].device if len(c.src) > 2 else None) for c in linear.src]
+def calls(linear):
+  return [(c.src[0].op, c.src[1].device, c.src[2].device if len(c.src) > 2 else None) for c in linear.src]
 
 
 def test_cross_device_assign(pair):

@@ -21,7 +21,8 @@ def test_hash_consing_returns_the_same_node():
 
 def test_graph_rewrite_applies_rules_to_fixpoint():
   x = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("x", 0, 10))
-  expr = UOp(Ops.NEG, dtypes.int32, (UOp(Ops.NEG, dtypes.int32, (UOp(Ops.NEG, dtypes.int32, (UOp(Ops.NEG, dtypes.int32, (x,)),)),)),))
+  expr = UOp(Ops.NEG, dtypes.int32, (UOp(Ops.NEG, dtypes.int32, (UOp(Ops.NEG, dtypes.int32,
+                                                                     (UOp(Ops.NEG, dtypes.int32, (x,)),)),)),))
   double_neg = PatternMatcher([(UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("y"),)),)), lambda y: y)])
   assert graph_rewrite(expr, double_neg) is x
 
@@ -56,7 +57,8 @@ def test_bounds_decide_comparisons():
 
 def test_spec_rejects_a_malformed_kernel():
   p = UOp(Ops.PARAM, dtypes.float32, (), 0)
-  bad_store = UOp(Ops.STORE, None, (UOp(Ops.INDEX, dtypes.float32, (p, UOp.const(dtypes.index, 0))), UOp.const(dtypes.int32, 1)))
+  bad_store = UOp(Ops.STORE, None, (UOp(Ops.INDEX, dtypes.float32, (p, UOp.const(dtypes.index, 0))),
+                                    UOp.const(dtypes.int32, 1)))
   with pytest.raises(SpecError, match="STORE"):
     check_spec(UOp(Ops.SINK, None, (bad_store,)), "kernel")
 

@@ -18,7 +18,8 @@ class DType:
 
   def __repr__(self) -> str: return f"dtypes.{self.name}"
   def __reduce__(self): return (to_dtype, (self.name,))
-  def __lt__(self, other: DType) -> bool: return (self.priority, self.itemsize, self.name) < (other.priority, other.itemsize, other.name)
+  def __lt__(self, other: DType) -> bool:
+    return (self.priority, self.itemsize, self.name) < (other.priority, other.itemsize, other.name)
 
 
 class dtypes:

@@ -45,7 +45,8 @@ def _broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _normalize_axis(axis: int, ndim: int) -> int:
-  if not -max(ndim, 1) <= axis < max(ndim, 1): raise IndexError(f"dimension {axis} out of range for a tensor with {ndim} dims")
+  if not -max(ndim, 1) <= axis < max(ndim, 1):
+    raise IndexError(f"dimension {axis} out of range for a tensor with {ndim} dims")
   return axis % max(ndim, 1)
 
 
@@ -118,7 +119,8 @@ class Tensor:
     dtype = from_np_dtype(arr.dtype)
     flat = arr.reshape(-1)
     buf_uop = UOp.new_buffer("NPY", flat.size, dtype)
-    attach_buffer(buf_uop, Buffer("NPY", flat.size, dtype, opaque=flat.view(np.uint8) if flat.size else np.empty(0, np.uint8)))
+    opaque = flat.view(np.uint8) if flat.size else np.empty(0, np.uint8)
+    attach_buffer(buf_uop, Buffer("NPY", flat.size, dtype, opaque=opaque))
     uop = buf_uop.reshape(shape)
     target = _canonical_device(device)
     return uop if target == "NPY" else UOp(Ops.COPY, dtype, (uop,), target)
@@ -179,10 +181,12 @@ class Tensor:
 
   @staticmethod
   def zeros(*shape, **kwargs) -> Tensor:
-    return Tensor.full(Tensor._shape_arg(shape), 0.0 if "dtype" not in kwargs else 0, **{"dtype": dtypes.default_float} | kwargs)
+    return Tensor.full(Tensor._shape_arg(shape), 0.0 if "dtype" not in kwargs else 0,
+                       **{"dtype": dtypes.default_float} | kwargs)
   @staticmethod
   def ones(*shape, **kwargs) -> Tensor:
-    return Tensor.full(Tensor._shape_arg(shape), 1.0 if "dtype" not in kwargs else 1, **{"dtype": dtypes.default_float} | kwargs)
+    return Tensor.full(Tensor._shape_arg(shape), 1.0 if "dtype" not in kwargs else 1,
+                       **{"dtype": dtypes.default_float} | kwargs)
 
   def full_like(self, fill_value: Any, **kwargs) -> Tensor:
     return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device} | kwargs)
@@ -195,8 +199,8 @@ class Tensor:
     if step == 0: raise ValueError("arange step must not be zero")
     dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.from_py([start, stop, step])
     count = max(0, math.ceil((stop - start) / step))
-    index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (UOp(Ops.DEVICE, None, (), _canonical_device(kwargs.pop("device", None))),), count),
-                   **kwargs)
+    device_uop = UOp(Ops.DEVICE, None, (), _canonical_device(kwargs.pop("device", None)))
+    index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (device_uop,), count), **kwargs)
     return (index.cast(dtype) * step + start).cast(dtype) if count else index.cast(dtype)
 
   @staticmethod
@@ -323,7 +327,8 @@ class Tensor:
       return readable.cast(dtypes.float32).numpy()
     if self.numel() == 0: return np.empty(self.shape, to_np_dtype(self.dtype))
     buffer = self._readable_buffer()  # kept alive while the zero-copy view is read
-    return np.frombuffer(buffer.as_memoryview(allow_zero_copy=True), dtype=to_np_dtype(self.dtype)).reshape(self.shape).copy()
+    data = np.frombuffer(buffer.as_memoryview(allow_zero_copy=True), dtype=to_np_dtype(self.dtype))
+    return data.reshape(self.shape).copy()
 
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> Any:
@@ -350,7 +355,8 @@ class Tensor:
     shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     if -1 in shape:
       known = prod(s for s in shape if s != -1)
-      if known == 0 or self.numel() % known: raise ValueError(f"cannot reshape a tensor of shape {self.shape} to {shape}")
+      if known == 0 or self.numel() % known:
+        raise ValueError(f"cannot reshape a tensor of shape {self.shape} to {shape}")
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
     if any(not isinstance(s, int) or s < 0 for s in shape): raise ValueError(f"invalid reshape target {shape}")
     if prod(shape) != self.numel():
@@ -371,7 +377,8 @@ class Tensor:
   def permute(self, order, *args) -> Tensor:
     order = tuple(order) if isinstance(order, (tuple, list)) else (order,) + args
     order = tuple(_normalize_axis(o, self.ndim) for o in order)
-    if sorted(order) != list(range(self.ndim)): raise ValueError(f"permute order {order} is not a permutation of {self.ndim} dims")
+    if sorted(order) != list(range(self.ndim)):
+      raise ValueError(f"permute order {order} is not a permutation of {self.ndim} dims")
     return self._apply(self.uop.permute(order))
 
   def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
@@ -473,7 +480,8 @@ class Tensor:
 
   def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
     dim = _normalize_axis(dim, self.ndim)
-    if isinstance(sizes, int): sizes = [min(sizes, self.shape[dim] - i) for i in range(0, max(self.shape[dim], 1), max(sizes, 1))]
+    if isinstance(sizes, int):
+      sizes = [min(sizes, self.shape[dim] - i) for i in range(0, max(self.shape[dim], 1), max(sizes, 1))]
     if sum(sizes) != self.shape[dim]: raise ValueError(f"split sizes {sizes} do not add up to {self.shape[dim]}")
     out, offset = [], 0
     for s in sizes:
@@ -611,7 +619,8 @@ class Tensor:
   def square(self) -> Tensor: return self * self
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
   def softplus(self, beta: float = 1) -> Tensor: return (1 + (self * beta).exp()).log() * (1 / beta)
-  def gelu(self) -> Tensor: return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+  def gelu(self) -> Tensor:
+    return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
   def silu(self) -> Tensor: return self * self.sigmoid()
   def swish(self) -> Tensor: return self.silu()
   def elu(self, alpha: float = 1.0) -> Tensor: return (self > 0).where(self, alpha * (self.exp() - 1))
@@ -638,7 +647,8 @@ class Tensor:
     base, exponent = self._broadcasted(x, reverse)
     if not dtypes.is_float(base.dtype):
       # integer powers: repeated squaring on the device would need loops; compute in float64 and round
-      result = base.cast(dtypes.float64)._apply(base.cast(dtypes.float64).uop.alu(Ops.POW, exponent.cast(dtypes.float64).uop))
+      base64 = base.cast(dtypes.float64)
+      result = base64._apply(base64.uop.alu(Ops.POW, exponent.cast(dtypes.float64).uop))
       return result.round().cast(base.dtype)
     return base._apply(base.uop.alu(Ops.POW, exponent.uop))
 
@@ -667,7 +677,8 @@ class Tensor:
     dtype = to_dtype(dtype)
     if dtype.itemsize != self.dtype.itemsize:
       if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dtype.itemsize:
-        raise ValueError(f"cannot bitcast shape {self.shape} of {self.dtype} to {dtype}: the last dim's bytes don't divide")
+        raise ValueError(f"cannot bitcast shape {self.shape} of {self.dtype} to {dtype}: "
+                         "the last dim's bytes don't divide")
     return self if self.dtype is dtype else self._apply(self.uop.bitcast(dtype))
 
   def float(self) -> Tensor: return self.cast(dtypes.float32)
@@ -692,8 +703,8 @@ class Tensor:
     return self._binary(Ops.XOR, x, reverse)
   def bitwise_not(self) -> Tensor:
     self._check_bitwise("~")
-    return self.logical_not() if self.dtype is dtypes.bool else self.bitwise_xor(-1 if not dtypes.is_unsigned(self.dtype)
-                                                                                   else dtypes.max(self.dtype))
+    if self.dtype is dtypes.bool: return self.logical_not()
+    return self.bitwise_xor(-1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype))
   def lshift(self, x) -> Tensor:
     self._check_bitwise("<<")
     return self._binary(Ops.SHL, x)
@@ -761,7 +772,8 @@ class Tensor:
     return out.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else out
 
   def prod(self, axis=None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
-    acc = to_dtype(dtype) if dtype is not None else (Tensor._sum_dtype(self.dtype) if not dtypes.is_float(self.dtype) else self.dtype)
+    acc = to_dtype(dtype) if dtype is not None else (
+      Tensor._sum_dtype(self.dtype) if not dtypes.is_float(self.dtype) else self.dtype)
     return self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
 
   def max(self, axis=None, keepdim: bool = False) -> Tensor:
@@ -782,7 +794,8 @@ class Tensor:
     if any(self.shape[a] == 0 for a in self._axes(axis)):
       raise ValueError(f"{name} of an empty axis (shape {self.shape}) has no identity")
 
-  def any(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().max(axis, keepdim) if self.numel() else self.bool().sum(axis, keepdim) > 0
+  def any(self, axis=None, keepdim: bool = False) -> Tensor:
+    return self.bool().max(axis, keepdim) if self.numel() else self.bool().sum(axis, keepdim) > 0
   def all(self, axis=None, keepdim: bool = False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
 
   def mean(self, axis=None, keepdim: bool = False) -> Tensor:
@@ -807,7 +820,8 @@ class Tensor:
     self._check_nonempty_reduce(axis, "argmax")
     n = self.shape[axis]
     is_max = self == self.max(axis, keepdim=True)
-    countdown = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32).reshape((n,) + (1,) * (self.ndim - axis - 1))
+    countdown = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32)
+    countdown = countdown.reshape((n,) + (1,) * (self.ndim - axis - 1))
     return (n - (is_max * countdown).max(axis, keepdim)).cast(dtypes.int32)
 
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
@@ -838,7 +852,8 @@ class Tensor:
 
   # ------------------------------------------------------------------ linear algebra
   def dot(self, w: Tensor) -> Tensor:
-    if self.ndim == 0 or w.ndim == 0: raise ValueError(f"dot needs at least 1-d tensors, got {self.shape} and {w.shape}")
+    if self.ndim == 0 or w.ndim == 0:
+      raise ValueError(f"dot needs at least 1-d tensors, got {self.shape} and {w.shape}")
     k_self, k_w = self.shape[-1], w.shape[-min(w.ndim, 2)]
     if k_self != k_w: raise ValueError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k_self} != {k_w})")
     x = self

@@ -51,7 +51,8 @@ def getitem(t: Tensor, indices: Any) -> Tensor:
     size = out.shape[dim]
     if isinstance(index, int):
       if not -size <= index < size:
-        raise IndexError(f"index {index} is out of bounds for dimension {len(final_shape) + len(drop_dims)} with size {size}")
+        raise IndexError(f"index {index} is out of bounds for dimension {len(final_shape) + len(drop_dims)} "
+                         f"with size {size}")
       index %= size
       bounds = [None] * out.ndim
       bounds[dim] = (index, index + 1)

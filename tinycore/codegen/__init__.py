@@ -43,8 +43,8 @@ def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
   if (hit := _kernels.get((device, sink))) is not None: return hit
   dev = Device[device]
   if not dev.can_compute:
-    raise RuntimeError(f"device {device} cannot run kernels (it only stores bytes): move the tensor to a compute device "
-                       "with .to('CPU') first")
+    raise RuntimeError(f"device {device} cannot run kernels (it only stores bytes): move the tensor to a compute "
+                       "device with .to('CPU') first")
   check_dtypes(dev.renderer, sink, device)
   optimized = optimize_kernel(sink)
   name = kernel_name(optimized)

@@ -17,7 +17,10 @@ static inline float tc_half_to_float(unsigned short h) {
   unsigned int sign = (unsigned int)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
   if (exp == 0) {
     if (mant == 0) bits = sign;
-    else { exp = 127 - 15 + 1; while (!(mant & 0x400)) { mant <<= 1; exp--; } mant &= 0x3ff; bits = sign | (exp << 23) | (mant << 13); }
+    else {
+      exp = 127 - 15 + 1; while (!(mant & 0x400)) { mant <<= 1; exp--; }
+      mant &= 0x3ff; bits = sign | (exp << 23) | (mant << 13);
+    }
   } else if (exp == 31) bits = sign | 0x7f800000u | (mant << 13);
   else bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
   float f; __builtin_memcpy(&f, &bits, 4); return f;
@@ -40,7 +43,9 @@ static inline unsigned short tc_float_to_half(float f) {
   return (unsigned short)half;
 }
 static inline float tc_round_half(float f) { return tc_half_to_float(tc_float_to_half(f)); }
-static inline float tc_bf16_to_float(unsigned short h) { unsigned int bits = (unsigned int)h << 16; float f; __builtin_memcpy(&f, &bits, 4); return f; }
+static inline float tc_bf16_to_float(unsigned short h) {
+  unsigned int bits = (unsigned int)h << 16; float f; __builtin_memcpy(&f, &bits, 4); return f;
+}
 static inline unsigned short tc_float_to_bf16(float f) {
   unsigned int x; __builtin_memcpy(&x, &f, 4);
   if ((x & 0x7fffffff) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40);
@@ -83,7 +88,8 @@ class CStyleRenderer:
     if dtypes.is_float(dtype):
       suffix = self.float_suffix[dtype]
       if math.isnan(value): return f"(0.0{suffix}/0.0{suffix})" if suffix else "(0.0/0.0)"
-      if math.isinf(value): return ("-" if value < 0 else "") + (f"(1.0{suffix}/0.0{suffix})" if suffix else "(1.0/0.0)")
+      if math.isinf(value):
+        return ("-" if value < 0 else "") + (f"(1.0{suffix}/0.0{suffix})" if suffix else "(1.0/0.0)")
       return f"{float(value)!r}{suffix}"
     if dtypes.is_unsigned(dtype): return f"{value}u" if dtype.itemsize <= 4 else f"{value}ull"
     if dtype.itemsize == 8:
@@ -110,7 +116,8 @@ class CStyleRenderer:
       word = f"({{ {src_type} tc_in = {expr}; unsigned short tc_out; __builtin_memcpy(&tc_out, &tc_in, 2); tc_out; }})"
       return f"tc_{'half' if dst is dtypes.float16 else 'bf16'}_to_float({word})"
     dst_type = self.storage_type(dst)
-    return f"({{ {src_type} tc_in = {expr}; {dst_type} tc_out; __builtin_memcpy(&tc_out, &tc_in, sizeof(tc_out)); tc_out; }})"
+    return (f"({{ {src_type} tc_in = {expr}; {dst_type} tc_out; "
+            "__builtin_memcpy(&tc_out, &tc_in, sizeof(tc_out)); tc_out; })")
 
   def cast(self, expr: str, src: DType, dst: DType) -> str:
     if dst is dtypes.bool: return f"({expr} != 0)"
@@ -150,8 +157,8 @@ class CStyleRenderer:
       minus_one = f"(-{a})" if op is Ops.IDIV else "0"
       return f"({b} == 0 ? 0 : {b} == -1 ? {minus_one} : {a}{symbol}{b})"
     if dtype is dtypes.bool and op in (Ops.ADD, Ops.MUL): return f"({a}{'|' if op is Ops.ADD else '&'}{b})"
-    symbols = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==",
-               Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+    symbols = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=",
+               Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
     expr = f"({a}{symbols[op]}{b})"
     if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL) and dtypes.is_int(dtype) and dtype.itemsize < 4:
       return f"(({self.value_type(dtype)}){expr})"  # C promotes small ints to int: wrap back
@@ -275,9 +282,11 @@ class CStyleRenderer:
     for block in self._blocks:
       for item in block:
         # a REDUCE item only names its accumulator; its AccUpdate reads the value
-        sources = [item.reduce.src[0]] if isinstance(item, AccUpdate) else [] if item.op is Ops.REDUCE else self._value_sources(item)
+        sources = ([item.reduce.src[0]] if isinstance(item, AccUpdate) else
+                   [] if item.op is Ops.REDUCE else self._value_sources(item))
         for src in sources:
-          if src in self._vector and src.op is not Ops.REDUCE and self._block_of.get(src) != self._block_of[self._block_key(item)]:
+          if (src in self._vector and src.op is not Ops.REDUCE and
+              self._block_of.get(src) != self._block_of[self._block_key(item)]):
             self._arrays.setdefault(src, self._fresh("arr"))
 
   @staticmethod
@@ -307,7 +316,8 @@ class CStyleRenderer:
       pad = "  " * (depth + i)
       name = self._name(r)
       lines.append(f"{pad}{self.unroll_pragma}")
-      lines.append(f"{pad}for ({self.index_type} {name} = 0; {name} < {self.literal(r.src[0].arg, dtypes.int64)}; {name}++) {{")
+      bound = self.literal(r.src[0].arg, dtypes.int64)
+      lines.append(f"{pad}for ({self.index_type} {name} = 0; {name} < {bound}; {name}++) {{")
 
   def _declare_accumulator(self, x: UOp, lines: list[str], pad: str) -> None:
     acc = self._names[x] = self._fresh("acc")
@@ -326,7 +336,8 @@ class CStyleRenderer:
     if u.op is Ops.PARAM: return f"data{u.arg}"
     if u.op is Ops.RANGE: return f"ridx{u.arg[0]}"
     if u.op is Ops.REDUCE and u in self._vector: return f"{self._names[u]}{self._array_index}"
-    if u in self._arrays and self._block_of.get(u) != self._current_block: return f"{self._arrays[u]}{self._array_index}"
+    if u in self._arrays and self._block_of.get(u) != self._current_block:
+      return f"{self._arrays[u]}{self._array_index}"
     return self._names[u]
 
   def _fresh(self, prefix: str) -> str:

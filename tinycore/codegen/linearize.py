@@ -160,7 +160,8 @@ def linearize(sink: UOp) -> LinearKernel:
       _, i = heapq.heappop(ready)
       e = entries[i]
       if not isinstance(e, AccUpdate) and e.op is Ops.RANGE:
-        loop = Loop(e, build(e), [x for x in scope if x.op is Ops.REDUCE and min(x.src[1:], key=lambda r: depth[r]) is e])
+        loop = Loop(e, build(e),
+                    [x for x in scope if x.op is Ops.REDUCE and min(x.src[1:], key=lambda r: depth[r]) is e])
         out.append(loop)
       else: out.append(e)
       for j in users[i]:

@@ -18,7 +18,8 @@ def _range_size(r: UOp) -> int: return r.src[0].arg
 
 
 def _try_merge(sink: UOp, outer: UOp, inner: UOp) -> UOp | None:
-  """Replace (outer, inner) with one range R: outer = R // n_inner, inner = R % n_inner; keep it if nothing got worse."""
+  """Replace (outer, inner) with one range R: outer = R // n_inner, inner = R % n_inner;
+  keep it if nothing got worse."""
   n_inner = _range_size(inner)
   merged = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, _range_size(outer) * n_inner),), outer.arg)
   n = UOp.const(dtypes.index, n_inner)

@@ -37,12 +37,14 @@ class Allocator(Generic[Handle]):
     self.allocated_bytes = 0
 
   def alloc(self, nbytes: int, spec: BufferSpec | None = None) -> Handle:
-    if not isinstance(nbytes, int) or nbytes <= 0: raise ValueError(f"allocation size must be a positive int, got {nbytes!r}")
+    if not isinstance(nbytes, int) or nbytes <= 0:
+      raise ValueError(f"allocation size must be a positive int, got {nbytes!r}")
     spec = spec or BufferSpec()
     try:
       handle = self._alloc(nbytes, spec)
     except MemoryError as e:
-      raise MemoryError(f"cannot allocate {nbytes} bytes on {self._name()} ({self.allocated_bytes} bytes in use): {e}") from e
+      raise MemoryError(f"cannot allocate {nbytes} bytes on {self._name()} "
+                        f"({self.allocated_bytes} bytes in use): {e}") from e
     if spec.external_ptr is None: self.allocated_bytes += nbytes
     return handle
 
@@ -54,10 +56,13 @@ class Allocator(Generic[Handle]):
   def _name(self) -> str: return getattr(self.device, "device", type(self).__name__)
 
   # hooks a device implements
-  def _alloc(self, nbytes: int, spec: BufferSpec) -> Handle: raise NotImplementedError(f"{type(self).__name__} cannot allocate")
+  def _alloc(self, nbytes: int, spec: BufferSpec) -> Handle:
+    raise NotImplementedError(f"{type(self).__name__} cannot allocate")
   def _free(self, handle: Handle, spec: BufferSpec) -> None: pass
-  def _copyin(self, dst: Handle, src: memoryview) -> None: raise NotImplementedError(f"{type(self).__name__} has no _copyin")
-  def _copyout(self, dst: memoryview, src: Handle) -> None: raise NotImplementedError(f"{type(self).__name__} has no _copyout")
+  def _copyin(self, dst: Handle, src: memoryview) -> None:
+    raise NotImplementedError(f"{type(self).__name__} has no _copyin")
+  def _copyout(self, dst: memoryview, src: Handle) -> None:
+    raise NotImplementedError(f"{type(self).__name__} has no _copyout")
 
   supports_offset = property(lambda self: type(self)._offset is not Allocator._offset)
   supports_as_buffer = property(lambda self: type(self)._as_buffer is not Allocator._as_buffer)

@@ -18,7 +18,8 @@ class Buffer:
                preallocate: bool = False):
     from tinycore.device.registry import Device
     if size < 0: raise ValueError(f"buffer size must be >= 0, got {size}")
-    self.device, self.size, self.dtype, self.options, self.offset = Device.canonicalize(device), size, dtype, options, offset
+    self.device, self.size, self.dtype = Device.canonicalize(device), size, dtype
+    self.options, self.offset = options, offset
     self._handle: Any = None
     if base is not None:
       if base._base is not None: raise AssertionError("a view's base must itself be a base buffer")
@@ -51,7 +52,8 @@ class Buffer:
 
   # --- allocation
   def is_allocated(self) -> bool: return self.base._handle is not None
-  def ensure_allocated(self) -> Buffer: return self if self.is_allocated() and self._handle is not None else self.allocate()
+  def ensure_allocated(self) -> Buffer:
+    return self if self.is_allocated() and self._handle is not None else self.allocate()
 
   def allocate(self, opaque: Any = None) -> Buffer:
     if self._base is not None:
@@ -77,7 +79,8 @@ class Buffer:
 
   def view(self, size: int, dtype: DType, offset: int) -> Buffer:
     """A view of `size` elements of `dtype` at byte `offset` of this buffer (views of views flatten)."""
-    if offset < 0 or offset > self.nbytes: raise ValueError(f"view offset {offset} outside a buffer of {self.nbytes} bytes")
+    if offset < 0 or offset > self.nbytes:
+      raise ValueError(f"view offset {offset} outside a buffer of {self.nbytes} bytes")
     return Buffer(self.device, size, dtype, base=self.base, offset=self.offset + offset, options=self.options)
 
   # --- data movement between host and this buffer
@@ -121,7 +124,8 @@ class Buffer:
     from tinycore.uop.ops import Ops, UOp
     if src.nbytes != self.nbytes: raise ValueError(f"copy_from needs equal sizes: {src.nbytes} -> {self.nbytes} bytes")
     if not (self.is_allocated() and src.is_allocated()): raise RuntimeError("copy_from needs both buffers allocated")
-    dst_uop, src_uop = UOp.new_buffer(self.device, self.size, self.dtype), UOp.new_buffer(src.device, src.size, src.dtype)
+    dst_uop = UOp.new_buffer(self.device, self.size, self.dtype)
+    src_uop = UOp.new_buffer(src.device, src.size, src.dtype)
     attach_buffer(dst_uop, self)
     attach_buffer(src_uop, src)
     callee = UOp(Ops.COPY, self.dtype, (UOp(Ops.PARAM, src.dtype, (), 1),), self.device)

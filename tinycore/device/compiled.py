@@ -10,8 +10,8 @@ from tinycore.device.allocator import Allocator
 
 def cache_dir() -> pathlib.Path:
   """Where compiled programs are cached on disk: $TINYCORE_CACHE_DIR, else ~/.cache/tinycore."""
-  root = os.environ.get("TINYCORE_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
-                                                                "tinycore")
+  root = os.environ.get("TINYCORE_CACHE_DIR")
+  if not root: root = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tinycore")
   return pathlib.Path(root)
 
 
@@ -53,13 +53,15 @@ class Compiled:
 
   def __init__(self, device: str, allocator: Allocator, renderer: Any = None, compiler: Compiler | None = None,
                runtime: Callable[[str, bytes], Program] | None = None):
-    self.device, self.allocator, self.renderer, self.compiler, self.runtime = device, allocator, renderer, compiler, runtime
+    self.device, self.allocator = device, allocator
+    self.renderer, self.compiler, self.runtime = renderer, compiler, runtime
     if allocator.device is None: allocator.device = self
     prefix, _, idx = device.partition(":")
     self.device_id = int(idx) if idx.isdigit() else 0
 
   @property
-  def can_compute(self) -> bool: return self.renderer is not None and self.compiler is not None and self.runtime is not None
+  def can_compute(self) -> bool:
+    return self.renderer is not None and self.compiler is not None and self.runtime is not None
 
   def synchronize(self) -> None:
     """Wait until every queued operation on this device finished. Synchronous devices do nothing."""

@@ -24,7 +24,8 @@ def run_copy(dst: Buffer, src: Buffer) -> None:
   4. a host-visible destination: the source copies out straight into it;
   5. a host-visible source: the destination copies in straight from it;
   6. otherwise through host memory: copy out, then copy in."""
-  if dst.nbytes != src.nbytes: raise ValueError(f"copy between buffers of different sizes: {src.nbytes} -> {dst.nbytes} bytes")
+  if dst.nbytes != src.nbytes:
+    raise ValueError(f"copy between buffers of different sizes: {src.nbytes} -> {dst.nbytes} bytes")
   if dst.nbytes == 0: return
   dst.ensure_allocated()
   src.ensure_allocated()

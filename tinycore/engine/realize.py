@@ -122,10 +122,12 @@ def bitcast_to_source(target: UOp, value: UOp) -> tuple[UOp, UOp]:
   a destination bitcast to the source). Reshapes above the bitcast are undone on the value first."""
   node, moved = target, value
   while node.op in (Ops.RESHAPE, Ops.BITCAST):
-    moved = moved.reshape(node.src[0].shape) if node.op is Ops.RESHAPE else UOp(Ops.BITCAST, node.src[0].dtype, (moved,))
+    moved = (moved.reshape(node.src[0].shape) if node.op is Ops.RESHAPE
+             else UOp(Ops.BITCAST, node.src[0].dtype, (moved,)))
     node = node.src[0]
   if not any(n.op is Ops.BITCAST for n in target.toposort(gate=lambda n: n is not node)): return target, value
-  if storage_root(node) is not node.base: raise RuntimeError("cannot assign through a bitcast below a permute, pad or flip")
+  if storage_root(node) is not node.base:
+    raise RuntimeError("cannot assign through a bitcast below a permute, pad or flip")
   return node, moved
 
 

@@ -53,7 +53,8 @@ def staging_direction(call: UOp) -> bool | None:
   if call.src[0].op is not Ops.COPY: return None
   dst, src = _device(call.src[1].device), _device(call.src[2].device)
   for dev, host, upload in ((dst, src, True), (src, dst, False)):
-    if is_hcq_device(dev) and dev.has_copy_queue and not is_hcq_device(host) and _kind(host.device) not in dev.host_devs:
+    if (is_hcq_device(dev) and dev.has_copy_queue and not is_hcq_device(host) and
+        _kind(host.device) not in dev.host_devs):
       return upload
   return None
 
@@ -126,7 +127,8 @@ class CompiledBatch:
             need[other_queue] = max(need.get(other_queue, 0), other_seq)
       waits.append(need)
       signaled.update(need.items())
-      for base, start, end, write in accesses: history.setdefault(base, []).append((queue, seq[queue], start, end, write))
+      for base, start, end, write in accesses:
+        history.setdefault(base, []).append((queue, seq[queue], start, end, write))
     self.last_seq = dict(seq)
     signaled.update(seq.items())  # each queue's last command always reports, for the batch's end
 
@@ -194,7 +196,8 @@ def ref_address(ref: InputAddress, buffers: Sequence[Any]) -> int:
 
 def release_finished() -> None:
   """Drop the references that kept buffers alive while queues still used them."""
-  _in_flight[:] = [(epochs, bufs) for epochs, bufs in _in_flight if any(d.timeline.value < e for d, e in epochs.items())]
+  _in_flight[:] = [(epochs, bufs) for epochs, bufs in _in_flight
+                   if any(d.timeline.value < e for d, e in epochs.items())]
 
 
 def wait_for_queues() -> None:

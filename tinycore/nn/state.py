@@ -155,7 +155,8 @@ def _header_for(tensors: dict[str, Tensor], metadata: dict[str, Any] | None) -> 
   spans, offset = [], 0
   for key, t in tensors.items():
     nbytes = t.numel() * t.dtype.itemsize
-    header[key] = {"dtype": inverse_safe_dtypes[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
+    header[key] = {"dtype": inverse_safe_dtypes[t.dtype], "shape": list(t.shape),
+                   "data_offsets": [offset, offset + nbytes]}
     spans.append((offset, offset + nbytes))
     offset += nbytes
   text = json.dumps(header, separators=(",", ":"))
@@ -177,7 +178,8 @@ def _check_tensors(tensors: dict[str, Tensor], metadata: dict[str, Any] | None, 
     if not isinstance(metadata, dict):
       raise TypeError(f"safe_save({path!r}): metadata must be a dict, got {type(metadata).__name__}")
     try: json.dumps(metadata)
-    except (TypeError, ValueError) as error: raise TypeError(f"safe_save({path!r}): metadata is not JSON: {error}") from None
+    except (TypeError, ValueError) as error:
+      raise TypeError(f"safe_save({path!r}): metadata is not JSON: {error}") from None
 
 
 def _as_bytes(t: Tensor) -> Tensor:
@@ -201,7 +203,8 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[
   data_start = HEADER_LENGTH_BYTES + len(header)
   total = data_start + (spans[-1][1] if spans else 0)
   directory = os.path.dirname(path)
-  if not os.path.isdir(directory): raise FileNotFoundError(f"cannot save {path}: the directory {directory} does not exist")
+  if not os.path.isdir(directory):
+    raise FileNotFoundError(f"cannot save {path}: the directory {directory} does not exist")
   temporary = _create_temporary(path)
   try:
     _write_through_disk(temporary, total, header, data_start, tensors, spans)
@@ -281,7 +284,8 @@ def get_parameters(obj: Any) -> list[Tensor]:
   return list(get_state_dict(obj).values())
 
 
-def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, realize: bool = True) -> list[Tensor]:
+def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True,
+                    realize: bool = True) -> list[Tensor]:
   """Load ``state_dict`` into the tensors of ``model`` (matched by ``get_state_dict`` names): each model tensor is
   replaced by the loaded value moved to its device. ``strict``: a name missing from ``state_dict`` is a KeyError.
   A shape or dtype mismatch is a ValueError. Returns the model's tensors (realized unless ``realize=False``)."""

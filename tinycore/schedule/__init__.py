@@ -41,7 +41,8 @@ def mark_realized(ctx: ScheduleContext, roots: list[UOp], graph: dict[UOp, None]
     if node.op is Ops.CONTIGUOUS and not has_buffer_identity(node.src[0]): ctx.realize(node)
     elif node.op is Ops.AFTER: ctx.realize(node)
   for root in roots:
-    if not _is_buffer_view(root) and not (root.op is Ops.CONTIGUOUS and has_buffer_identity(root.src[0])): ctx.realize(root)
+    if not _is_buffer_view(root) and not (root.op is Ops.CONTIGUOUS and has_buffer_identity(root.src[0])):
+      ctx.realize(root)
   # the source of a cross-device store is realized on its own device first, so the store only moves bytes
   for node in graph:
     if node.op is Ops.STORE and is_cross_device_store(node) and contiguous_region(node.src[1], ctx.realized) is None:
@@ -90,8 +91,8 @@ def copy_job(ctx: ScheduleContext, after: UOp, store: UOp) -> Job:
   target, value = store.src
   dst = contiguous_region(target, {})
   if dst is None:
-    raise ScheduleError(f"non-contiguous view is not supported: a store into {target.device} must target one contiguous "
-                        "range of its buffer (shrink, reshape, bitcast)")
+    raise ScheduleError(f"non-contiguous view is not supported: a store into {target.device} must target one "
+                        "contiguous range of its buffer (shrink, reshape, bitcast)")
   src = contiguous_region(value, ctx.realized)
   assert src is not None, "the source of a cross-device store was realized on its own device"
   dst_arg = region_uop(dst, ctx.buffer_for(dst.version))
@@ -138,7 +139,8 @@ def order_jobs(ctx: ScheduleContext, jobs: list[Job]) -> list[Job]:
       deps[i].update(p for p in producer.get(r, []) if p != i)
       buf = ctx.buffer_for(r)
       if buf in versions_by_buffer and versions_by_buffer[buf] is not r and job.writes.op is not Ops.AFTER:
-        raise ScheduleError("a kernel reads a buffer both before and after an assign to it; realize() the earlier read first")
+        raise ScheduleError("a kernel reads a buffer both before and after an assign to it; "
+                            "realize() the earlier read first")
       versions_by_buffer[buf] = r
     if job.after_prev is not None:
       prev = job.after_prev

@@ -46,9 +46,11 @@ copy_rules = PatternMatcher([
   # a COPY to the device its source is already on is nothing
   (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), _drop_same_device_copy),
   # a COPY off DISK moves below permute, flip, pad and expand: DISK never computes, those run on the target
-  (UPat(Ops.COPY, src=(UPat((Ops.PERMUTE, Ops.FLIP, Ops.PAD, Ops.EXPAND), name="mv"),), name="c"), _copy_below_movement),
+  (UPat(Ops.COPY, src=(UPat((Ops.PERMUTE, Ops.FLIP, Ops.PAD, Ops.EXPAND), name="mv"),), name="c"),
+   _copy_below_movement),
   # a STORE into a whole buffer on the copy's device drops the COPY: a store into another device's buffer is the copy
-  (UPat(Ops.STORE, src=(UPat.var("dst"), UPat(Ops.COPY, src=(UPat.var("x"),), name="c")), name="store"), _store_drops_copy),
+  (UPat(Ops.STORE, src=(UPat.var("dst"), UPat(Ops.COPY, src=(UPat.var("x"),), name="c")), name="store"),
+   _store_drops_copy),
 ])
 
 anonymous_store_rules = PatternMatcher([
@@ -110,7 +112,8 @@ def _contiguous_shrink_offset(shape: tuple[int, ...], bounds: tuple[tuple[int, i
 
 
 def _is_identity_movement(u: UOp) -> bool:
-  if u.op is Ops.PERMUTE: return [a for a in u.arg if u.src[0].shape[a] != 1] == sorted(a for a in u.arg if u.src[0].shape[a] != 1)
+  if u.op is Ops.PERMUTE:
+    return [a for a in u.arg if u.src[0].shape[a] != 1] == sorted(a for a in u.arg if u.src[0].shape[a] != 1)
   if u.op is Ops.PAD: return all(p == (0, 0) for p in u.arg)
   if u.op is Ops.FLIP: return all(not f or s == 1 for f, s in zip(u.arg, u.src[0].shape))
   if u.op is Ops.EXPAND: return u.shape == u.src[0].shape

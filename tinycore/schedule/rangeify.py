@@ -73,7 +73,8 @@ class KernelBuilder:
     if op is Ops.ARANGE: return idx[0].cast(u.dtype)
     if op in (Ops.CONTIGUOUS, Ops.DETACH): return self.lower(u.src[0], idx, valid)
     if op is Ops.REDUCE_AXIS: return self.lower_reduce(u, idx, valid)
-    if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize: return self.lower_resizing_bitcast(u, idx, valid)
+    if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize:
+      return self.lower_resizing_bitcast(u, idx, valid)
     if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
       return UOp(op, u.dtype, tuple(self.lower(s, idx, valid) for s in u.src))
     raise NotImplementedError(f"cannot lower {op} into a kernel")
@@ -81,7 +82,8 @@ class KernelBuilder:
   def load(self, u: UOp, idx: Index, valid: UOp | None) -> UOp:
     buf = self.ctx.buffer_for(u)
     if self.buffers and buf.device != self.buffers[0].device:
-      raise RuntimeError(f"all buffers must be on the same device: a kernel on {self.buffers[0].device} reads {buf.device}")
+      raise RuntimeError(f"all buffers must be on the same device: a kernel on {self.buffers[0].device} "
+                         f"reads {buf.device}")
     self.reads.append(u)
     offset = flat_index(idx, u.shape)
     if self.buffers and buf is self.buffers[0]: self.loads_of_output.append((offset, valid))
@@ -124,7 +126,8 @@ class KernelBuilder:
       word = word if word.dtype is in_bits else UOp(Ops.BITCAST, in_bits, (word,))
       shift = (last % ratio) * (out_size * 8)
       part = UOp(Ops.SHR, in_bits, (word, shift.cast(in_bits)))
-      return UOp(Ops.BITCAST, u.dtype, (UOp(Ops.CAST, out_bits, (part,)),)) if u.dtype is not out_bits else UOp(Ops.CAST, out_bits, (part,))
+      return (UOp(Ops.BITCAST, u.dtype, (UOp(Ops.CAST, out_bits, (part,)),)) if u.dtype is not out_bits
+              else UOp(Ops.CAST, out_bits, (part,)))
     ratio = out_size // in_size
     total: UOp | None = None
     for k in range(ratio):

@@ -214,10 +214,12 @@ class UOp(metaclass=_UOpCache):
 
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType) -> UOp:
-    return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, None, (), next(_unique_counter)), UOp(Ops.DEVICE, None, (), device)), size)
+    return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, None, (), next(_unique_counter)), UOp(Ops.DEVICE, None, (), device)),
+               size)
 
   def alu(self, op: Ops, *srcs: UOp, dtype: DType | None = None) -> UOp:
-    out_dtype = dtype or (dtypes.bool if op in GroupOp.Comparison else (srcs[-1].dtype if op is Ops.WHERE else self.dtype))
+    out_dtype = dtype or (dtypes.bool if op in GroupOp.Comparison else
+                          (srcs[-1].dtype if op is Ops.WHERE else self.dtype))
     return UOp(op, out_dtype, (self,) + srcs)
 
   def cast(self, dtype: DType) -> UOp: return self if self.dtype is dtype else UOp(Ops.CAST, dtype, (self,))
@@ -225,15 +227,19 @@ class UOp(metaclass=_UOpCache):
   def const_like(self, value: Any) -> UOp: return UOp.const(self.dtype, value)
 
   # movement (shape-level)
-  def reshape(self, shape: tuple[int, ...]) -> UOp: return self if self.shape == shape else UOp(Ops.RESHAPE, self.dtype, (self,), shape)
-  def expand(self, shape: tuple[int, ...]) -> UOp: return self if self.shape == shape else UOp(Ops.EXPAND, self.dtype, (self,), shape)
+  def reshape(self, shape: tuple[int, ...]) -> UOp:
+    return self if self.shape == shape else UOp(Ops.RESHAPE, self.dtype, (self,), shape)
+  def expand(self, shape: tuple[int, ...]) -> UOp:
+    return self if self.shape == shape else UOp(Ops.EXPAND, self.dtype, (self,), shape)
   def permute(self, order: tuple[int, ...]) -> UOp:
     return self if order == tuple(range(len(order))) else UOp(Ops.PERMUTE, self.dtype, (self,), order)
   def pad(self, padding: tuple[tuple[int, int], ...]) -> UOp:
     return self if all(p == (0, 0) for p in padding) else UOp(Ops.PAD, self.dtype, (self,), padding)
   def shrink(self, bounds: tuple[tuple[int, int], ...]) -> UOp:
-    return self if all(b == (0, s) for b, s in zip(bounds, self.shape)) else UOp(Ops.SHRINK, self.dtype, (self,), bounds)
-  def flip(self, axes: tuple[bool, ...]) -> UOp: return self if not any(axes) else UOp(Ops.FLIP, self.dtype, (self,), axes)
+    return (self if all(b == (0, s) for b, s in zip(bounds, self.shape))
+            else UOp(Ops.SHRINK, self.dtype, (self,), bounds))
+  def flip(self, axes: tuple[bool, ...]) -> UOp:
+    return self if not any(axes) else UOp(Ops.FLIP, self.dtype, (self,), axes)
 
   # ------------------------------------------------------------------ kernel-level helpers (index arithmetic)
   def __add__(self, x): return _binop(Ops.ADD, self, x)
@@ -267,7 +273,8 @@ class UOp(metaclass=_UOpCache):
 
 def _as_uop(x: Any, dtype: DType | None) -> UOp:
   if isinstance(x, UOp): return x
-  if dtype is None: dtype = dtypes.bool if isinstance(x, bool) else dtypes.index if isinstance(x, int) else dtypes.float32
+  if dtype is None:
+    dtype = dtypes.bool if isinstance(x, bool) else dtypes.index if isinstance(x, int) else dtypes.float32
   return UOp.const(dtype, x)
 
 

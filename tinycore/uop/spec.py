@@ -40,14 +40,16 @@ _common: list[tuple[UPat, Predicate]] = [
 tensor_spec: list[tuple[UPat, Predicate]] = _common + [
   (UPat(Ops.CONST, name="x"), lambda x: x.dtype is not None and len(x.src) <= 1),
   (UPat(Ops.ARANGE, src=(UPat(Ops.DEVICE),), name="x"), lambda x: isinstance(x.arg, int) and x.arg >= 0),
-  (UPat(GroupOp.Movement, name="x"), lambda x: len(x.src) == 1 and isinstance(x.arg, tuple) and x.dtype is x.src[0].dtype),
+  (UPat(GroupOp.Movement, name="x"),
+   lambda x: len(x.src) == 1 and isinstance(x.arg, tuple) and x.dtype is x.src[0].dtype),
   (UPat(GroupOp.ALU, name="x"), lambda x: _same_dtype_alu(x) and _same_shapes(x)),
   (UPat(Ops.REDUCE_AXIS, name="x"),
    lambda x: x.arg[0] in (Ops.ADD, Ops.MUL, Ops.MAX) and isinstance(x.arg[1], tuple) and x.dtype is x.src[0].dtype),
   (UPat((Ops.CONTIGUOUS, Ops.DETACH), name="x"), lambda x: len(x.src) == 1 and x.dtype is x.src[0].dtype),
   (UPat(Ops.COPY, name="x"), lambda x: len(x.src) == 1 and isinstance(x.arg, (str, tuple))),
   (UPat(Ops.STORE, name="x"), lambda x: len(x.src) == 2 and x.src[0].shape == x.src[1].shape),
-  (UPat(Ops.AFTER, name="x"), lambda x: x.src[0].base.op in (Ops.BUFFER, Ops.AFTER) and all(s.op is Ops.STORE for s in x.src[1:])),
+  (UPat(Ops.AFTER, name="x"),
+   lambda x: x.src[0].base.op in (Ops.BUFFER, Ops.AFTER) and all(s.op is Ops.STORE for s in x.src[1:])),
   (UPat(Ops.SINK), lambda: True),
 ]
 
@@ -60,14 +62,17 @@ kernel_spec: list[tuple[UPat, Predicate]] = _common + [
    (len(x.src) == 2 or (len(x.src) == 3 and x.src[2].dtype is dtypes.bool))),
   (UPat(Ops.LOAD, src=(UPat(Ops.INDEX),), name="x"), lambda x: x.dtype is x.src[0].dtype),
   (UPat(Ops.STORE, src=(UPat(Ops.INDEX), UPat()), name="x"), lambda x: x.src[1].dtype is x.src[0].dtype),
-  (UPat(Ops.REDUCE, name="x"), lambda x: x.arg in (Ops.ADD, Ops.MUL, Ops.MAX) and all(r.op is Ops.RANGE for r in x.src[1:])),
+  (UPat(Ops.REDUCE, name="x"),
+   lambda x: x.arg in (Ops.ADD, Ops.MUL, Ops.MAX) and all(r.op is Ops.RANGE for r in x.src[1:])),
   (UPat(GroupOp.ALU, name="x"), _same_dtype_alu),
   (UPat(Ops.SINK, name="x"), lambda x: all(s.op is Ops.STORE for s in x.src)),
 ]
 
 linear_spec: list[tuple[UPat, Predicate]] = [
   (UPat(Ops.LINEAR, name="x"), lambda x: all(s.op is Ops.CALL for s in x.src)),
-  (UPat(Ops.CALL, name="x"), lambda x: x.src[0].op in (Ops.SINK, Ops.COPY, Ops.PROGRAM) and all(b.op in (Ops.BUFFER, Ops.BUFFER_VIEW) for b in x.src[1:])),
+  (UPat(Ops.CALL, name="x"),
+   lambda x: (x.src[0].op in (Ops.SINK, Ops.COPY, Ops.PROGRAM) and
+              all(b.op in (Ops.BUFFER, Ops.BUFFER_VIEW) for b in x.src[1:]))),
 ]
 
 SPECS = {"tensor": tensor_spec, "kernel": kernel_spec, "linear": linear_spec}
@@ -83,7 +88,8 @@ def check_spec(root: UOp, stage: str) -> None:
     for pat, predicate in rules:
       bindings: dict[str, UOp] = {}
       if pat.match(node, bindings):
-        if not predicate(**bindings): raise SpecError(f"invalid {node.op.name} in the {stage} graph:\n{pretty(node, 12)}")
+        if not predicate(**bindings):
+          raise SpecError(f"invalid {node.op.name} in the {stage} graph:\n{pretty(node, 12)}")
         break
     else: raise SpecError(f"{node.op.name} is not allowed in the {stage} graph:\n{pretty(node, 12)}")
   if stage == "linear":

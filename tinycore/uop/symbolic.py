@@ -13,8 +13,8 @@ from tinycore.dtype import DType, dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.uop.pattern import PatternMatcher, UPat
 
-INT_TYPES = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32,
-                       dtypes.uint64})
+INT_TYPES = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64,
+                       dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
 
 
 # ---------------------------------------------------------------------------- evaluating ALU ops on Python values
@@ -46,9 +46,11 @@ PYTHON_ALU: dict[Ops, Any] = {
   Ops.MOD: _c_mod, Ops.MAX: max, Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
   Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor, Ops.SHL: lambda a, b: a << b,
   Ops.SHR: lambda a, b: a >> b, Ops.NEG: operator.neg, Ops.WHERE: lambda c, a, b: a if c else b,
-  Ops.EXP2: _safe(lambda x: 2.0 ** x), Ops.LOG2: _safe(lambda x: math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)),
+  Ops.EXP2: _safe(lambda x: 2.0 ** x),
+  Ops.LOG2: _safe(lambda x: math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)),
   Ops.SIN: _safe(math.sin), Ops.SQRT: _safe(lambda x: math.sqrt(x) if x >= 0 else math.nan),
-  Ops.RECIPROCAL: lambda x: _safe_fdiv(1.0, x), Ops.TRUNC: _safe(lambda x: float(math.trunc(x)) if math.isfinite(x) else x),
+  Ops.RECIPROCAL: lambda x: _safe_fdiv(1.0, x),
+  Ops.TRUNC: _safe(lambda x: float(math.trunc(x)) if math.isfinite(x) else x),
   Ops.POW: _safe(lambda a, b: a ** b if not (a < 0 and b != int(b)) else math.nan),
 }
 

@@ -93,7 +93,8 @@ class CLAllocator(LRUAllocator[Any]):
     base, base_offset = _region(handle)
     return CLView(base, base_offset + offset, nbytes, self.alignment)
 
-  def _transfer(self, dst: cl.Buffer | CLView, src: cl.Buffer | CLView, nbytes: int, src_dev: Any, dst_dev: Any) -> None:
+  def _transfer(self, dst: cl.Buffer | CLView, src: cl.Buffer | CLView, nbytes: int, src_dev: Any,
+                dst_dev: Any) -> None:
     dst_buffer, dst_offset = _region(dst)
     src_buffer, src_offset = _region(src)
     if src_dev is dst_dev:  # the same queue: ordered after whatever wrote the source
@@ -132,7 +133,8 @@ class CLProgram:
       self.program = cl.Program(device.context, [device.cl_device], [lib]).build()
       self.kernel = cl.Kernel(self.program, name)
     except cl.Error as error:
-      raise RuntimeError(f"cannot load the OpenCL program binary of kernel {name!r} on {device.device}: {error}") from error
+      raise RuntimeError(f"cannot load the OpenCL program binary of kernel {name!r} on {device.device}: "
+                         f"{error}") from error
     self.max_work_group = self.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device.cl_device)
     self.num_args = self.kernel.num_args
     self._local_sizes: dict[tuple[int, ...], tuple[int, ...]] = {}
@@ -155,8 +157,9 @@ class CLProgram:
     args = [buf if type(buf) is cl.Buffer else buf.kernel_arg() for buf in bufs]
     args.extend(np.int64(value) for value in vals)
     if len(args) != self.num_args:
-      raise RuntimeError(f"kernel {self.name!r} takes {self.num_args} arguments, but the call passed {len(bufs)} buffers "
-                         f"and {len(vals)} values: the call's buffers and the kernel's parameters do not match")
+      raise RuntimeError(f"kernel {self.name!r} takes {self.num_args} arguments, but the call passed "
+                         f"{len(bufs)} buffers and {len(vals)} values: the call's buffers and the kernel's "
+                         "parameters do not match")
     self.kernel.set_args(*args)
     if 0 in tuple(global_size): return 0.0 if wait else None  # nothing to run (OpenCL refuses an empty range)
     event = cl.enqueue_nd_range_kernel(self.queue, self.kernel, tuple(global_size), self.fit_local_size(local_size))

@@ -10,7 +10,8 @@ import ctypes
 import struct
 import time
 from typing import Any, Sequence
-from tinycore.hcq.commands import Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp, Variable
+from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
+                                   Variable)
 from tinycore.hcq.device import Encoded, HCQTimeoutError, HWQueue
 
 ENTRY_WORDS = 64
@@ -95,7 +96,8 @@ static void tc_share(tc_pool *p, uint64_t core) {
   memcpy(a, p->args, sizeof p->args);
   a[p->nargs] = core; a[p->nargs + 1] = p->threads;
   ((tc_fn)p->fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
-                 a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29], a[30]);
+                 a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29],
+                 a[30]);
 }
 static void *tc_helper_main(void *arg) {
   tc_helper *h = (tc_helper *)arg;
@@ -184,7 +186,8 @@ class CPUQueue(HWQueue):
     counted = 0
 
     def entry(function: int, args: Sequence[Any]) -> None:
-      if len(args) > MAX_ARGS: raise ValueError(f"a CPU queue entry takes at most {MAX_ARGS} arguments, got {len(args)}")
+      if len(args) > MAX_ARGS:
+        raise ValueError(f"a CPU queue entry takes at most {MAX_ARGS} arguments, got {len(args)}")
       start = len(blob)
       words = [function] + [a if isinstance(a, int) else 0 for a in args]
       blob.extend(struct.pack(f"<{ENTRY_WORDS}Q", *(words + [0] * (ENTRY_WORDS - len(words)))))
@@ -202,8 +205,10 @@ class CPUQueue(HWQueue):
       elif isinstance(command, Copy):
         entry(self.worker.address["tc_memcpy"], [command.dst, command.src, command.nbytes])
         counted += 1
-      elif isinstance(command, SignalStore): entry(self.worker.address["tc_signal_store"], [command.signal.addr, command.value])
-      elif isinstance(command, SignalWait): entry(self.worker.address["tc_signal_wait"], [command.signal.addr, command.value])
+      elif isinstance(command, SignalStore):
+        entry(self.worker.address["tc_signal_store"], [command.signal.addr, command.value])
+      elif isinstance(command, SignalWait):
+        entry(self.worker.address["tc_signal_wait"], [command.signal.addr, command.value])
       elif isinstance(command, Timestamp): entry(self.worker.address["tc_timestamp"], [command.signal.addr])
       elif isinstance(command, Barrier): pass  # one worker runs entries in order: nothing to do
       else: raise TypeError(f"the CPU queue cannot run {type(command).__name__}")

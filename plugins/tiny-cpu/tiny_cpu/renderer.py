@@ -43,7 +43,8 @@ class CPURenderer(CStyleRenderer):
     if self.threads < 2: return None
     ranges = [u for u in sink.toposort() if u.op is Ops.RANGE]
     outer = min((r for r in ranges if r.arg[1] == "loop"), key=lambda r: r.arg[0], default=None)
-    if outer is None or outer.src[0].arg < self.threads or prod(r.src[0].arg for r in ranges) < self.parallel_threshold: return None
+    if (outer is None or outer.src[0].arg < self.threads or
+        prod(r.src[0].arg for r in ranges) < self.parallel_threshold): return None
     return outer
 
   def render(self, name: str, sink) -> str:

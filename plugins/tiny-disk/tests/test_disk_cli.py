@@ -6,7 +6,8 @@ import sys
 
 
 def run_devices(*args: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", "tinycore", "devices", *args], capture_output=True, text=True, timeout=120)
+  return subprocess.run([sys.executable, "-m", "tinycore", "devices", *args], capture_output=True, text=True,
+                        timeout=120)
 
 
 def test_devices_lists_disk():

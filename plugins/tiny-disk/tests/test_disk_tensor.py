@@ -37,7 +37,8 @@ def record_reads(monkeypatch) -> list[tuple[int, int]]:
   reads: list[tuple[int, int]] = []
   real = os.preadv
   monkeypatch.setattr(disk_device.os, "preadv",
-                      lambda fd, bufs, off: reads.append((off, sum(memoryview(b).nbytes for b in bufs))) or real(fd, bufs, off))
+                      lambda fd, bufs, off: reads.append((off, sum(memoryview(b).nbytes for b in bufs)))
+                      or real(fd, bufs, off))
   return reads
 
 
@@ -116,7 +117,8 @@ def test_contiguous_views_read(data_file):
   assert t.reshape(4, 25)[2].numpy().tolist() == values.reshape(4, 25)[2].tolist()
   assert t.reshape(10, 10)[3, 2:7].numpy().tolist() == values.reshape(10, 10)[3, 2:7].tolist()
   assert t[4:12].bitcast(dtypes.uint32).numpy().tolist() == values[4:12].view(np.uint32).tolist()
-  assert t[8:40].bitcast(dtypes.int64).reshape(2, 2).numpy().tolist() == values[8:40].view(np.int64).reshape(2, 2).tolist()
+  assert (t[8:40].bitcast(dtypes.int64).reshape(2, 2).numpy().tolist() ==
+          values[8:40].view(np.int64).reshape(2, 2).tolist())
   # a view moved to CPU is an ordinary CPU tensor: compute on it there
   assert (t[10:20].to("CPU").cast(dtypes.int32) * 2).numpy().tolist() == [2 * v for v in range(10, 20)]
 
@@ -128,7 +130,8 @@ def test_permuted_view_is_read_then_permuted_on_the_target(data_file):
   np.testing.assert_array_equal(t.flip(0).to("CPU").numpy(), np.arange(100, dtype=np.uint8).reshape(10, 10)[::-1])
 
 
-@pytest.mark.parametrize("view", [lambda t: t[::2], lambda t: t.reshape(10, 10)[:, 2:4], lambda t: t.reshape(10, 10)[1:3, ::3]],
+@pytest.mark.parametrize("view", [lambda t: t[::2], lambda t: t.reshape(10, 10)[:, 2:4],
+                                  lambda t: t.reshape(10, 10)[1:3, ::3]],
                          ids=["step", "columns", "rows-step"])
 def test_non_contiguous_read_raises(data_file, view):
   with pytest.raises(Exception, match="non-contiguous view is not supported"):

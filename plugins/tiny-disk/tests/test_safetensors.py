@@ -7,8 +7,8 @@ from collections import namedtuple
 import numpy as np
 import pytest
 from tinycore import Tensor, dtypes
-from tinycore.nn.state import (get_parameters, get_state_dict, load_state_dict, safe_dtypes, safe_get_metadata, safe_load,
-                               safe_load_metadata, safe_save)
+from tinycore.nn.state import (get_parameters, get_state_dict, load_state_dict, safe_dtypes, safe_get_metadata,
+                               safe_load, safe_load_metadata, safe_save)
 import tiny_disk.device as disk_device
 from disk_helpers import disk
 
@@ -164,7 +164,8 @@ def test_load_reads_only_the_header_then_only_the_tensor(tmp_path, monkeypatch, 
   reads: list[tuple[int, int]] = []
   real = os.preadv
   monkeypatch.setattr(disk_device.os, "preadv",
-                      lambda fd, bufs, off: reads.append((off, sum(memoryview(b).nbytes for b in bufs))) or real(fd, bufs, off))
+                      lambda fd, bufs, off: reads.append((off, sum(memoryview(b).nbytes for b in bufs)))
+                      or real(fd, bufs, off))
   loaded = safe_load(path)
   assert reads == []
   assert loaded["small"].numpy().tolist() == [0, 1, 2, 3]
@@ -188,7 +189,8 @@ GOOD_ENTRY = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
   (lambda p: write_file(p, "{not json", b"\0" * 8), "not valid JSON"),
   (lambda p: write_file(p, b"\xff\xfe{}", b""), "not valid JSON"),
   (lambda p: write_file(p, "[1, 2]"), "expected a JSON object"),
-  (lambda p: write_file(p, json.dumps({"w": {**GOOD_ENTRY, "dtype": "F8_E4M3"}}), b"\0" * 8), "unknown safetensors dtype 'F8_E4M3'"),
+  (lambda p: write_file(p, json.dumps({"w": {**GOOD_ENTRY, "dtype": "F8_E4M3"}}), b"\0" * 8),
+   "unknown safetensors dtype 'F8_E4M3'"),
   (lambda p: write_file(p, json.dumps({"w": {**GOOD_ENTRY, "data_offsets": [0, 80]}}), b"\0" * 8), "outside the file"),
   (lambda p: write_file(p, json.dumps({"w": {**GOOD_ENTRY, "data_offsets": [4, 8]}}), b"\0" * 8), "needs 8"),
   (lambda p: write_file(p, json.dumps({"w": {**GOOD_ENTRY, "shape": [-2]}}), b"\0" * 8), "corrupt shape"),

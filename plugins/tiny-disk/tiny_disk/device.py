@@ -170,7 +170,8 @@ def _ftruncate(fd: int, path: str, nbytes: int) -> None:
 def _map(fd: int, path: str, size: int, read_only: bool) -> mmap.mmap:
   try: return mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
   except (OSError, ValueError, OverflowError) as error:
-    raise OSError(getattr(error, "errno", None), f"cannot mmap {size} bytes of DISK file {path}: {error}", path) from None
+    raise OSError(getattr(error, "errno", None), f"cannot mmap {size} bytes of DISK file {path}: {error}",
+                  path) from None
 
 
 class DiskHandle:
@@ -242,7 +243,8 @@ class DiskAllocator(Allocator[DiskHandle]):
     self.file, self.name = file, name
 
   def alloc(self, nbytes: int, spec: BufferSpec | None = None) -> DiskHandle:
-    if not isinstance(nbytes, int) or nbytes <= 0: raise ValueError(f"allocation size must be a positive int, got {nbytes!r}")
+    if not isinstance(nbytes, int) or nbytes <= 0:
+      raise ValueError(f"allocation size must be a positive int, got {nbytes!r}")
     return self._alloc(nbytes, spec or BufferSpec())
 
   def free(self, handle: DiskHandle, nbytes: int, spec: BufferSpec | None = None) -> None:
