@@ -124,3 +124,13 @@ def test_an_unknown_device_fails_at_creation_naming_the_devices_that_exist():
     Tensor.ones(2, device="NOSUCHDEV")
   with pytest.raises(RuntimeError, match="CPU:x"):
     Tensor([1, 2], device="cpu:x")
+
+
+def test_reducing_a_large_tensor_to_one_value_splits_into_partials():
+  n = Tensor.SPLIT_REDUCE_MIN + 5  # not a multiple of the parts: the tail is padded with the identity
+  x = np.random.default_rng(5).integers(-1000, 1000, n).astype(np.int32)
+  t = Tensor(x).realize()
+  assert [call.src[0].op for call in t.sum().schedule_linear().src] == [Ops.SINK, Ops.SINK]
+  assert t.sum().item() == x.sum() and t.max().item() == x.max() and t.min().item() == x.min()
+  small = Tensor(x[:100]).realize()
+  assert [call.src[0].op for call in small.sum().schedule_linear().src] == [Ops.SINK]
