@@ -73,13 +73,16 @@ def test_staged_copy_roundtrip(npdt):
   data = np.arange(n, dtype=np.int64).astype(npdt)
   with patch.object(staging, "STAGING_SIZE", size), patch.object(staging, "STAGING_SLOTS", 2), \
        patch.object(staging, "_staging", lambda: stage):
+    GlobalCounters.reset()
     on_device = Tensor(data, device="NPY").to("SIM").contiguous().realize()
+    assert GlobalCounters.copy_count == 10  # ten host memcpys into the ring: nine rotations and the tail
     back = Tensor.empty(n, dtype=on_device.dtype, device="NPY")
     out = np.frombuffer(bytearray(data.nbytes), dtype=npdt)
     from tinycore.engine.buffers import attach_buffer as attach
     attach(back.uop.base, Buffer("NPY", n, on_device.dtype, opaque=out.view(np.uint8)))
     back.assign(on_device).realize()
     Device["SIM"].synchronize()
+    assert GlobalCounters.copy_count == 20  # and ten host memcpys out of it
   np.testing.assert_equal(out, data)
 
 

@@ -134,3 +134,13 @@ def test_reducing_a_large_tensor_to_one_value_splits_into_partials():
   assert t.sum().item() == x.sum() and t.max().item() == x.max() and t.min().item() == x.min()
   small = Tensor(x[:100]).realize()
   assert [call.src[0].op for call in small.sum().schedule_linear().src] == [Ops.SINK]
+
+
+def test_contiguous_of_a_copy_or_an_assign_is_not_recomputed():
+  moved = Tensor(np.arange(5, dtype=np.float32)).to("CPU:1").contiguous().realize()
+  assert moved.uop.op is Ops.BUFFER and [c.src[0].op for c in (moved + 1).schedule_linear().src] == [Ops.SINK]
+  a = Tensor.zeros(4).contiguous().realize()
+  a.assign(Tensor.ones(4))
+  b = a.contiguous().realize()
+  assert b.uop.op is Ops.BUFFER and [c.src[0].op for c in (b * 2).schedule_linear().src] == [Ops.SINK]
+  assert (b * 2).tolist() == [2.0] * 4

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.engine.buffers import buffer_of, linear_buffers
-from tinycore.schedule.cache import cached_schedule
+from tinycore.schedule.cache import cached_schedule, schedule_template
 from tinycore.schedule.copies import is_disk
 
 if TYPE_CHECKING:
@@ -31,8 +31,8 @@ def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
   from tinycore.engine.copy import run_copy
   from tinycore.device.registry import Device
   from tinycore.hcq.device import is_hcq_device
-  from tinycore.hcq.runtime import call_is_hcq, compile_linear, queue_of, wait_for_queues
-  if any(queue_of(call) is not None for call in linear.src if call.src[0].op is not Ops.PROGRAM):
+  from tinycore.hcq.runtime import call_is_hcq, compile_linear, uses_queues, wait_for_queues
+  if any(uses_queues(call) for call in linear.src):
     linear = compile_linear(linear, input_uops=linear_buffers(linear))
   written: dict[str, None] = {}
   for call in linear.src:
@@ -64,9 +64,14 @@ def schedule_tensors(tensors: list[Tensor]) -> tuple[UOp, dict[UOp, UOp]]:
 
 
 def realize_tensors(tensors: list[Tensor]) -> None:
-  linear, becomes = schedule_tensors(tensors)
-  if linear.src: run_linear(linear)
-  apply_becomes(becomes)
+  """Schedule (cached by graph shape), compile queue batches once per cached schedule, bind this call's buffers
+  (one substitution), run, and rebind the live tensors."""
+  from tinycore.hcq.runtime import compile_template
+  template, mapping = schedule_template([t.uop for t in tensors])
+  linear, keys, values = template.src
+  bound = UOp(Ops.SINK, None, (compile_template(linear), keys, values)).substitute(mapping)
+  if bound.src[0].src: run_linear(bound.src[0])
+  apply_becomes(dict(zip(bound.src[1].src, bound.src[2].src)))
 
 
 def apply_becomes(becomes: dict[UOp, UOp]) -> None:

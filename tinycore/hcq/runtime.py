@@ -71,6 +71,11 @@ def queue_of(call: UOp) -> tuple[HCQDevice, str] | None:
   return None
 
 
+def uses_queues(call: UOp) -> bool:
+  """A call that compile_linear turns into queue work: it runs on a queue, or it is a copy staged through one."""
+  return call.src[0].op is not Ops.PROGRAM and (queue_of(call) is not None or staging_direction(call) is not None)
+
+
 def _base_and_range(buf: UOp) -> tuple[UOp, int, int]:
   if buf.op is Ops.BUFFER_VIEW: return buf.src[0], buf.arg[1], buf.arg[1] + buf.arg[0] * buf.dtype.itemsize
   return buf, 0, buf.arg * buf.dtype.itemsize
@@ -207,6 +212,30 @@ def wait_for_queues() -> None:
   release_finished()
 
 
+_by_template: dict[tuple, UOp] = {}
+
+
+def compile_template(linear: UOp) -> UOp:
+  """compile_linear for a cached schedule's template LINEAR (its buffers are placeholders, all patched at run time),
+  cached by the template itself: a repeated computation neither compiles nor builds a cache key."""
+  key = (linear, *compile_settings(linear))
+  if (done := _by_template.get(key)) is not None: return done
+  from tinycore.engine.buffers import linear_buffers
+  compiled = linear
+  if any(uses_queues(call) for call in linear.src): compiled = _compile(linear, linear_buffers(linear))
+  if len(_by_template) >= MAX_TEMPLATES: _by_template.pop(next(iter(_by_template)))
+  _by_template[key] = compiled
+  return compiled
+
+
+def compile_settings(linear: UOp) -> tuple:
+  """What else a compiled batch depends on: the devices' host_devs and the staging ring (a staged copy bakes the
+  ring's address and chunking)."""
+  devices = sorted({b.device for call in linear.src for b in call.src[1:]})
+  host_devs = tuple(getattr(_device(d), "host_devs", None) for d in devices)
+  return host_devs, staging.STAGING_SIZE, staging.STAGING_SLOTS, staging._staging
+
+
 def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile: bool = False) -> UOp:
   """A LINEAR whose queue calls are grouped into compiled batches. `input_uops` (eager use) are the buffers whose
   addresses are patched in at every run; None (JIT use) bakes every address. Compiling a compiled LINEAR returns
@@ -216,11 +245,7 @@ def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile
   if input_uops is not None and len(linear.src) <= MAX_CACHED_CALLS:
     inputs = list(input_uops)
     placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
-    # the staging ring's settings are part of the key: a staged copy bakes the ring's address and chunking
-    devices = sorted({b.device for call in linear.src for b in call.src[1:]})
-    host_devs = tuple(getattr(_device(d), "host_devs", None) for d in devices)
-    key = (linear.substitute(dict(zip(inputs, placeholders))), profile, host_devs, staging.STAGING_SIZE,
-           staging.STAGING_SLOTS, staging._staging)
+    key = (linear.substitute(dict(zip(inputs, placeholders))), profile, *compile_settings(linear))
     if (template := _templates.get(key)) is None:
       if len(_templates) >= MAX_TEMPLATES: _templates.pop(next(iter(_templates)))
       template = _templates[key] = _compile(key[0], placeholders)

@@ -191,7 +191,8 @@ def create_schedule(original_roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
     buf = ctx.buffer_for(node)
     becomes[node] = buf if node.shape == (buf.arg,) else buf.reshape(node.shape)
   for root in roots:
-    if root.op is Ops.CONTIGUOUS and root not in ctx.realized: becomes[root] = root.src[0]
+    # a CONTIGUOUS of stored data is that data (in the buffers this schedule gives it)
+    if root.op is Ops.CONTIGUOUS and root not in ctx.realized: becomes[root] = root.src[0].substitute(becomes)
   # the tensors hold the original graph: map its nodes through what the copy rules made of them
   for node, lowered_node in lowered.items():
     if lowered_node is not node and lowered_node in becomes: becomes[node] = becomes[lowered_node]

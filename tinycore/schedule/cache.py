@@ -22,7 +22,10 @@ def buffer_placeholder(i: int, buf: UOp) -> UOp:
   return UOp(Ops.BUFFER, buf.dtype, (UOp(Ops.UNIQUE, None, (), -(i + 1)), buf.src[1]), buf.arg)
 
 
-def cached_schedule(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
+def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
+  """The cached schedule for these roots' graph shape, as SINK(linear, SINK(*realized), SINK(*their buffers)) over
+  placeholder buffers, and the mapping that binds it to this call: placeholders to the graph's buffers, and every
+  buffer the schedule creates to fresh storage."""
   sink = UOp(Ops.SINK, None, tuple(roots))
   inputs = [n for n in sink.toposort() if n.op is Ops.BUFFER]
   placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
@@ -35,10 +38,14 @@ def cached_schedule(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
     template = UOp(Ops.SINK, None, (linear, UOp(Ops.SINK, None, keys), UOp(Ops.SINK, None, values)))
     fresh = tuple(n for n in template.toposort() if n.op is Ops.BUFFER and n.src[0].arg > 0)
     if len(_cache) >= MAX_ENTRIES: _cache.pop(next(iter(_cache)))
-    entry = _cache[key] = (template, fresh, tuple(placeholders))
+    entry = _cache[key] = (template, fresh)
   else: ScheduleCacheStats.hits += 1
-  template, fresh, _ = entry
-  mapping = dict(zip(placeholders, inputs)) | {f: UOp.new_buffer(f.device, f.arg, f.dtype) for f in fresh}
-  bound = template.substitute(mapping)
-  linear, keys, values = bound.src
+  template, fresh = entry
+  return template, dict(zip(placeholders, inputs)) | {f: UOp.new_buffer(f.device, f.arg, f.dtype) for f in fresh}
+
+
+def cached_schedule(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
+  """(LINEAR, becomes) for these roots, from the schedule cache, bound to their buffers."""
+  template, mapping = schedule_template(roots)
+  linear, keys, values = template.substitute(mapping).src
   return linear, dict(zip(keys.src, values.src))
