@@ -50,8 +50,10 @@ class Program:
       shape = (r.randrange(1, 4),) + ref.shape
       self.t, self.ref = t.expand(shape), np.broadcast_to(ref, shape)
     elif op == "unary":
-      name, fn, npfn = r.choice([("neg", lambda x: -x, np.negative), ("relu", lambda x: x.relu(), lambda x: np.maximum(x, 0)),
-                                 ("sin", lambda x: x.sin(), np.sin), ("exp2", lambda x: (x * 0.5).exp2(), lambda x: np.exp2(x * 0.5)),
+      name, fn, npfn = r.choice([("neg", lambda x: -x, np.negative),
+                                 ("relu", lambda x: x.relu(), lambda x: np.maximum(x, 0)),
+                                 ("sin", lambda x: x.sin(), np.sin),
+                                 ("exp2", lambda x: (x * 0.5).exp2(), lambda x: np.exp2(x * 0.5)),
                                  ("square", lambda x: x * x, np.square)])
       self.t, self.ref = fn(t), npfn(ref).astype(np.float32)
       return name
