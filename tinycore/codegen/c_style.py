@@ -10,7 +10,7 @@ import math
 from typing import Any
 from tinycore.dtype import DType, dtypes, ALL
 from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
-from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop, linearize
+from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop, linearize, value_sources
 
 HALF_HELPERS = r"""
 static inline float tc_half_to_float(unsigned short h) {
@@ -283,7 +283,7 @@ class CStyleRenderer:
       for item in block:
         # a REDUCE item only names its accumulator; its AccUpdate reads the value
         sources = ([item.reduce.src[0]] if isinstance(item, AccUpdate) else
-                   [] if item.op is Ops.REDUCE else self._value_sources(item))
+                   [] if item.op is Ops.REDUCE else value_sources(item))
         for src in sources:
           if (src in self._vector and src.op is not Ops.REDUCE and
               self._block_of.get(src) != self._block_of[self._block_key(item)]):
@@ -291,13 +291,6 @@ class CStyleRenderer:
 
   @staticmethod
   def _block_key(item: Any) -> Any: return id(item) if isinstance(item, AccUpdate) else item
-
-  @staticmethod
-  def _value_sources(u: UOp) -> list[UOp]:
-    out = []
-    for s in u.src:
-      out.extend(CStyleRenderer._value_sources(s) if s.op is Ops.INDEX else [s])
-    return out
 
   def _emit_vector_block(self, items: list, lines: list[str], depth: int) -> None:
     pad = "  " * depth

@@ -37,6 +37,15 @@ class LinearKernel:
   vector: set[UOp] = attrs.field(factory=set)
 
 
+def value_sources(node: UOp) -> list[UOp]:
+  """node's sources, looking through INDEX (rendered inline where it is used) to the values it uses."""
+  out = []
+  for s in node.src:
+    if s.op is Ops.INDEX: out.extend(value_sources(s))
+    else: out.append(s)
+  return out
+
+
 def linearize(sink: UOp) -> LinearKernel:
   nodes = list(sink.toposort())
   position = {n: i for i, n in enumerate(nodes)}
@@ -106,14 +115,6 @@ def linearize(sink: UOp) -> LinearKernel:
       updates[n] = AccUpdate(n)
       items[innermost].append(updates[n])
 
-  def sources_of(node: UOp) -> list[UOp]:
-    # look through inline nodes (INDEX) to the values they use
-    out = []
-    for s in node.src:
-      if s.op is Ops.INDEX: out.extend(sources_of(s))
-      else: out.append(s)
-    return out
-
   # every node inside a loop's subtree, for the loop's dependencies
   subtree_nodes: dict[UOp, list[UOp]] = {r: [] for r in parent}
   for n in nodes:
@@ -132,7 +133,7 @@ def linearize(sink: UOp) -> LinearKernel:
     def dep_ids(users: list, exclude: object) -> set[int]:
       found = set()
       for user in users:
-        srcs = [user.reduce.src[0]] if isinstance(user, AccUpdate) else sources_of(user)
+        srcs = [user.reduce.src[0]] if isinstance(user, AccUpdate) else value_sources(user)
         for src in srcs:
           it = item_in(s, src)
           if it is not None and it is not exclude and id(it) in key_of: found.add(key_of[id(it)])

@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.engine.buffers import buffer_of, linear_buffers
 from tinycore.schedule.cache import cached_schedule, schedule_template
-from tinycore.schedule.copies import is_disk
+from tinycore.schedule.copies import is_disk, storage_root
 
 if TYPE_CHECKING:
   from tinycore.tensor import Tensor
@@ -114,12 +114,6 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
   # every view of this buffer (the target itself included) now reads the stored value
   for t in _live_tensors():
     if storage_root(t.uop) is base: t.uop = t.uop.substitute({base: after})
-
-
-def storage_root(u: UOp) -> UOp:
-  """What a view reads from: u without movement ops and bitcasts on top."""
-  while u.op in GroupOp.Movement or u.op is Ops.BITCAST: u = u.src[0]
-  return u
 
 
 def bitcast_to_source(target: UOp, value: UOp) -> tuple[UOp, UOp]:

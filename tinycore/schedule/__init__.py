@@ -11,7 +11,8 @@ from tinycore.uop.symbolic import symbolic
 from tinycore.schedule.context import ScheduleContext
 from tinycore.schedule.rangeify import KernelBuilder, NeedsRealize, build_store_kernel, build_value_kernel
 from tinycore.uop.spec import check_spec, spec_enabled
-from tinycore.schedule.copies import contiguous_region, has_buffer_identity, is_disk, lower_copies, region_uop
+from tinycore.schedule.copies import (contiguous_region, has_buffer_identity, is_disk, lower_copies, region_uop,
+                                     storage_root)
 
 
 class ScheduleError(RuntimeError):
@@ -20,8 +21,7 @@ class ScheduleError(RuntimeError):
 
 def _is_buffer_view(u: UOp) -> bool:
   """A view of stored data (movement ops and bitcasts over a buffer): realizing it computes nothing."""
-  while u.op in GroupOp.Movement or u.op is Ops.BITCAST: u = u.src[0]
-  return u.op in (Ops.BUFFER, Ops.AFTER)
+  return storage_root(u).op in (Ops.BUFFER, Ops.AFTER)
 
 
 def _strip_reshapes(u: UOp) -> UOp:

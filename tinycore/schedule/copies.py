@@ -6,7 +6,7 @@ and every cross-device store runs as a `CALL(COPY, dst, src)` between two contig
 """
 from __future__ import annotations
 import attrs
-from tinycore.uop.ops import Ops, UOp, prod
+from tinycore.uop.ops import GroupOp, Ops, UOp, prod
 from tinycore.uop.pattern import PatternMatcher, UPat, graph_rewrite_map
 
 
@@ -19,6 +19,12 @@ def has_buffer_identity(u: UOp) -> bool:
   while node.op is Ops.RESHAPE: node = node.src[0]
   while node.op is Ops.AFTER: node = node.src[0].base if node.src[0].op is Ops.RESHAPE else node.src[0]
   return node.op is Ops.BUFFER and prod(u.shape) == node.arg
+
+
+def storage_root(u: UOp) -> UOp:
+  """What a view reads from: u without movement ops and bitcasts on top."""
+  while u.op in GroupOp.Movement or u.op is Ops.BITCAST: u = u.src[0]
+  return u
 
 
 def _drop_same_device_copy(c: UOp, x: UOp) -> UOp | None:
