@@ -5,7 +5,7 @@
 `becomes` maps every realized node to the buffer view that now holds it, so no tensor recomputes it.
 """
 from __future__ import annotations
-from tinycore.uop.ops import GroupOp, Ops, UOp, prod
+from tinycore.uop.ops import Ops, UOp, prod
 from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
 from tinycore.schedule.context import ScheduleContext
