@@ -32,6 +32,9 @@ class Allocator(Generic[Handle]):
   (a zero-copy host view), `_transfer(dst, src, nbytes, src_dev, dst_dev)` (same-kind peer copy).
   """
 
+  # whether `_copyin` has finished with its source when it returns (a copy then needs no synchronize after it)
+  synchronous_copyin: bool = False
+
   def __init__(self, device: Any = None):
     self.device = device  # the Compiled that owns this allocator (may be None in tests)
     self.allocated_bytes = 0

@@ -43,8 +43,9 @@ def run_copy(dst: Buffer, src: Buffer) -> None:
     return
   if src_alloc.supports_as_buffer:
     dst.copyin(src.as_memoryview(force_zero_copy=True))
-    # the destination may read the live source view asynchronously: finish before the source can change
-    from tinycore.device.registry import Device
-    Device[dst.device].synchronize()
+    if not dst_alloc.synchronous_copyin:
+      # the destination may read the live source view asynchronously: finish before the source can change
+      from tinycore.device.registry import Device
+      Device[dst.device].synchronize()
     return
   dst.copyin(src.as_memoryview())

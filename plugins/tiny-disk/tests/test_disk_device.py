@@ -77,13 +77,28 @@ def test_shared_memory_name():
 
 
 # ------------------------------------------------------------------ opening, sharing, growing
-def test_first_allocation_creates_and_grows(tmp_path):
+def test_allocation_creates_nothing_the_first_write_creates_and_grows(tmp_path):
   path = tmp_path / "new.bin"
   b = buffer(path, 100)
+  assert not path.exists()  # allocating is not writing
+  with pytest.raises(FileNotFoundError, match=f"{path}.*nothing has been written"):
+    read(b)
+  b.view(4, dtypes.uint8, 10).copyin(memoryview(b"abcd"))  # a view's write grows the file for its whole buffer
   assert path.stat().st_size == 100
-  assert read(b) == bytes(100)  # a grown file reads as zeros
+  assert read(b) == bytes(10) + b"abcd" + bytes(86)
   b.copyin(memoryview(bytes(range(100))))
   assert path.read_bytes() == bytes(range(100))
+
+
+def test_reads_never_open_for_writing(data_file, monkeypatch):
+  flags: list[int] = []
+  real_open = os.open
+  monkeypatch.setattr(disk_device.os, "open", lambda p, f, *a: flags.append(f) or real_open(p, f, *a))
+  b = buffer(data_file, 100)
+  assert read(b.view(10, dtypes.uint8, 5)) == bytes(range(5, 15))
+  assert flags and all(f & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC) == 0 for f in flags)
+  b.copyin(memoryview(bytes(100)))  # the first write opens it for writing, once
+  assert sum(1 for f in flags if f & os.O_RDWR) == 1
 
 
 def test_larger_file_is_not_shrunk_and_buffers_view_its_start(data_file):
@@ -114,10 +129,12 @@ def test_grow_while_open(tmp_path):
   small = buffer(path, 8)
   small.copyin(memoryview(b"01234567"))
   big = buffer(path, 4096)
+  assert path.stat().st_size == 8 and small._buf.file is big._buf.file
+  big.view(2, dtypes.uint8, 8).copyin(memoryview(b"89"))
   assert path.stat().st_size == 4096
-  assert read(big)[:8] == b"01234567"
+  assert read(big)[:10] == b"0123456789" and read(big)[10:] == bytes(4086)
   big.copyin(memoryview(b"x" * 4096))
-  assert read(small) == b"x" * 8  # the old, smaller mapping sees the same file
+  assert read(small) == b"x" * 8  # the smaller buffer reads the same file
 
 
 def test_views_are_byte_ranges(data_file):
@@ -132,14 +149,11 @@ def test_views_are_byte_ranges(data_file):
   assert data_file.read_bytes()[28:42] == bytes([28, 29]) + b"abcdefghij" + bytes([40, 41])
 
 
-def test_zero_copy_view_is_the_mapping(data_file):
+def test_no_zero_copy_view(data_file):
+  """No memory mapping: a mapped page of a truncated file (or of a sparse file on a full disk) raises SIGBUS."""
   b = buffer(data_file, 100)
-  view = b.as_memoryview(force_zero_copy=True)
-  assert not view.readonly and bytes(view[:3]) == bytes([0, 1, 2])
-  view[0:2] = b"zz"
-  Device[disk(data_file)].synchronize()
-  assert data_file.read_bytes()[:3] == b"zz\x02"
-  view.release()
+  assert not b.allocator.supports_as_buffer and b.allocator.synchronous_copyin
+  assert bytes(b.as_memoryview(allow_zero_copy=True)[:3]) == bytes([0, 1, 2])  # a copy, read with preadv
 
 
 def test_handles_past_the_buffer_are_refused(data_file):
@@ -170,8 +184,6 @@ def test_read_only_file_reads_but_refuses_writes(data_file):
   make_read_only(data_file)
   b = buffer(data_file, 100)
   assert read(b) == bytes(range(100))
-  assert b.allocator._as_buffer(b._buf).readonly  # the mapping itself is read-only
-  assert not b.allocator.supports_as_buffer  # copies into it take _copyin, which says why they cannot
   with pytest.raises(PermissionError, match=f"{data_file}.*read-only"):
     b.copyin(memoryview(bytes(100)))
   with pytest.raises(PermissionError, match=str(data_file)):
@@ -199,8 +211,10 @@ def test_failed_open_of_unwritable_new_file(tmp_path, monkeypatch):
   with pytest.raises(PermissionError, match=str(path)):
     buffer(path, 10)
   monkeypatch.undo()
-  assert Device[disk(path)].file.opens == []
-  assert read(buffer(path, 10)) == bytes(10)
+  assert Device[disk(path)].file.opens == [] and not path.exists()
+  b = buffer(path, 10)
+  b.copyin(memoryview(b"0123456789"))
+  assert read(b) == b"0123456789"
 
 
 # ------------------------------------------------------------------ copies: chunked, 64-bit
@@ -252,9 +266,11 @@ def test_offsets_past_2_gib(tmp_path):
 def test_truncated_file_is_an_error_not_short_data(tmp_path):
   path = tmp_path / "t.bin"
   b = buffer(path, 8192)
+  b.copyin(memoryview(os.urandom(8192)))
   os.truncate(path, 100)  # someone else shrank it
-  with pytest.raises(EOFError, match=str(path)):
+  with pytest.raises(OSError, match=f"{path} ends at byte 100.*truncated"):
     b.copyout(memoryview(bytearray(8192)))
+  assert path.stat().st_size == 100  # reading never grows it
 
 
 # ------------------------------------------------------------------ durability, accounting
@@ -282,7 +298,7 @@ def test_synchronize_makes_writes_durable(tmp_path, monkeypatch):
   assert len(synced) == 1
   device.synchronize()
   assert len(synced) == 1
-  b.as_memoryview(allow_zero_copy=True)[0:1] = b"Z"  # a write through the mapping counts too
+  b.view(1, dtypes.uint8, 0).copyin(memoryview(b"Z"))  # a write through a view counts too
   device.synchronize()
   assert len(synced) == 2 and (tmp_path / "s.bin").read_bytes()[:2] == b"Z1"
 
