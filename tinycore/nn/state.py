@@ -6,12 +6,16 @@
 
 The safetensors format: 8 bytes little-endian header length N, N bytes of JSON
 ``{name: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}}``, then the data
-(offsets count from the end of the header). Loading reads only the header; each tensor is a view of the file's uint8
-DISK tensor (`Tensor(pathlib.Path(path))[start:end].bitcast(dtype).reshape(shape)`), so realizing one reads only its
-bytes. Saving writes a temporary file next to the target through a DISK tensor and renames it over the target when
-everything is written, so no partial file ever has the target's name. Needs the DISK device (pip install tiny-disk).
+(offsets count from the end of the header), which the tensors tile exactly. Loading reads only the header, through
+the file's uint8 DISK tensor, which opens the file; each tensor is a view of that tensor
+(`Tensor(pathlib.Path(path))[start:end].bitcast(dtype).reshape(shape)`), so realizing one reads only its bytes, from
+the file the header came from even if the path is replaced meanwhile (a file truncated in place is an OSError naming
+it, never zeros). Saving writes a temporary file next to the target through a DISK tensor, fsyncs it and renames it
+over the target, so no partial file ever has the target's name and a failure (a full disk: an OSError naming the
+target) leaves the old file as it was. Needs the DISK device (pip install tiny-disk).
 """
 from __future__ import annotations
+import errno
 import json
 import os
 import pathlib
@@ -46,25 +50,8 @@ def _disk_name(path: str | os.PathLike) -> str:
 
 def _file_tensor(path: str) -> Tensor:
   """The whole file as a 1-d uint8 tensor on DISK (nothing is read until a view of it is realized)."""
-  return Tensor(pathlib.Path(path))
-
-
-def _read_header_from_file(path: str) -> tuple[int, dict[str, Any]]:
-  """(data_start, header) read with plain file I/O: only the header's bytes are read."""
-  try:
-    with open(path, "rb") as f:
-      size = os.fstat(f.fileno()).st_size
-      length_bytes = f.read(HEADER_LENGTH_BYTES)
-      if len(length_bytes) < HEADER_LENGTH_BYTES:
-        raise SafetensorsError(f"{path} is not a safetensors file: it has {size} bytes, fewer than the "
-                               f"{HEADER_LENGTH_BYTES}-byte header length")
-      length = _check_header_length(path, int.from_bytes(length_bytes, "little"), size)
-      header_bytes = f.read(length)
-  except FileNotFoundError:
-    raise FileNotFoundError(f"no safetensors file at {path}") from None
-  if len(header_bytes) < length:
-    raise SafetensorsError(f"{path}: the file ended inside its {length}-byte header")
-  return HEADER_LENGTH_BYTES + length, _parse_header(path, header_bytes, size - HEADER_LENGTH_BYTES - length)
+  try: return Tensor(pathlib.Path(path))
+  except FileNotFoundError: raise FileNotFoundError(errno.ENOENT, f"no safetensors file at {path}", path) from None
 
 
 def _read_header_from_tensor(t: Tensor, name: str) -> tuple[int, dict[str, Any]]:
@@ -89,37 +76,71 @@ def _check_header_length(name: str, length: int, size: int) -> int:
 
 
 def _parse_header(name: str, header_bytes: bytes, data_bytes: int) -> dict[str, Any]:
-  """The JSON header, checked: every entry has a known dtype, a shape and offsets inside the data that match."""
+  """The JSON header, checked as the safetensors package checks it: every entry has a known dtype, a shape and
+  offsets inside the data that match; the tensors, in offset order, tile the data exactly (no overlap, no hole, no
+  trailing byte); "__metadata__" is null or maps str to str."""
   try:
     header = json.loads(header_bytes.decode("utf-8"))
   except (UnicodeDecodeError, json.JSONDecodeError) as error:
     raise SafetensorsError(f"{name}: corrupt safetensors header: not valid JSON ({error})") from None
   if not isinstance(header, dict):
     raise SafetensorsError(f"{name}: corrupt safetensors header: expected a JSON object, got {type(header).__name__}")
+  if METADATA_KEY in header:
+    _check_metadata_entry(name, header[METADATA_KEY])
+    if header[METADATA_KEY] is None: del header[METADATA_KEY]
   for key, entry in header.items():
-    if key == METADATA_KEY:
-      if not isinstance(entry, dict):
-        raise SafetensorsError(f"{name}: corrupt safetensors header: {METADATA_KEY} is not an object")
-      continue
-    where = f"{name}: tensor {key!r}"
-    if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
-      raise SafetensorsError(f"{where}: corrupt safetensors header entry {entry!r} (needs dtype, shape, data_offsets)")
-    if entry["dtype"] not in safe_dtypes:
-      raise SafetensorsError(f"{where}: unknown safetensors dtype {entry['dtype']!r}; known: {', '.join(safe_dtypes)}")
-    shape, offsets = entry["shape"], entry["data_offsets"]
-    if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-      raise SafetensorsError(f"{where}: corrupt shape {shape!r}")
-    if not isinstance(offsets, list) or len(offsets) != 2 or \
-        not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
-      raise SafetensorsError(f"{where}: corrupt data_offsets {offsets!r}")
-    begin, end = offsets
-    if not 0 <= begin <= end <= data_bytes:
-      raise SafetensorsError(f"{where}: data_offsets [{begin}, {end}] lie outside the file's {data_bytes} data bytes")
-    expected = prod(shape) * safe_dtypes[entry["dtype"]].itemsize
-    if end - begin != expected:
-      raise SafetensorsError(f"{where}: data_offsets [{begin}, {end}] hold {end - begin} bytes, but shape {shape} of "
-                             f"{entry['dtype']} needs {expected}")
+    if key != METADATA_KEY: _check_tensor_entry(f"{name}: tensor {key!r}", entry, data_bytes)
+  _check_layout(name, header, data_bytes)
   return header
+
+
+def _check_metadata_entry(name: str, metadata: Any) -> None:
+  if metadata is None: return  # the package reads null as "no metadata"
+  if not isinstance(metadata, dict):
+    raise SafetensorsError(f"{name}: corrupt safetensors header: {METADATA_KEY} is not an object")
+  for key, value in metadata.items():
+    if not isinstance(value, str):
+      raise SafetensorsError(f"{name}: corrupt safetensors header: {METADATA_KEY}[{key!r}] is "
+                             f"{type(value).__name__} {value!r}, but metadata values must be strings")
+
+
+def _check_tensor_entry(where: str, entry: Any, data_bytes: int) -> None:
+  """One tensor's entry: known dtype, a shape of non-negative ints, [begin, end] inside the data holding its bytes."""
+  if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
+    raise SafetensorsError(f"{where}: corrupt safetensors header entry {entry!r} (needs dtype, shape, data_offsets)")
+  if entry["dtype"] not in safe_dtypes:
+    raise SafetensorsError(f"{where}: unknown safetensors dtype {entry['dtype']!r}; known: {', '.join(safe_dtypes)}")
+  shape, offsets = entry["shape"], entry["data_offsets"]
+  if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+    raise SafetensorsError(f"{where}: corrupt shape {shape!r}")
+  if not isinstance(offsets, list) or len(offsets) != 2 or \
+      not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
+    raise SafetensorsError(f"{where}: corrupt data_offsets {offsets!r}")
+  begin, end = offsets
+  if not 0 <= begin <= end <= data_bytes:
+    raise SafetensorsError(f"{where}: data_offsets [{begin}, {end}] lie outside the file's {data_bytes} data bytes")
+  expected = prod(shape) * safe_dtypes[entry["dtype"]].itemsize
+  if end - begin != expected:
+    raise SafetensorsError(f"{where}: data_offsets [{begin}, {end}] hold {end - begin} bytes, but shape {shape} of "
+                           f"{entry['dtype']} needs {expected}")
+
+
+def _check_layout(name: str, header: dict[str, Any], data_bytes: int) -> None:
+  """The tensors, sorted by offsets, cover the data exactly: each starts where the one before ends (no overlap, no
+  hole) and the last ends at the end of the file (no trailing bytes)."""
+  spans = sorted((tuple(entry["data_offsets"]), key) for key, entry in header.items() if key != METADATA_KEY)
+  covered = 0
+  for (begin, end), key in spans:
+    if begin < covered:
+      raise SafetensorsError(f"{name}: tensor {key!r}: data_offsets [{begin}, {end}] overlap the tensor before it "
+                             f"(which ends at {covered})")
+    if begin > covered:
+      raise SafetensorsError(f"{name}: tensor {key!r}: data_offsets [{begin}, {end}] leave a hole: data bytes "
+                             f"[{covered}, {begin}) belong to no tensor")
+    covered = end
+  if covered != data_bytes:
+    raise SafetensorsError(f"{name}: the tensors cover {covered} data bytes, but the file holds {data_bytes}: "
+                           f"{data_bytes - covered} trailing bytes belong to no tensor")
 
 
 def safe_load_metadata(fn: Tensor | str | os.PathLike) -> tuple[Tensor, int, dict[str, Any]]:
@@ -130,8 +151,11 @@ def safe_load_metadata(fn: Tensor | str | os.PathLike) -> tuple[Tensor, int, dic
     data_start, header = _read_header_from_tensor(fn, f"safetensors tensor on {fn.device}")
     return fn, data_start, header
   path = _disk_name(fn)
-  data_start, header = _read_header_from_file(path)
-  return _file_tensor(path), data_start, header
+  # the header is read through the DISK tensor: that opens the file, and its tensors then read the same file (the
+  # one the header describes) even if the path is replaced before they are realized
+  t = _file_tensor(path)
+  data_start, header = _read_header_from_tensor(t, path)
+  return t, data_start, header
 
 
 def safe_load(fn: Tensor | str | os.PathLike) -> dict[str, Tensor]:
@@ -177,9 +201,11 @@ def _check_tensors(tensors: dict[str, Tensor], metadata: dict[str, Any] | None, 
   if metadata is not None:
     if not isinstance(metadata, dict):
       raise TypeError(f"safe_save({path!r}): metadata must be a dict, got {type(metadata).__name__}")
-    try: json.dumps(metadata)
-    except (TypeError, ValueError) as error:
-      raise TypeError(f"safe_save({path!r}): metadata is not JSON: {error}") from None
+    for key, value in metadata.items():
+      # the format (and every reader of it) wants str -> str: anything else would be a file nobody can load
+      if not isinstance(key, str) or not isinstance(value, str):
+        raise TypeError(f"safe_save({path!r}): metadata must map str to str, got {key!r}: {value!r} "
+                        f"({type(key).__name__} -> {type(value).__name__}); convert it, e.g. with str() or json.dumps")
 
 
 def _as_bytes(t: Tensor) -> Tensor:
@@ -210,9 +236,12 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[
     _write_through_disk(temporary, total, header, data_start, tensors, spans)
     _keep_mode(temporary, path)
     os.replace(temporary, path)
-  except BaseException:
+  except BaseException as error:
     try: os.unlink(temporary)
     except OSError: pass
+    if isinstance(error, OSError):  # name the file the caller asked for (the message names the temporary too)
+      raise type(error)(error.errno, f"cannot save {path} (it is unchanged): {error.strerror or error}", path) \
+        from error
     raise
   _fsync_directory(directory)
 
@@ -224,6 +253,9 @@ def _create_temporary(path: str) -> str:
     temporary = f"{path}.{secrets.token_hex(4)}.tmp"
     try: fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     except FileExistsError: continue
+    except OSError as error:
+      raise type(error)(error.errno, f"cannot save {path}: cannot create a temporary file next to it: "
+                        f"{error.strerror}", temporary) from None
     os.close(fd)
     return temporary
 

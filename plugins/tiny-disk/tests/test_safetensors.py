@@ -7,8 +7,8 @@ from collections import namedtuple
 import numpy as np
 import pytest
 from tinycore import Tensor, dtypes
-from tinycore.nn.state import (get_parameters, get_state_dict, load_state_dict, safe_dtypes, safe_get_metadata,
-                               safe_load, safe_load_metadata, safe_save)
+from tinycore.nn.state import (SafetensorsError, get_parameters, get_state_dict, load_state_dict, safe_dtypes,
+                               safe_get_metadata, safe_load, safe_load_metadata, safe_save)
 import tiny_disk.device as disk_device
 from disk_helpers import disk
 
@@ -167,7 +167,9 @@ def test_load_reads_only_the_header_then_only_the_tensor(tmp_path, monkeypatch, 
                       lambda fd, bufs, off: reads.append((off, sum(memoryview(b).nbytes for b in bufs)))
                       or real(fd, bufs, off))
   loaded = safe_load(path)
-  assert reads == []
+  data_start = 8 + int.from_bytes(path.read_bytes()[:8], "little")
+  assert reads == [(0, 8), (8, data_start - 8)]  # the length, then the header: no tensor data
+  reads.clear()
   assert loaded["small"].numpy().tolist() == [0, 1, 2, 3]
   assert sum(n for _, n in reads) == 16
 
@@ -235,8 +237,9 @@ def test_bad_arguments_write_nothing(tmp_path):
     safe_save({"a": np.zeros(3)}, path)
   with pytest.raises(ValueError, match="reserved"):
     safe_save({"__metadata__": Tensor([1.0])}, path)
-  with pytest.raises(TypeError, match="metadata is not JSON"):
-    safe_save({"a": Tensor([1.0])}, path, metadata={"k": object()})
+  for bad in ({"k": object()}, {"k": 1}, {"k": {"nested": "x"}}, {"k": None}, {1: "v"}):
+    with pytest.raises(TypeError, match="metadata must map str to str"):
+      safe_save({"a": Tensor([1.0])}, path, metadata=bad)
   assert list(tmp_path.iterdir()) == []
 
 
@@ -297,3 +300,113 @@ def test_load_state_dict_checks(tmp_path):
   state["l1.bias"] = Tensor(np.zeros(5, np.float32))
   with pytest.raises(ValueError, match="l1.bias: shape mismatch"):
     load_state_dict(model, state)
+
+
+# ------------------------------------------------------------------ validation as the safetensors package does it
+def entry(begin: int, end: int, shape=(2,), dtype: str = "F32") -> dict:
+  return {"dtype": dtype, "shape": list(shape), "data_offsets": [begin, end]}
+
+
+def file_bytes(header: dict | bytes, data: bytes) -> bytes:
+  raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+  return len(raw).to_bytes(8, "little") + raw + data
+
+
+# name: (header, data bytes, words in our error or None when the file is valid)
+LAYOUTS = {
+  "in-order": ({"a": entry(0, 8), "b": entry(8, 16)}, 16, None),
+  "out-of-order": ({"b": entry(8, 16), "a": entry(0, 8)}, 16, None),
+  "empty-tensor-between": ({"a": entry(0, 8), "z": entry(8, 8, (0,)), "b": entry(8, 16)}, 16, None),
+  "empty-file": ({}, 0, None),
+  "null-metadata": ({"__metadata__": None, "a": entry(0, 8)}, 8, None),
+  "leading-space": (b' {"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', 8, None),
+  "overlap": ({"a": entry(0, 8), "b": entry(4, 12)}, 12, "overlap the tensor before it"),
+  "same-range": ({"a": entry(0, 8), "b": entry(0, 8)}, 8, "overlap the tensor before it"),
+  "hole-between": ({"a": entry(0, 8), "b": entry(12, 20)}, 20, r"leave a hole: data bytes \[8, 12\)"),
+  "hole-at-start": ({"a": entry(4, 12)}, 12, r"leave a hole: data bytes \[0, 4\)"),
+  "trailing-bytes": ({"a": entry(0, 8)}, 9, "1 trailing bytes belong to no tensor"),
+  "trailing-byte-no-tensors": ({}, 1, "1 trailing bytes"),
+  "reversed-offsets": ({"a": entry(8, 0)}, 8, "lie outside"),
+  "metadata-int-value": ({"__metadata__": {"k": 1}, "a": entry(0, 8)}, 8, "metadata values must be strings"),
+  "metadata-nested": ({"__metadata__": {"k": {"x": "y"}}, "a": entry(0, 8)}, 8, "metadata values must be strings"),
+  "metadata-list": ({"__metadata__": ["k"], "a": entry(0, 8)}, 8, "is not an object"),
+  "trailing-nul-in-header": (b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}\0', 8, "not valid JSON"),
+  "float-in-shape": ({"a": {**entry(0, 8), "shape": [2.0]}}, 8, "corrupt shape"),
+  "bool-in-shape": ({"a": {**entry(0, 8), "shape": [True, 2]}}, 8, "corrupt shape"),
+  "three-offsets": ({"a": {**entry(0, 8), "data_offsets": [0, 8, 8]}}, 8, "corrupt data_offsets"),
+  "negative-offset": ({"a": entry(-8, 0, (0,))}, 8, "lie outside"),
+  "offsets-not-a-list": ({"a": {**entry(0, 8), "data_offsets": "0-8"}}, 8, "corrupt data_offsets"),
+  "shape-not-a-list": ({"a": {**entry(0, 8), "shape": 2}}, 8, "corrupt shape"),
+  "entry-not-an-object": ({"a": [0, 8]}, 8, "needs dtype, shape, data_offsets"),
+  "shape-overflows": ({"a": entry(0, 8, (2**62, 2**62))}, 8, "needs"),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_validation_matches_the_safetensors_package(tmp_path, name):
+  """Every validation branch: a file the package rejects is a SafetensorsError (a ValueError) naming the file and the
+  problem; a file it accepts loads with the same names and values."""
+  header, data_bytes, words = LAYOUTS[name]
+  data = bytes(range(data_bytes))
+  path = tmp_path / f"{name}.safetensors"
+  path.write_bytes(file_bytes(header, data))
+  try:
+    theirs = safetensors_numpy.load_file(str(path))
+  except Exception as error:  # the package's own SafetensorError
+    theirs = error
+  if words is None:
+    assert not isinstance(theirs, Exception), f"the package rejects {name}: {theirs}"
+    ours = safe_load(path)
+    assert sorted(ours) == sorted(theirs)
+    for key, value in theirs.items(): np.testing.assert_array_equal(ours[key].numpy(), value, err_msg=key)
+  else:
+    assert isinstance(theirs, Exception), f"the package accepts {name}, we expect to reject it"
+    with pytest.raises(SafetensorsError, match=words) as info:
+      safe_load(path)
+    assert str(path) in str(info.value)
+    with pytest.raises(SafetensorsError, match=words):  # the same checks for a file given as a tensor
+      safe_load(Tensor(file_bytes(header, data)))
+
+
+def test_metadata_round_trip_and_null(tmp_path):
+  path = tmp_path / "m.safetensors"
+  safe_save({"a": Tensor([1.0])}, path, metadata={"k": "v", "empty": ""})
+  assert safe_get_metadata(path) == {"k": "v", "empty": ""}
+  path.write_bytes(file_bytes({"__metadata__": None, "a": entry(0, 8)}, bytes(8)))
+  assert safe_get_metadata(path) == {} and "__metadata__" not in safe_load_metadata(path)[2]
+
+
+# ------------------------------------------------------------------ files that change under a lazy load
+def test_load_then_path_replaced_reads_the_loaded_file(tmp_path):
+  """The tensors of a lazy load read the file their header describes: the replacement is not read, not grown."""
+  path = tmp_path / "w.safetensors"
+  values = np.arange(1000, dtype=np.float32)
+  safetensors_numpy.save_file({"w": values}, str(path))
+  loaded = safe_load(path)
+  replacement = tmp_path / "new.safetensors"
+  safetensors_numpy.save_file({"w": np.ones(2, np.float32)}, str(replacement))
+  new_bytes = replacement.read_bytes()
+  os.replace(replacement, path)
+  np.testing.assert_array_equal(loaded["w"].numpy(), values)
+  assert path.read_bytes() == new_bytes  # the new file: not grown, not written
+  assert safe_load(path)["w"].numpy().tolist() == [1, 1]
+
+
+def test_load_then_truncated_in_place_is_an_os_error(tmp_path):
+  path = tmp_path / "t.safetensors"
+  safetensors_numpy.save_file({"w": np.arange(1000, dtype=np.float32)}, str(path))
+  loaded = safe_load(path)
+  os.truncate(path, 200)  # another process shrank it: the tensor's bytes are gone
+  with pytest.raises(OSError, match=f"{path}.*truncated"):
+    loaded["w"].numpy()
+  with pytest.raises(OSError, match=str(path)):
+    loaded["w"].to("CPU").realize()
+  assert path.stat().st_size == 200  # reading never grows it
+
+
+def test_load_then_removed_still_reads(tmp_path):
+  path = tmp_path / "r.safetensors"
+  safetensors_numpy.save_file({"w": np.arange(10, dtype=np.int32)}, str(path))
+  loaded = safe_load(path)
+  path.unlink()
+  assert loaded["w"].numpy().tolist() == list(range(10)) and not path.exists()
