@@ -147,6 +147,9 @@ def test_loaded_plugins_are_named():
 @pytest.mark.parametrize("name, canonical", [
   ("cpu:0", "CPU"), ("CPU", "CPU"), ("CPU:1", "CPU:1"), ("cpu:1", "CPU:1"), ("disk:/tmp/X", "DISK:/tmp/X"),
   ("disk:/tmp/a:b", "DISK:/tmp/a:b"), ("nv:10", "NV:10"), (("CPU:0", "cpu:1"), ("CPU", "CPU:1")), (("cpu:0",), "CPU"),
+  # a path is never reinterpreted: only an instance index ":0" is dropped
+  ("disk:/tmp/x:0", "DISK:/tmp/x:0"), ("DISK:/0", "DISK:/0"), ("DISK:shm:0", "DISK:shm:0"), ("cpu:10", "CPU:10"),
+  ("npy:0", "NPY"),
 ])
 def test_canonicalize(name, canonical):
   assert Device.canonicalize(name) == canonical

@@ -17,6 +17,8 @@ class DeviceSpec:
   probe: returns None when the kind is usable here, else the reason it is not ("no OpenCL platform"). It may
     import drivers; it must not raise for an ordinary absence.
   compute: whether the kind runs kernels (False for storage devices such as DISK).
+  names_are_paths: whether the part after ":" is a path kept verbatim (DISK:/data/x:0 is the file "/data/x:0"),
+    not an instance index (only an index ":0" is dropped: "CPU:0" is "CPU").
   distribution / version: filled in by the plugin manager from the entry point's distribution.
   """
   prefix: str
@@ -25,5 +27,6 @@ class DeviceSpec:
   instances: Callable[[], list[str]] | None = None
   probe: Callable[[], str | None] | None = None
   compute: bool = True
+  names_are_paths: bool = False
   distribution: str = ""
   version: str = ""

@@ -26,7 +26,7 @@ def read(b: Buffer) -> bytes: return bytes(b.as_memoryview())
 # ------------------------------------------------------------------ names and the plugin
 def test_spec():
   (spec,) = plugin.tinycore_devices()
-  assert (spec.prefix, spec.compute, spec.priority) == ("DISK", False, -100)
+  assert (spec.prefix, spec.compute, spec.priority, spec.names_are_paths) == ("DISK", False, -100, True)
   found = {s.prefix: s for s in Device.specs()}
   assert "DISK" in found and found["DISK"].distribution == "tiny-disk"
   assert not Device.DEFAULT.startswith("DISK")

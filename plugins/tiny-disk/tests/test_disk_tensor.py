@@ -251,3 +251,16 @@ def test_reading_a_file_to_cpu_needs_one_copy_of_memory(tmp_path):
   assert out.returncode == 0, out.stderr
   grown = int(out.stdout.strip().splitlines()[-1])
   assert grown < size * 1.5, f"peak RSS grew by {grown / 2**20:.0f} MiB reading a {size >> 20} MiB file"
+
+
+# ------------------------------------------------------------------ names round-trip exactly
+@pytest.mark.parametrize("name", ["x:0", "x:1", "0", "y:00", "a:b:0"])
+def test_a_path_ending_like_an_index_is_that_file(tmp_path, name):
+  """"DISK:/dir/x:0" is the file "/dir/x:0": the ":0" of an instance index is never taken off a path."""
+  path = tmp_path / name
+  t = Tensor(np.arange(5, dtype=np.int32)).to(disk(path)).realize()
+  assert t.device == disk(path)
+  assert path.read_bytes() == np.arange(5, dtype=np.int32).tobytes()
+  assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # nothing written to "/dir/x"
+  assert Tensor(pathlib.Path(path)).device == disk(path)
+  np.testing.assert_array_equal(Tensor.empty(5, dtype=dtypes.int32, device=disk(path)).numpy(), np.arange(5))

@@ -122,7 +122,8 @@ class OpenFile:
       raise ValueError(f"DISK file {self.path} is read-only and holds {self.size} bytes: a buffer of {nbytes} bytes "
                        "does not fit (it cannot be grown)")
     if self.block:
-      raise ValueError(f"DISK block device {self.path} holds {self.size} bytes: a buffer of {nbytes} bytes does not fit")
+      raise ValueError(f"DISK block device {self.path} holds {self.size} bytes: a buffer of {nbytes} bytes does not "
+                       "fit")
 
   def prepare_write(self, extent: int) -> int:
     """Make the file writable and at least ``extent`` bytes long (space reserved), and return the descriptor."""
