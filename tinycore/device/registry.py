@@ -1,8 +1,9 @@
 """`Device`: the registry that turns a device name ("CPU", "cpu:1", "DISK:/tmp/x") into an opened `Compiled`.
 
 Names follow tinygrad: the prefix before the first ":" is case-insensitive and names the device kind, the rest is kept
-verbatim, and a trailing ":0" is dropped ("cpu:0" is "CPU"). The kind is resolved through the plugins
-(tinycore.plugin.manager); each name is opened once per process and finalized at exit.
+verbatim, and an instance index ":0" is dropped ("cpu:0" is "CPU"), never part of a path (a kind whose DeviceSpec says
+``names_are_paths``, as DISK's does). The kind is resolved through the plugins (tinycore.plugin.manager); each name
+is opened once per process and finalized at exit.
 """
 from __future__ import annotations
 import atexit
@@ -22,15 +23,23 @@ DEVICE_ENV = "TINYCORE_DEVICE"
 @functools.lru_cache(maxsize=4096)
 def canonicalize_device(name: str | tuple[str, ...]) -> str | tuple[str, ...]:
   """The canonical form of a device name, or of a tuple of names (element-wise; a 1-tuple collapses to its name):
-  "cpu:0" -> "CPU", "CPU:1" -> "CPU:1", "disk:/tmp/X" -> "DISK:/tmp/X". Cached, since every tensor op calls it."""
+  "cpu:0" -> "CPU", "CPU:1" -> "CPU:1", "disk:/tmp/X" -> "DISK:/tmp/X", "DISK:/tmp/X:0" -> itself (a path).
+  Cached, since every tensor op calls it."""
   if isinstance(name, tuple):
     canonical = tuple(canonicalize_device(element) for element in name)
     return canonical[0] if len(canonical) == 1 else canonical
   if not isinstance(name, str): raise TypeError(f"a device name must be a str or a tuple of str, got {name!r}")
   if not name: raise ValueError("the device name is empty")
   prefix, separator, rest = name.partition(":")
-  canonical = prefix.upper() + separator + rest
-  return canonical[:-2] if canonical.endswith(":0") else canonical
+  # instance 0 is the kind itself ("cpu:0" is "CPU"); a path is never reinterpreted ("DISK:/x:0" is the file "/x:0")
+  if rest == "0" and not names_are_paths(prefix.upper()): return prefix.upper()
+  return prefix.upper() + separator + rest
+
+
+def names_are_paths(prefix: str) -> bool:
+  """Whether the device kind's names carry a path after the ":" (its DeviceSpec says so), not an instance index."""
+  from tinycore.plugin.manager import device_specs
+  return any(spec.prefix == prefix and spec.names_are_paths for spec in device_specs())
 
 
 class DeviceRegistry:
