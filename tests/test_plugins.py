@@ -112,6 +112,104 @@ def test_strict_plugins_raise(broken_plugin_dir):
   assert "libfoo.so.1 is missing" in result.stderr
 
 
+@pytest.mark.parametrize("value", ["0", "false", "FALSE", "No", "off", " Off ", ""])
+def test_strict_plugins_off_words(broken_plugin_dir, value):
+  result = run_python(["-m", "tinycore", "devices"], broken_plugin_dir, TINYCORE_STRICT_PLUGINS=value)
+  assert result.returncode == 0, result.stderr
+  assert "failed: ImportError: broken on purpose" in result.stdout
+
+
+@pytest.mark.parametrize("value, strict", [("1", True), ("true", True), ("TRUE", True), ("Yes", True), ("on", True),
+                                           ("0", False), ("false", False), ("no", False), ("OFF", False), ("", False)])
+def test_strict_plugins_parsing(monkeypatch, value, strict):
+  from tinycore.plugin.manager import strict_plugins
+  monkeypatch.setenv("TINYCORE_STRICT_PLUGINS", value)
+  assert strict_plugins() is strict
+  monkeypatch.delenv("TINYCORE_STRICT_PLUGINS")
+  assert strict_plugins() is False
+
+
+@pytest.mark.parametrize("value", ["2", "maybe", "enabled", "-1", "y"])
+def test_strict_plugins_other_values_are_an_error(monkeypatch, value):
+  from tinycore.plugin.manager import strict_plugins
+  monkeypatch.setenv("TINYCORE_STRICT_PLUGINS", value)
+  with pytest.raises(ValueError, match=f"TINYCORE_STRICT_PLUGINS={value!r} is not a yes/no value"):
+    strict_plugins()
+
+
+def test_strict_plugins_bad_value_fails_clearly_in_a_process(broken_plugin_dir):
+  result = run_python(["-m", "tinycore", "devices"], broken_plugin_dir, TINYCORE_STRICT_PLUGINS="maybe")
+  assert result.returncode == 1 and "TINYCORE_STRICT_PLUGINS='maybe' is not a yes/no value" in result.stderr
+
+
+EXITING_AT_IMPORT_PLUGIN = """
+import sys
+sys.exit(3)
+"""
+
+EXITING_HOOKS_PLUGIN = """
+import sys
+from tinycore.plugin import API_VERSION, DeviceSpec, hookimpl
+
+class Escape(BaseException):
+  pass
+
+@hookimpl
+def tinycore_api_version():
+  return API_VERSION
+
+@hookimpl
+def tinycore_devices():
+  return [DeviceSpec(prefix="EXITER", description="exits when opened", priority=-50, compute=False,
+                     probe=lambda: sys.exit("probe says bye"))]
+
+@hookimpl
+def tinycore_open_device(name):
+  if name == "EXITER": sys.exit(4)
+  raise Escape("a BaseException that is not an Exception")
+"""
+
+EXITING_DEVICES_PLUGIN = """
+import sys
+from tinycore.plugin import API_VERSION, hookimpl
+
+@hookimpl
+def tinycore_api_version():
+  return API_VERSION
+
+@hookimpl
+def tinycore_devices():
+  sys.exit()
+"""
+
+
+def test_plugins_calling_sys_exit_do_not_end_the_host(tmp_path):
+  """sys.exit() (or any BaseException but KeyboardInterrupt) at import or in a hook: the plugin failed, the host goes
+  on. Run in a child process: the test is that it exits with 0 after printing everything."""
+  write_fake_distribution(tmp_path, "exit-import-plugin", "exitimport_plugin_mod", EXITING_AT_IMPORT_PLUGIN)
+  write_fake_distribution(tmp_path, "exit-hooks-plugin", "exithooks_plugin_mod", EXITING_HOOKS_PLUGIN)
+  write_fake_distribution(tmp_path, "exit-devices-plugin", "exitdevices_plugin_mod", EXITING_DEVICES_PLUGIN)
+  script = textwrap.dedent("""
+    from tinycore.device.registry import Device, probe_device_kind
+    for failure in Device.failures(): print("failed", failure.distribution, "|", failure.reason)
+    spec = Device.spec_for("EXITER")
+    print("probe", probe_device_kind(spec))
+    for name in ("EXITER", "EXITER:1"):
+      try: Device[name]
+      except RuntimeError as error: print("open", name, "|", error)
+    print("still alive")
+  """)
+  result = run_python(["-c", script], tmp_path)
+  assert result.returncode == 0, result.stdout + result.stderr
+  lines = result.stdout.splitlines()
+  assert "failed exit-import-plugin | SystemExit: the plugin called sys.exit(3)" in lines
+  assert "failed exit-devices-plugin | tinycore_devices raised SystemExit: the plugin called sys.exit(None)" in lines
+  assert "probe probe raised SystemExit: the plugin called sys.exit('probe says bye')" in lines
+  assert any(line.startswith("open EXITER |") and "SystemExit: the plugin called sys.exit(4)" in line for line in lines)
+  assert any(line.startswith("open EXITER:1 |") and "Escape: a BaseException" in line for line in lines)
+  assert lines[-1] == "still alive"
+
+
 def test_api_major_mismatch_is_refused(tmp_path):
   write_fake_distribution(tmp_path, "old-api-plugin", "oldapi_plugin_mod", OLD_API_PLUGIN)
   result = run_python(["-m", "tinycore", "devices", "--json"], tmp_path)

@@ -98,7 +98,7 @@ class DeviceRegistry:
 
   def _open(self, name: str) -> Compiled:
     from tinycore.device.compiled import Compiled
-    from tinycore.plugin.manager import device_plugin, get_plugin_manager
+    from tinycore.plugin.manager import device_plugin, get_plugin_manager, plugin_error_reason
     spec = self.spec_for(name)
     manager = get_plugin_manager()
     owner = device_plugin(spec.prefix)
@@ -108,8 +108,10 @@ class DeviceRegistry:
     origin = _origin(spec)
     try:
       device = open_device(name=name)
-    except Exception as error:
-      raise RuntimeError(f"cannot open device {name!r} (plugin {origin}): {type(error).__name__}: {error}") from error
+    except KeyboardInterrupt:
+      raise
+    except BaseException as error:  # a plugin calling sys.exit() must not end the process
+      raise RuntimeError(f"cannot open device {name!r} (plugin {origin}): {plugin_error_reason(error)}") from error
     if device is None: raise RuntimeError(f"cannot open device {name!r}: plugin {origin} returned no device for it")
     if not isinstance(device, Compiled):
       raise RuntimeError(f"cannot open device {name!r}: plugin {origin} returned {device!r}, not a Compiled")
@@ -180,9 +182,11 @@ def _origin(spec: DeviceSpec) -> str:
 
 def probe_device_kind(spec: DeviceSpec) -> str | None:
   """The spec's probe result; a probe that raises counts as unavailable, with the exception as the reason."""
+  from tinycore.plugin.manager import plugin_error_reason
   if spec.probe is None: return None
   try: return spec.probe()
-  except Exception as error: return f"probe raised {type(error).__name__}: {error}"
+  except KeyboardInterrupt: raise
+  except BaseException as error: return f"probe raised {plugin_error_reason(error)}"
 
 
 Device = DeviceRegistry()

@@ -11,8 +11,14 @@ def direct_transfer(src_device: str, dst_device: str) -> Callable[[Any, Any, int
   key = (src_device, dst_device)
   if key not in _direct_paths:
     from tinycore.device.registry import Device
-    from tinycore.plugin.manager import get_plugin_manager
-    _direct_paths[key] = get_plugin_manager().hook.tinycore_transfer(src=Device[src_device], dst=Device[dst_device])
+    from tinycore.plugin.manager import get_plugin_manager, plugin_error_reason
+    try:
+      _direct_paths[key] = get_plugin_manager().hook.tinycore_transfer(src=Device[src_device], dst=Device[dst_device])
+    except KeyboardInterrupt:
+      raise
+    except BaseException as error:  # a plugin calling sys.exit() must not end the process
+      raise RuntimeError(f"the tinycore_transfer hook for {src_device} -> {dst_device} raised "
+                         f"{plugin_error_reason(error)}") from error
   return _direct_paths[key]
 
 

@@ -1,9 +1,11 @@
 """The plugin manager: finds device plugins through the ``tinycore`` entry-point group and registers them with pluggy.
 
-Every plugin that cannot be loaded (its import raises, it lacks ``tinycore_api_version``, it was built for another
-major API version, its hooks do not match the hookspecs) is recorded as a `PluginFailure` with its distribution name
-and the reason, and loading goes on with the next one, so one broken package never breaks ``import tinycore``.
-Set ``TINYCORE_STRICT_PLUGINS=1`` to make such a failure raise instead.
+Every plugin that cannot be loaded (its import raises, even SystemExit from a sys.exit() call, it lacks
+``tinycore_api_version``, it was built for another major API version, its hooks do not match the hookspecs) is
+recorded as a `PluginFailure` with its distribution name and the reason, and loading goes on with the next one, so one
+broken package never breaks ``import tinycore`` nor ends the process. Only KeyboardInterrupt goes through.
+Set ``TINYCORE_STRICT_PLUGINS=1`` (or true/yes/on) to make such a failure raise instead; 0/false/no/off or unset
+mean off, and any other value is a ValueError.
 """
 from __future__ import annotations
 import importlib
@@ -55,9 +57,25 @@ _state: _PluginState | None = None
 _state_lock = threading.RLock()
 
 
+STRICT_PLUGINS_ENV = "TINYCORE_STRICT_PLUGINS"
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
 def strict_plugins() -> bool:
-  """Whether a plugin failure raises (TINYCORE_STRICT_PLUGINS=1) instead of being recorded."""
-  return os.environ.get("TINYCORE_STRICT_PLUGINS", "0") not in ("", "0")
+  """Whether a plugin failure raises (TINYCORE_STRICT_PLUGINS=1/true/yes/on, any case) instead of being recorded
+  (0/false/no/off or unset). Any other value is a ValueError naming the variable."""
+  value = os.environ.get(STRICT_PLUGINS_ENV, "")
+  word = value.strip().lower()
+  if word in TRUE_WORDS: return True
+  if word in FALSE_WORDS: return False
+  raise ValueError(f"{STRICT_PLUGINS_ENV}={value!r} is not a yes/no value: use one of {', '.join(TRUE_WORDS)} "
+                   f"(strict) or {', '.join(w for w in FALSE_WORDS if w)} (off)")
+
+
+def plugin_error_reason(error: BaseException) -> str:
+  """How a plugin's exception reads in a failure record: "ImportError: ...", or what a sys.exit() call passed."""
+  if isinstance(error, SystemExit): return f"SystemExit: the plugin called sys.exit({error.code!r})"
+  return f"{type(error).__name__}: {error}"
 
 
 def core_version() -> str:
@@ -147,9 +165,11 @@ def _load_entry_point(state: _PluginState, entry_point: importlib.metadata.Entry
     state.manager.register(module, name=_registration_name(state.manager, entry_point.name, distribution))
     registered = True
     state.manager.check_pending()
-  except Exception as error:
+  except KeyboardInterrupt:
+    raise
+  except BaseException as error:  # SystemExit and the like too: a plugin never ends the host process
     if registered: state.manager.unregister(module)
-    reason = str(error) if isinstance(error, _PluginRefused) else f"{type(error).__name__}: {error}"
+    reason = str(error) if isinstance(error, _PluginRefused) else plugin_error_reason(error)
     _record_failure(state, PluginFailure(distribution, version, entry_point_text, reason), error)
     return
   _remember_loaded(state, module, PluginInfo(distribution, version, getattr(module, "__name__", repr(module))),
@@ -204,9 +224,11 @@ def _collect_device_specs(state: _PluginState) -> list[DeviceSpec]:
     try:
       rows = list(hook_impl.function() or [])
       for row in rows: _check_spec_row(row)
-    except Exception as error:
+    except KeyboardInterrupt:
+      raise
+    except BaseException as error:
       _record_failure(state, PluginFailure(info.distribution, info.version, entry_point,
-                                           f"tinycore_devices raised {type(error).__name__}: {error}"), error)
+                                           f"tinycore_devices raised {plugin_error_reason(error)}"), error)
       continue
     for row in rows:
       if row.prefix in state.spec_owner:
