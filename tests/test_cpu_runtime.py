@@ -155,3 +155,27 @@ def test_cpu_and_cpu1_are_distinct_devices_with_distinct_allocators():
   assert cpu.allocator is not cpu1.allocator
   assert (cpu.device, cpu.device_id, cpu1.device, cpu1.device_id) == ("CPU", 0, "CPU:1", 1)
   assert cpu.capabilities()["compiler"] in ("clang", "gcc", "cc") or cpu.capabilities()["compiler"]
+
+
+def os_threads() -> int:
+  import os
+  return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task"), reason="counts threads through /proc")
+def test_absurd_cpu_index_starts_no_threads():
+  """CPU:N is a device with its own worker threads: an index past MAX_CPU_DEVICES is refused before anything starts."""
+  from tiny_cpu.plugin import MAX_CPU_DEVICES, tinycore_open_device
+  from tinycore.device import Device
+  assert MAX_CPU_DEVICES == 64
+  before = os_threads()
+  for name in ("CPU:100000", f"CPU:{MAX_CPU_DEVICES}", "CPU:" + "9" * 40):
+    with pytest.raises(ValueError, match=f"CPU:0 to CPU:{MAX_CPU_DEVICES - 1}"):
+      tinycore_open_device(name=name)
+    with pytest.raises(RuntimeError, match=f"cannot open device '{name}'.*CPU:0 to CPU:63"):
+      Device[name]
+  assert os_threads() == before
+  if importlib.util.find_spec("tinycore.codegen.c_style") is None: return
+  from tiny_cpu.device import cpu_threads
+  last = Device[f"CPU:{MAX_CPU_DEVICES - 1}"]  # the last index opens: one worker and its helper threads
+  assert last.device == "CPU:63" and 0 < os_threads() - before <= cpu_threads() + 1

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 
 PREFIX = "CPU"
 DEVICE_INDEX = re.compile(r"(0|[1-9][0-9]*)")
+# each CPU:N is a device of its own with a worker thread, a pool of helper threads and a command ring, started when it
+# opens: the index is bounded so that a typo or a loop cannot start threads without bound
+MAX_CPU_DEVICES = 64
 
 
 def probe_c_compiler() -> str | None:
@@ -39,5 +42,8 @@ def tinycore_open_device(name: str) -> Compiled | None:
   if index and DEVICE_INDEX.fullmatch(index) is None:
     raise ValueError(f"bad CPU device name {name!r}: the part after ':' must be a non-negative integer without "
                      "leading zeros, as in 'CPU:1'")
+  if index and int(index) >= MAX_CPU_DEVICES:
+    raise ValueError(f"bad CPU device name {name!r}: tiny-cpu provides CPU:0 to CPU:{MAX_CPU_DEVICES - 1} (each one "
+                     "starts its own worker threads)")
   from tiny_cpu.device import CPUDevice
   return CPUDevice(PREFIX if index in ("", "0") else name)
