@@ -20,7 +20,7 @@ def tinycore_api_version() -> str:
 @hookimpl
 def tinycore_devices() -> list[DeviceSpec]:
   # names are unbounded (any file): list the kind itself, which opens and describes DISK:/absolute/path
-  return [DeviceSpec(prefix=PREFIX, description="tensors stored in mmap'ed files, named DISK:/absolute/path "
+  return [DeviceSpec(prefix=PREFIX, description="tensors stored in files, named DISK:/absolute/path "
                      "(stores bytes; runs no kernels)", priority=-100, compute=False, names_are_paths=True)]
 
 
