@@ -328,7 +328,8 @@ class Tensor:
     if self.numel() == 0: return np.empty(self.shape, to_np_dtype(self.dtype))
     buffer = self._readable_buffer()  # kept alive while the zero-copy view is read
     data = np.frombuffer(buffer.as_memoryview(allow_zero_copy=True), dtype=to_np_dtype(self.dtype))
-    return data.reshape(self.shape).copy()
+    # a zero-copy view is the device's live memory: copy it; bytes copied out (DISK) are already this array's own
+    return data.reshape(self.shape).copy() if buffer.allocator.supports_as_buffer else data.reshape(self.shape)
 
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> Any:
