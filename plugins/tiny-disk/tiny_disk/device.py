@@ -152,7 +152,11 @@ class OpenFile:
       os.close(fd)
       raise OSError(errno.ESTALE, f"cannot write to DISK file {self.path}: the path was replaced or removed since "
                     "its buffers were allocated (the write would be lost)", self.path)
-    if self.fd is not None: os.close(self.fd)
+    if self.fd is not None:
+      # the same descriptor number now writes too: a read running in another thread keeps a valid descriptor
+      os.dup2(fd, self.fd, inheritable=False)
+      os.close(fd)
+      fd = self.fd
     self.fd, self.inode, self.writable = fd, (st.st_dev, st.st_ino), True
     self.block, self.size = stat.S_ISBLK(st.st_mode), _file_size(fd, st)
 
