@@ -156,3 +156,41 @@ def test_os_errors_keep_their_kind_and_name_the_file(tmp_path):
   with pytest.raises(FileNotFoundError, match=str(missing.parent)) as info:
     Tensor([1.0]).to(f"DISK:{missing}").realize()
   assert info.value.filename == str(missing)
+
+
+SAVE_FOREVER = """
+import sys
+import numpy as np
+from tinycore import Tensor
+from tinycore.nn.state import safe_save
+path = sys.argv[1]
+values = [np.full(1 << 20, fill, np.float32) for fill in (1.0, 2.0)]
+print("ready", flush=True)
+step = 0
+while True:
+  safe_save({"w": Tensor(values[step % 2]), "step": Tensor(np.array([step], np.int64))}, path)
+  step += 1
+"""
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.7, 1.1])
+def test_safe_save_killed_midway_leaves_a_whole_file(tmp_path, delay):
+  """SIGKILL while saving over and over: the target is always one whole save (the old or the new file), never a mix;
+  at most the killed save's temporary is left beside it."""
+  import time
+  from tinycore.nn.state import safe_load
+  path = tmp_path / "m.safetensors"
+  child = subprocess.Popen([sys.executable, "-c", SAVE_FOREVER, str(path)], stdout=subprocess.PIPE, text=True)
+  try:
+    assert child.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 60
+    while not path.exists() and time.monotonic() < deadline: time.sleep(0.05)
+    time.sleep(delay)
+  finally:
+    child.kill()
+    child.wait()
+  loaded = safe_load(path)
+  w, step = loaded["w"].numpy(), int(loaded["step"].numpy()[0])
+  assert w.shape == (1 << 20,) and (w == (1.0 if step % 2 == 0 else 2.0)).all()
+  assert all(p.name == "m.safetensors" or p.name.startswith("m.safetensors.") and p.name.endswith(".tmp")
+             for p in tmp_path.iterdir())
