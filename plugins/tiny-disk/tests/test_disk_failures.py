@@ -77,11 +77,17 @@ def full_disk():
   capability, not Linux)."""
   if sys.platform != "linux": pytest.skip("tmpfs mounts are a Linux feature")
   mountpoint = pathlib.Path(tempfile.mkdtemp(prefix="tinycore-full-disk-"))
-  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mountpoint)], capture_output=True,
-                           text=True) if os.geteuid() == 0 else None
-  if mounted is None or mounted.returncode != 0:
+  reason = "not root"
+  if os.geteuid() == 0:
+    try:
+      mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mountpoint)],
+                               capture_output=True, text=True, timeout=30)
+      reason = "" if mounted.returncode == 0 else mounted.stderr.strip()
+    except (OSError, subprocess.TimeoutExpired) as error:  # no mount command
+      reason = str(error)
+  if reason:
     mountpoint.rmdir()
-    pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip() if mounted else 'not root'}")
+    pytest.skip(f"cannot mount a small tmpfs here: {reason}")
   try:
     yield mountpoint
   finally:
