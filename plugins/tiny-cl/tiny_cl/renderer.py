@@ -90,10 +90,10 @@ class CLRenderer(CStyleRenderer):
   # ------------------------------------------------------------------ work-items
   def global_id(self, dim: int) -> str: return f"get_global_id({dim})"
 
-  def launch_dims(self, sink: UOp) -> tuple[tuple[int, ...], tuple[int, ...]]:
+  def launch_dims(self, kernel: LinearKernel) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The base class's power-of-two local sizes, clamped to the device's per-dimension work-item limits (the
     total is already within ``max_local_size``). Halving a power of two keeps the global size a multiple of it."""
-    global_size, local_size = super().launch_dims(sink)
+    global_size, local_size = super().launch_dims(kernel)
     local = list(local_size)
     for dim, width in enumerate(local):
       limit = self.max_work_item_sizes[dim] if dim < len(self.max_work_item_sizes) else 1
