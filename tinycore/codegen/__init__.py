@@ -25,7 +25,8 @@ class CompiledKernel:
 
 
 MAX_CACHED_KERNELS = 4096
-compiled_kernels: BoundedCache[CompiledKernel] = BoundedCache("compiled kernels by (device, kernel)", MAX_CACHED_KERNELS)
+compiled_kernels: BoundedCache[CompiledKernel] = BoundedCache("compiled kernels by (device, kernel)",
+                                                             MAX_CACHED_KERNELS)
 binaries: BoundedCache[bytes] = BoundedCache("compiled binaries by (compiler, source)", MAX_CACHED_KERNELS)
 
 
