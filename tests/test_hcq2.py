@@ -136,8 +136,9 @@ def test_map_cpu_buffer_preserves_contents():
   src = Buffer("CPU", 16, dtypes.uint8, preallocate=True)
   data = bytes(range(16))
   src.as_memoryview(force_zero_copy=True)[:] = data
-  address = src.get_buf("SIM")
-  assert address == src._buf.addr
+  mapping = src.get_storage("SIM")
+  assert mapping.buf.addr == src.get_buf().addr == Device["SIM"].device_address(src)  # used in place, not copied
+  assert src.get_storage("SIM") is mapping  # mapped once, then cached on the buffer
   assert bytes(src.as_memoryview(force_zero_copy=True)) == data
 
 

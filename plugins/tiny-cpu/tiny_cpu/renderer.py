@@ -1,8 +1,6 @@
 """The C renderer of the CPU device: tinycore's C-style renderer with the CPU's details."""
-from tinycore.codegen.c_style import CStyleRenderer
-from tinycore.codegen.linearize import LinearKernel, Loop
-from tinycore.dtype import DType, dtypes
-from tinycore.uop.ops import Ops, UOp, prod
+from math import prod
+from tinycore.plugin import CStyleRenderer, DType, LinearKernel, Loop, Ops, UOp, dtypes
 
 # exp2 for float32 without a libm call, so loops over it vectorize: 2^x = 2^n * 2^f with n = rint(x), f in
 # [-0.5, 0.5], 2^f from Cephes' degree-6 polynomial (relative error < 2e-7), 2^n built in two halves so that
