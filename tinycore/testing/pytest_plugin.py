@@ -77,8 +77,8 @@ SUITE_PACKAGE = "tinycore.testing."
 
 def suite_test_id(item: pytest.Item) -> str:
   """A conformance test's id as KnownFailure patterns name it: "test_file.py::test_name[params]" (no folders)."""
-  path, *rest = item.nodeid.split("::")
-  return "::".join([os.path.basename(path), *rest])
+  # not the node id's path part: it depends on where pytest was started (it is empty under some --pyargs runs)
+  return "::".join([item.path.name, *item.nodeid.split("::")[1:]])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
