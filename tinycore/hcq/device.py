@@ -19,7 +19,8 @@ class HCQTimeoutError(RuntimeError):
 class Encoded:
   """A queue's commands in the device's format: `blob` plus `patches`, the byte offsets in the blob where a 64-bit
   little-endian run-time value goes (input addresses and variables; everything else is written at encode time).
-  `commands` counts the kernels and copies inside (what GlobalCounters counts)."""
+  `entries` counts the records written (a CPU queue's ring entries); `commands` counts the kernels and copies inside
+  (what GlobalCounters counts)."""
   blob: bytearray
   patches: list[tuple[int, InputAddress | Variable]] = attrs.field(factory=list)
   entries: int = 0
@@ -123,8 +124,9 @@ def is_hcq_device(dev: Any) -> bool: return isinstance(dev, HCQDevice)
 class HCQDevice(Compiled):
   """A device driven through hardware command queues.
 
-  Subclasses set `queues` ({"compute": ..., "copy": ...}) and implement `device_address`. `has_copy_queue` says
-  whether a DMA queue exists (copies go to the allocator otherwise); `host_devs` are the host device kinds whose
+  Subclasses set `queues` ({"compute": ..., "copy": ...}) and give their allocator a `_map` for memory of other
+  devices the queues address (see `device_address`). `has_copy_queue` says whether a DMA queue exists (copies go
+  to the allocator otherwise); `host_devs` are the host device kinds whose
   memory the queues address in place (others are staged through a pinned CPU ring). `timeline` is written by the
   device at the end of each batch with the batch's epoch; `epoch` is the last one the host submitted.
   """
