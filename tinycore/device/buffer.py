@@ -65,8 +65,8 @@ class Buffer:
     return self if current and self._base._handle is not None else self.allocate()
 
   def allocate(self, opaque: Any = None) -> Buffer:
-    self._storage, self._maps = None, {}
     if self._base is not None:
+      self._storage, self._maps = None, {}  # derived from the base's memory before, maybe freed since
       self._base.ensure_allocated()
       if self.offset == 0 and self.nbytes == self._base.nbytes: self._handle = self._base._handle
       else: self._handle = self.allocator._offset(self._base._handle, self.nbytes, self.offset)
@@ -74,6 +74,7 @@ class Buffer:
       return self
     if self._handle is not None: raise RuntimeError(f"{self!r} is already allocated")
     self._generation += 1
+    self._storage, self._maps = None, {}
     if opaque is not None:
       self._handle, self._owned = opaque, False
       return self
