@@ -99,3 +99,27 @@ def test_clear_caches_makes_the_next_realize_schedule_and_render_again():
   cache = BoundedCache("test", 2)
   for key in "abc": cache.put(key, key.upper())
   assert "a" not in cache and cache.get("b") == "B" and cache.get("c") == "C" and len(cache) == 2
+
+
+def test_renderer_holds_no_per_kernel_state_and_linearizes_once(monkeypatch):
+  import tinycore.codegen.c_style as c_style
+  from tinycore.codegen.optimize import optimize_kernel
+
+  class GridRenderer(c_style.CStyleRenderer):
+    global_dims = 2
+    def global_id(self, dim): return f"gid{dim}"
+
+  reduce_sink = optimize_kernel(Tensor(data(6, 5)).realize().sum(axis=1).schedule_linear().src[-1].src[0])
+  grid_sink = optimize_kernel((Tensor(data(6, 5)).realize().T * 2).schedule_linear().src[-1].src[0])
+  calls = []
+  real_linearize = c_style.linearize
+  monkeypatch.setattr(c_style, "linearize", lambda sink: calls.append(sink) or real_linearize(sink))
+  renderer = GridRenderer()
+  before = dict(vars(renderer))
+  first = renderer.render("k", grid_sink)
+  assert len(calls) == 1  # source and launch dims from one loop tree
+  # 6 and 5 work-items in groups of 4, padded up to 8
+  assert "gid1" in first.source and first.global_size == (8, 8, 1) and first.local_size == (4, 4, 1)
+  renderer.render("k", reduce_sink)
+  assert vars(renderer) == before  # nothing of either kernel stayed on the renderer
+  assert renderer.render("k", grid_sink) == first  # and the next render of the same kernel is the same
