@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from tinycore.plugin.hookspecs import API_VERSION, hookimpl, hookspec
 from tinycore.plugin.spec import DeviceSpec
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.codegen.c_style import CStyleRenderer, RenderedKernel
   from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop
   from tinycore.device.allocator import Allocator, BufferSpec, BufferStorage, LRUAllocator

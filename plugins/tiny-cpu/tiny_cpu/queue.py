@@ -7,7 +7,6 @@ one thread runs the entries in order.
 """
 from __future__ import annotations
 import ctypes
-import struct
 import time
 from typing import Any, Sequence
 from tinycore.plugin import (Barrier, CommandWriter, Copy, Encoded, Exec, HCQTimeoutError, HWQueue, SignalStore,
