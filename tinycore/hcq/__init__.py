@@ -2,7 +2,7 @@
 
 A device is fast when the host writes command buffers into its queues and the device runs them with the host out
 of the loop: kernels on a compute queue, copies on a copy (DMA) queue, ordered by 64-bit signals. This package is
-that runtime; a device plugs in by subclassing `HCQDevice` and giving each queue an `encode`/`submit`.
+that runtime; a device plugs in by subclassing `HCQDevice` and giving each queue one method per command.
 
 The device side of the contract (what a plugin implements), see `tinycore.hcq.device`:
   - `queues`: {"compute": HWQueue, "copy": HWQueue (only when `has_copy_queue`)};
