@@ -55,3 +55,71 @@ def test_exp2_matches_libm_closely_and_keeps_special_values():
   finite = np.isfinite(reference) & (reference > 1.2e-38) & (x < 128)
   assert (np.abs(out[finite] - reference[finite]) / reference[finite]).max() < 5e-7
   np.testing.assert_equal(out[-7:], np.array([np.inf, 0.0, np.nan, 1.0, 1.0, np.inf, 0.0], np.float32))
+
+
+def test_dump_binaries_writes_every_compiled_program(tmp_path, monkeypatch):
+  from tinycore.caches import clear_caches
+  monkeypatch.setenv("TINYCORE_DUMP_BINARIES", str(tmp_path / "dump"))
+  clear_caches()  # a kernel compiled earlier in this process would come from memory without passing the dump
+  a = Tensor(data(5, 7)).realize()
+  out = (a * 3 - 1).sum(axis=1)
+  kernel = kernel_of(out)
+  np.testing.assert_allclose(out.numpy(), (data(5, 7) * 3 - 1).sum(axis=1), rtol=1e-5)
+  dumped = sorted((tmp_path / "dump").iterdir())
+  mine = [p for p in dumped if p.name.startswith(kernel.name + "-")]
+  assert len(mine) == 1 and mine[0].suffix == ".bin"
+  # the file holds the very binary the device loaded: the compiler's output for this kernel's source
+  assert mine[0].read_bytes() == Device[Device.DEFAULT].compiler.compile_cached(kernel.source)
+  assert all(p.suffix == ".bin" and p.stat().st_size > 0 for p in dumped)  # no temporary file left behind
+
+
+def test_dump_binaries_names_an_unwritable_directory(tmp_path, monkeypatch):
+  from tinycore.caches import clear_caches
+  blocker = tmp_path / "a-file"
+  blocker.write_text("not a directory")
+  monkeypatch.setenv("TINYCORE_DUMP_BINARIES", str(blocker))
+  clear_caches()
+  with pytest.raises(OSError, match="TINYCORE_DUMP_BINARIES"):
+    (Tensor(data(3, 2)).realize() + 2).numpy()
+
+
+def test_clear_caches_makes_the_next_realize_schedule_and_render_again():
+  from tinycore.caches import BoundedCache, clear_caches
+  from tinycore.codegen import CodegenStats
+  from tinycore.schedule.cache import ScheduleCacheStats
+  a = Tensor(data(4, 9)).realize()
+  (a * 2 + 5).numpy()
+  misses, rendered = ScheduleCacheStats.misses, CodegenStats.rendered
+  np.testing.assert_allclose((a * 2 + 5).numpy(), data(4, 9) * 2 + 5)
+  assert (ScheduleCacheStats.misses, CodegenStats.rendered) == (misses, rendered)  # all from the caches
+  clear_caches()
+  np.testing.assert_allclose((a * 2 + 5).numpy(), data(4, 9) * 2 + 5)
+  assert ScheduleCacheStats.misses == misses + 1 and CodegenStats.rendered > rendered
+  # a bounded cache drops its oldest entry when full
+  cache = BoundedCache("test", 2)
+  for key in "abc": cache.put(key, key.upper())
+  assert "a" not in cache and cache.get("b") == "B" and cache.get("c") == "C" and len(cache) == 2
+
+
+def test_renderer_holds_no_per_kernel_state_and_linearizes_once(monkeypatch):
+  import tinycore.codegen.c_style as c_style
+  from tinycore.codegen.optimize import optimize_kernel
+
+  class GridRenderer(c_style.CStyleRenderer):
+    global_dims = 2
+    def global_id(self, dim): return f"gid{dim}"
+
+  reduce_sink = optimize_kernel(Tensor(data(6, 5)).realize().sum(axis=1).schedule_linear().src[-1].src[0])
+  grid_sink = optimize_kernel((Tensor(data(6, 5)).realize().T * 2).schedule_linear().src[-1].src[0])
+  calls = []
+  real_linearize = c_style.linearize
+  monkeypatch.setattr(c_style, "linearize", lambda sink: calls.append(sink) or real_linearize(sink))
+  renderer = GridRenderer()
+  before = dict(vars(renderer))
+  first = renderer.render("k", grid_sink)
+  assert len(calls) == 1  # source and launch dims from one loop tree
+  # 6 and 5 work-items in groups of 4, padded up to 8
+  assert "gid1" in first.source and first.global_size == (8, 8, 1) and first.local_size == (4, 4, 1)
+  renderer.render("k", reduce_sink)
+  assert vars(renderer) == before  # nothing of either kernel stayed on the renderer
+  assert renderer.render("k", grid_sink) == first  # and the next render of the same kernel is the same

@@ -27,6 +27,21 @@ def test_graph_rewrite_applies_rules_to_fixpoint():
   assert graph_rewrite(expr, double_neg) is x
 
 
+def test_pattern_matcher_tries_rules_in_list_order_when_a_function_repeats():
+  # the same function in the first and the last rule: the rule list's order decides, not the function's identity
+  x = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("x", 0, 10))
+  first, second = UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 2)
+  def to_first(node): return first
+  def to_second(node): return second
+  rules = PatternMatcher([(UPat(Ops.NEG, name="node"), to_first), (UPat(Ops.NEG, name="node"), to_second),
+                          (UPat(Ops.SQRT, name="node"), to_first)])
+  assert graph_rewrite(UOp(Ops.NEG, dtypes.int32, (x,)), rules) is first
+  # an any-op rule listed before an op rule wins over it too
+  either = PatternMatcher([(UPat(Ops.NEG, name="node"), to_second), (UPat(None, name="node"), to_first),
+                           (UPat(Ops.NEG, name="node"), to_second)])
+  assert either.rewrite(UOp(Ops.NEG, dtypes.int32, (x,))) is second
+
+
 def test_constant_folding_wraps_to_the_dtype():
   c = UOp(Ops.ADD, dtypes.uint8, (UOp.const(dtypes.uint8, 250), UOp.const(dtypes.uint8, 10)))
   assert simplify(c).arg == 4

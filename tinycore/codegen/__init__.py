@@ -5,7 +5,10 @@ all, and on disk by source (Compiler.compile_cached) so a new process does not r
 """
 from __future__ import annotations
 import hashlib
+import os
+import pathlib
 from typing import Any
+from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
 from tinycore.codegen.optimize import optimize_kernel
 
@@ -21,8 +24,10 @@ class CompiledKernel:
     return self.program(*handles, global_size=self.global_size, local_size=self.local_size, vals=vals, wait=wait)
 
 
-_kernels: dict[tuple[str, UOp], CompiledKernel] = {}
-_binaries: dict[tuple[str, str], bytes] = {}
+MAX_CACHED_KERNELS = 4096
+compiled_kernels: BoundedCache[CompiledKernel] = BoundedCache("compiled kernels by (device, kernel)",
+                                                             MAX_CACHED_KERNELS)
+binaries: BoundedCache[bytes] = BoundedCache("compiled binaries by (compiler, source)", MAX_CACHED_KERNELS)
 
 
 class CodegenStats:
@@ -40,7 +45,7 @@ def kernel_name(sink: UOp) -> str:
 
 def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
   from tinycore.device.registry import Device
-  if (hit := _kernels.get((device, sink))) is not None: return hit
+  if (hit := compiled_kernels.get((device, sink))) is not None: return hit
   dev = Device[device]
   if not dev.can_compute:
     raise RuntimeError(f"device {device} cannot run kernels (it only stores bytes): move the tensor to a compute "
@@ -48,15 +53,36 @@ def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
   check_dtypes(dev.renderer, sink, device)
   optimized = optimize_kernel(sink)
   name = kernel_name(optimized)
-  source = dev.renderer.render(name, optimized)
+  rendered = dev.renderer.render(name, optimized)
+  source = rendered.source
   CodegenStats.rendered += 1
   key = (type(dev.compiler).__name__ + str(getattr(dev.compiler, "cachekey", "")), source)
-  if (lib := _binaries.get(key)) is None:
-    lib = _binaries[key] = dev.compiler.compile_cached(source)
+  if (lib := binaries.get(key)) is None:
+    lib = binaries.put(key, dev.compiler.compile_cached(source))
     CodegenStats.compiled += 1
-  global_size, local_size = dev.renderer.launch_dims(optimized)
-  kernel = _kernels[(device, sink)] = CompiledKernel(name, source, dev.runtime(name, lib), global_size, local_size)
-  return kernel
+  dump_binary(name, lib)
+  kernel = CompiledKernel(name, source, dev.runtime(name, lib), rendered.global_size, rendered.local_size)
+  return compiled_kernels.put((device, sink), kernel)
+
+
+DUMP_BINARIES_ENV = "TINYCORE_DUMP_BINARIES"
+
+
+def dump_binary(name: str, lib: bytes) -> pathlib.Path | None:
+  """With TINYCORE_DUMP_BINARIES=DIR, write a compiled program to DIR/<kernel name>-<sha256 of the binary>.bin
+  (every device's, since every kernel is compiled here); returns the path, or None when the variable is unset."""
+  directory = os.environ.get(DUMP_BINARIES_ENV)
+  if not directory: return None
+  path = pathlib.Path(directory) / f"{name}-{hashlib.sha256(lib).hexdigest()[:16]}.bin"
+  if path.exists(): return path  # the name holds the content's hash: the same bytes are already there
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".tmp{os.getpid()}")
+    temporary.write_bytes(lib)
+    os.replace(temporary, path)
+  except OSError as error:
+    raise OSError(f"{DUMP_BINARIES_ENV}={directory}: cannot write the compiled program {path.name}: {error}") from error
+  return path
 
 
 def check_dtypes(renderer: Any, sink: UOp, device: str) -> None:

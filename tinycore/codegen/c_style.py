@@ -6,8 +6,10 @@ float16 and bfloat16 are stored as 16-bit words and computed in float, rounded b
 match numpy's per-op float16 rounding on any compiler.
 """
 from __future__ import annotations
+import copy
 import math
 from typing import Any
+import attrs
 from tinycore.dtype import DType, dtypes, ALL
 from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
 from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop, linearize, value_sources
@@ -55,8 +57,19 @@ static inline float tc_round_bf16(float f) { return tc_bf16_to_float(tc_float_to
 """
 
 
+@attrs.frozen
+class RenderedKernel:
+  """What a renderer makes of a kernel: its source and the launch dimensions (work-items) it was written for."""
+  source: str
+  global_size: tuple[int, ...] = (1, 1, 1)
+  local_size: tuple[int, ...] = (1, 1, 1)
+
+
 class CStyleRenderer:
-  """Renders a kernel SINK as one C function `void name(T* restrict data0, ..., long long var0, ...)`."""
+  """Renders a kernel SINK as one C function `void name(T* restrict data0, ..., long long var0, ...)`.
+
+  A renderer holds configuration only: `render` linearizes the kernel once and writes it on a private copy of the
+  renderer (the `_`-prefixed attributes are that one kernel's names and arrays), so renders never share state."""
   device: str = ""
   supported_dtypes: frozenset[DType] = frozenset(ALL)
   kernel_qualifier = ""             # e.g. "__kernel" in OpenCL
@@ -214,11 +227,11 @@ class CStyleRenderer:
       body = loops[0].body
     return chosen
 
-  def launch_dims(self, sink: UOp) -> tuple[tuple[int, ...], tuple[int, ...]]:
+  def launch_dims(self, kernel: LinearKernel) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(global_size, local_size) in work-items for devices with `global_dims`; the global size is padded up to a
     multiple of the local size (the kernel returns early past the real size)."""
     if not self.global_dims: return (1, 1, 1), (1, 1, 1)
-    loops = self.parallel_loops(linearize(sink))
+    loops = self.parallel_loops(kernel)
     sizes = [loop.range.src[0].arg for loop in reversed(loops)]  # innermost mapped loop is dimension 0
     local, budget = [], self.max_local_size
     for size in sizes:
@@ -230,8 +243,18 @@ class CStyleRenderer:
     pad = 3 - len(sizes)
     return tuple(global_size) + (1,) * pad, tuple(local) + (1,) * pad
 
-  def render(self, name: str, sink: UOp) -> str:
+  def render(self, name: str, sink: UOp) -> RenderedKernel:
+    """The kernel as source plus its launch dimensions, from one linearization."""
     kernel = linearize(sink)
+    writer = copy.copy(self)  # this kernel's names and arrays live on the copy, never on the shared renderer
+    writer.begin_kernel(kernel)
+    global_size, local_size = writer.launch_dims(kernel)
+    return RenderedKernel(writer.write_source(name, sink, kernel), global_size, local_size)
+
+  def begin_kernel(self, kernel: LinearKernel) -> None:
+    """Decide what the whole kernel needs before any line is written (a subclass hook; nothing by default)."""
+
+  def write_source(self, name: str, sink: UOp, kernel: LinearKernel) -> str:
     written = {u.src[0].src[0].arg for u in sink.src if u.op is Ops.STORE}
     self._names: dict[UOp, str] = {}
     self._counter = 0

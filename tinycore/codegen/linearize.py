@@ -47,129 +47,151 @@ def value_sources(node: UOp) -> list[UOp]:
 
 
 def linearize(sink: UOp) -> LinearKernel:
+  """The kernel as a loop tree: which loops each node depends on, how the loops nest, then each loop's statements
+  in dependency order."""
   nodes = list(sink.toposort())
-  position = {n: i for i, n in enumerate(nodes)}
+  free = loop_dependencies(nodes)
+  # upcast ranges are unrolled in place, not looped over: placement ignores them
+  upcast = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "upcast"), key=lambda r: r.arg[0])
+  vector = {n for n in nodes if n.op not in INLINE_OPS and free[n] & frozenset(upcast)}
+  if upcast: free = {n: f - frozenset(upcast) for n, f in free.items()}
+  nest = LoopNest(nodes, free)
+  body = StatementOrder(nodes, nest, vector).build(None)
+  params = sorted((n for n in nodes if n.op is Ops.PARAM), key=lambda p: p.arg)
+  return LinearKernel(body, params, [n for n in nodes if n.op is Ops.RANGE], upcast, vector)
 
-  # the loops each node depends on (a REDUCE closes its own)
+
+def loop_dependencies(nodes: list[UOp]) -> dict[UOp, frozenset[UOp]]:
+  """The ranges each node depends on (a REDUCE closes its own), for nodes in toposort order."""
   free: dict[UOp, frozenset[UOp]] = {}
   for n in nodes:
     if n.op is Ops.RANGE: free[n] = frozenset({n})
     else:
       f = frozenset().union(*(free[s] for s in n.src))
       free[n] = f - frozenset(n.src[1:]) if n.op is Ops.REDUCE else f
+  return free
 
-  # upcast ranges are unrolled in place, not looped over: placement ignores them
-  upcast = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "upcast"), key=lambda r: r.arg[0])
-  vector = {n for n in nodes if n.op not in INLINE_OPS and free[n] & frozenset(upcast)}
-  if upcast:
-    free = {n: f - frozenset(upcast) for n, f in free.items()}
 
-  # loop nesting: output loops in order, each reduce's loops inside the loop of its deepest free range
-  parent: dict[UOp, UOp | None] = {}
-  depth: dict[UOp | None, int] = {None: 0}
-  outputs = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "loop"), key=lambda r: r.arg[0])
-  previous: UOp | None = None
-  for r in outputs:
-    parent[r], depth[r], previous = previous, depth[previous] + 1, r
+class LoopNest:
+  """How the loops nest and where each node goes: output loops in order, each reduce's loops inside the loop of its
+  deepest free range. `parent` and `depth` per range, `scope` per node (the innermost loop it needs; None: none)."""
 
-  def deepest(ranges: frozenset[UOp]) -> UOp | None:
-    return max(ranges, key=lambda r: depth[r]) if ranges else None
+  def __init__(self, nodes: list[UOp], free: dict[UOp, frozenset[UOp]]):
+    self.parent: dict[UOp, UOp | None] = {}
+    self.depth: dict[UOp | None, int] = {None: 0}
+    outputs = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "loop"), key=lambda r: r.arg[0])
+    previous: UOp | None = None
+    for r in outputs:
+      self.parent[r], self.depth[r], previous = previous, self.depth[previous] + 1, r
+    self.scope: dict[UOp, UOp | None] = {}
+    for x in reversed(nodes):  # enclosing reduces come later in toposort, so they are placed first
+      if x.op is not Ops.REDUCE: continue
+      self.scope[x] = previous = self.deepest(free[x])
+      for r in sorted(x.src[1:], key=lambda r: r.arg[0]):
+        if r in self.parent: raise AssertionError(f"range {r.arg} belongs to two reduces")
+        self.parent[r], self.depth[r], previous = previous, self.depth[previous] + 1, r
+    for n in nodes:
+      if n not in self.scope: self.scope[n] = self.deepest(free[n]) if n.op is not Ops.RANGE else self.parent.get(n)
+    self.ancestors = {r: self.chain(r) for r in self.parent} | {None: [None]}
 
-  scope: dict[UOp, UOp | None] = {}
-  for x in reversed(nodes):  # enclosing reduces come later in toposort, so they are placed first
-    if x.op is not Ops.REDUCE: continue
-    scope[x] = previous = deepest(free[x])
-    for r in sorted(x.src[1:], key=lambda r: r.arg[0]):
-      if r in parent: raise AssertionError(f"range {r.arg} belongs to two reduces")
-      parent[r], depth[r], previous = previous, depth[previous] + 1, r
-  for n in nodes:
-    if n not in scope: scope[n] = deepest(free[n]) if n.op is not Ops.RANGE else parent.get(n)
+  def deepest(self, ranges: frozenset[UOp]) -> UOp | None:
+    return max(ranges, key=lambda r: self.depth[r]) if ranges else None
 
-  def chain(s: UOp | None) -> list[UOp | None]:
+  def chain(self, s: UOp | None) -> list[UOp | None]:
+    """s and the loops around it, innermost first, ending with None (the kernel's top level)."""
     out = [s]
     while s is not None:
-      s = parent[s]
+      s = self.parent[s]
       out.append(s)
     return out
-  ancestors = {r: chain(r) for r in parent} | {None: [None]}
 
-  def item_in(s: UOp | None, n: UOp) -> UOp | None:
+  def innermost(self, reduce: UOp) -> UOp:
+    return max(reduce.src[1:], key=lambda r: self.depth[r])
+
+  def outermost(self, reduce: UOp) -> UOp:
+    return min(reduce.src[1:], key=lambda r: self.depth[r])
+
+  def item_in(self, s: UOp | None, n: UOp) -> UOp | None:
     """The item of scope s that contains node n: n itself, the child loop holding it, or None if n is outside."""
-    if n.op in INLINE_OPS and n.op is not Ops.INDEX: return None
-    if n.op is Ops.INDEX: return None  # rendered inline where it is used; its sources are the real dependencies
-    line = ancestors[scope[n]]
-    if scope[n] is s: return n
+    if n.op in INLINE_OPS: return None  # INDEX is rendered inline where it is used; its sources are the dependencies
+    line = self.ancestors[self.scope[n]]
+    if self.scope[n] is s: return n
     if s not in line: return None
     return line[line.index(s) - 1]
 
-  # group items per scope
-  items: dict[UOp | None, list] = {None: []}
-  for r in parent: items.setdefault(r, [])
-  for r, p in parent.items(): items[p].append(r)
-  updates: dict[UOp, AccUpdate] = {}
-  for n in nodes:
-    if n.op in INLINE_OPS: continue
-    items[scope[n]].append(n)
-    if n.op is Ops.REDUCE:
-      innermost = max(n.src[1:], key=lambda r: depth[r])
-      updates[n] = AccUpdate(n)
-      items[innermost].append(updates[n])
 
-  # every node inside a loop's subtree, for the loop's dependencies
-  subtree_nodes: dict[UOp, list[UOp]] = {r: [] for r in parent}
-  for n in nodes:
-    if n.op in INLINE_OPS: continue
-    for anc in ancestors[scope[n]]:
-      if anc is not None: subtree_nodes[anc].append(n)
-  for x, upd in updates.items():
-    for anc in ancestors[max(x.src[1:], key=lambda r: depth[r])]:
-      if anc is not None: subtree_nodes[anc].append(upd)  # type: ignore[arg-type]
+class StatementOrder:
+  """Each scope's statements (nodes, child loops, accumulator updates), ordered so that every statement comes after
+  what it uses; vector (upcast) statements go after the others when both are ready, so they group."""
 
-  def build(s: UOp | None) -> list:
-    entries = items[s]
-    deps: dict[int, set[int]] = {}
+  def __init__(self, nodes: list[UOp], nest: LoopNest, vector: set[UOp]):
+    self.nest, self.vector = nest, vector
+    self.position = {n: i for i, n in enumerate(nodes)}
+    self.items: dict[UOp | None, list] = {None: []}
+    for r in nest.parent: self.items.setdefault(r, [])
+    for r, p in nest.parent.items(): self.items[p].append(r)
+    self.updates: dict[UOp, AccUpdate] = {}
+    for n in nodes:
+      if n.op in INLINE_OPS: continue
+      self.items[nest.scope[n]].append(n)
+      if n.op is Ops.REDUCE:
+        self.updates[n] = AccUpdate(n)
+        self.items[nest.innermost(n)].append(self.updates[n])
+    # every statement inside a loop's subtree, for the loop's dependencies
+    self.subtree: dict[UOp, list] = {r: [] for r in nest.parent}
+    for n in nodes:
+      if n.op in INLINE_OPS: continue
+      for anc in nest.ancestors[nest.scope[n]]:
+        if anc is not None: self.subtree[anc].append(n)
+    for x, update in self.updates.items():
+      for anc in nest.ancestors[nest.innermost(x)]:
+        if anc is not None: self.subtree[anc].append(update)
+    self.reduces_before = {r: [x for x in nest.scope if x.op is Ops.REDUCE and nest.outermost(x) is r]
+                           for r in nest.parent}
+
+  def dependencies(self, s: UOp | None, entries: list) -> dict[int, set[int]]:
+    """For each entry of scope s (by index), the entries of s it must come after."""
     key_of = {id(e): i for i, e in enumerate(entries)}
 
     def dep_ids(users: list, exclude: object) -> set[int]:
       found = set()
       for user in users:
-        srcs = [user.reduce.src[0]] if isinstance(user, AccUpdate) else value_sources(user)
-        for src in srcs:
-          it = item_in(s, src)
+        for src in ([user.reduce.src[0]] if isinstance(user, AccUpdate) else value_sources(user)):
+          it = self.nest.item_in(s, src)
           if it is not None and it is not exclude and id(it) in key_of: found.add(key_of[id(it)])
       return found
 
+    deps: dict[int, set[int]] = {}
     for i, e in enumerate(entries):
       if isinstance(e, AccUpdate): deps[i] = dep_ids([e], e)
-      elif e.op is Ops.RANGE: deps[i] = dep_ids(subtree_nodes[e], e)
+      elif e.op is Ops.RANGE: deps[i] = dep_ids(self.subtree[e], e)
       else:
         deps[i] = dep_ids([e], e)
-        if e.op is Ops.REDUCE:
-          first = min(e.src[1:], key=lambda r: depth[r])
-          deps[i].add(key_of[id(first)])
-    # upcast (vector) statements go after the others when both are ready, so they group into few unrolled nests
-    def is_vector(e) -> bool: return (e.reduce if isinstance(e, AccUpdate) else e) in vector
-    order_key = [(is_vector(e), position[e.reduce] if isinstance(e, AccUpdate) else position[e]) for e in entries]
+        if e.op is Ops.REDUCE: deps[i].add(key_of[id(self.nest.outermost(e))])  # its loops open after it
+    return deps
+
+  def sort_key(self, e: Union[UOp, AccUpdate]) -> tuple[bool, int]:
+    node = e.reduce if isinstance(e, AccUpdate) else e
+    return (node in self.vector, self.position[node])
+
+  def build(self, s: UOp | None) -> list:
+    """Scope s's statements in order, child loops built recursively (a topological sort, earliest node first)."""
+    entries = self.items[s]
+    deps = self.dependencies(s, entries)
     indegree = {i: len(d) for i, d in deps.items()}
     users: dict[int, list[int]] = {i: [] for i in deps}
     for i, d in deps.items():
       for j in d: users[j].append(i)
-    ready = [(order_key[i], i) for i, n in indegree.items() if n == 0]
+    ready = [(self.sort_key(entries[i]), i) for i, n in indegree.items() if n == 0]
     heapq.heapify(ready)
-    out = []
+    out: list = []
     while ready:
       _, i = heapq.heappop(ready)
       e = entries[i]
-      if not isinstance(e, AccUpdate) and e.op is Ops.RANGE:
-        loop = Loop(e, build(e),
-                    [x for x in scope if x.op is Ops.REDUCE and min(x.src[1:], key=lambda r: depth[r]) is e])
-        out.append(loop)
+      if not isinstance(e, AccUpdate) and e.op is Ops.RANGE: out.append(Loop(e, self.build(e), self.reduces_before[e]))
       else: out.append(e)
       for j in users[i]:
         indegree[j] -= 1
-        if indegree[j] == 0: heapq.heappush(ready, (order_key[j], j))
+        if indegree[j] == 0: heapq.heappush(ready, (self.sort_key(entries[j]), j))
     if len(out) != len(entries): raise AssertionError("cycle while ordering a kernel's statements")
     return out
-
-  params = sorted((n for n in nodes if n.op is Ops.PARAM), key=lambda p: p.arg)
-  return LinearKernel(build(None), params, [n for n in nodes if n.op is Ops.RANGE], upcast, vector)

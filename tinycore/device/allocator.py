@@ -23,13 +23,28 @@ class BufferSpec:
   external_ptr: int | None = None
 
 
+@attrs.define(eq=False)
+class BufferStorage:
+  """A buffer's memory as one device addresses it.
+
+  buf: the handle that device's kernels and queues use; meta: what keeps a mapping alive or lets the mapping device
+  release it (a base's mapping usually holds its buf; a view's mapping has None, its base's mapping owns the memory);
+  host: a zero-copy host view of the bytes, or None.
+  """
+  buf: Any
+  meta: Any = None
+  host: memoryview | None = None
+
+
 class Allocator(Generic[Handle]):
   """Base allocator. A device implements the underscored hooks:
 
   required: `_alloc(nbytes, spec) -> handle`, `_free(handle, spec)`, `_copyin(dst_handle, src: memoryview)`,
   `_copyout(dst: memoryview, src_handle)` (synchronize first on an asynchronous device);
   optional: `_offset(handle, nbytes, offset) -> handle` (sub-buffer views), `_as_buffer(handle) -> memoryview`
-  (a zero-copy host view), `_transfer(dst, src, nbytes, src_dev, dst_dev)` (same-kind peer copy).
+  (a zero-copy host view), `_transfer(dst, src, nbytes, src_dev, dst_dev)` (same-kind peer copy),
+  `_map(buffer) -> BufferStorage` (another device's memory, addressed in place by this device) and
+  `_unmap(mapping)` (release such a mapping; nothing by default).
   """
 
   # whether `_copyin` has finished with its source when it returns (a copy then needs no synchronize after it)
@@ -70,6 +85,21 @@ class Allocator(Generic[Handle]):
   supports_offset = property(lambda self: type(self)._offset is not Allocator._offset)
   supports_as_buffer = property(lambda self: type(self)._as_buffer is not Allocator._as_buffer)
   supports_transfer = property(lambda self: type(self)._transfer is not Allocator._transfer)
+  supports_map = property(lambda self: type(self)._map is not Allocator._map)
+
+  def map(self, buf: Any) -> BufferStorage:
+    """`buf`, a base Buffer of another device, as this device addresses it in place. Buffer.get_storage calls it
+    once per (buffer, device) and caches the result; a device that cannot address that memory raises."""
+    if not self.supports_map:
+      raise RuntimeError(f"{self._name()} cannot address {buf.device} memory in place (its allocator has no _map)")
+    mapping = self._map(buf)
+    if not isinstance(mapping, BufferStorage):
+      raise TypeError(f"{type(self).__name__}._map returned {type(mapping).__name__}, expected a BufferStorage")
+    return mapping
+
+  def unmap(self, mapping: BufferStorage) -> None:
+    """Release a mapping made by `map` (the mapped buffer is being freed)."""
+    self._unmap(mapping)
 
   def _offset(self, handle: Handle, nbytes: int, offset: int) -> Handle:
     raise NotImplementedError(f"{type(self).__name__} does not support sub-buffers")
@@ -77,6 +107,9 @@ class Allocator(Generic[Handle]):
     raise NotImplementedError(f"{type(self).__name__} has no zero-copy host view")
   def _transfer(self, dst: Handle, src: Handle, nbytes: int, src_dev: Any, dst_dev: Any) -> None:
     raise NotImplementedError(f"{type(self).__name__} has no direct transfer")
+  def _map(self, buf: Any) -> BufferStorage:
+    raise NotImplementedError(f"{type(self).__name__} cannot map other devices' memory")
+  def _unmap(self, mapping: BufferStorage) -> None: pass
 
 
 class LRUAllocator(Allocator[Handle]):

@@ -3,7 +3,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 from tinycore.dtype import DType, dtypes, to_np_dtype
-from tinycore.device.allocator import BufferSpec
+from tinycore.device.allocator import BufferSpec, BufferStorage
 
 
 class Buffer:
@@ -21,6 +21,12 @@ class Buffer:
     self.device, self.size, self.dtype = Device.canonicalize(device), size, dtype
     self.options, self.offset = options, offset
     self._handle: Any = None
+    self._owned = False
+    self._finalizer: weakref.finalize | None = None
+    # storage on the own device, and mappings on other devices (by canonical name), both for the current memory
+    self._storage: BufferStorage | None = None
+    self._maps: dict[str, BufferStorage] = {}
+    self._generation = 0  # a base counts its allocations; a view remembers the one its handle was derived from
     if base is not None:
       if base._base is not None: raise AssertionError("a view's base must itself be a base buffer")
       if offset + self.nbytes > base.nbytes:
@@ -53,29 +59,87 @@ class Buffer:
   # --- allocation
   def is_allocated(self) -> bool: return self.base._handle is not None
   def ensure_allocated(self) -> Buffer:
-    return self if self.is_allocated() and self._handle is not None else self.allocate()
+    if self._base is None: return self if self._handle is not None else self.allocate()
+    # a view's handle is stale once its base was freed (and maybe allocated again)
+    current = self._handle is not None and self._generation == self._base._generation
+    return self if current and self._base._handle is not None else self.allocate()
 
   def allocate(self, opaque: Any = None) -> Buffer:
     if self._base is not None:
+      self._storage, self._maps = None, {}  # derived from the base's memory before, maybe freed since
       self._base.ensure_allocated()
       if self.offset == 0 and self.nbytes == self._base.nbytes: self._handle = self._base._handle
       else: self._handle = self.allocator._offset(self._base._handle, self.nbytes, self.offset)
+      self._generation = self._base._generation
       return self
     if self._handle is not None: raise RuntimeError(f"{self!r} is already allocated")
+    self._generation += 1
+    self._storage, self._maps = None, {}
     if opaque is not None:
       self._handle, self._owned = opaque, False
       return self
     # zero-sized buffers get one byte so every buffer has an address
     self._handle = self.allocator.alloc(max(self.nbytes, 1), self.options)
     self._owned = True
-    weakref.finalize(self, _free_handle, self.allocator, self._handle, max(self.nbytes, 1), self.options)
+    self._finalizer = weakref.finalize(self, _free_handle, self.allocator, self._handle, max(self.nbytes, 1),
+                                       self.options)
     return self
+
+  def deallocate(self) -> None:
+    """Free this buffer's memory. A base first releases its mappings on other devices, then returns its memory to
+    the allocator (its views allocate again on next use); a view only drops its own handle and mappings."""
+    from tinycore.device.registry import Device
+    if self._base is None and self._handle is not None:
+      _wait_for_queues()  # queued work may still use the memory
+      for device, mapping in self._maps.items(): Device[device].allocator.unmap(mapping)
+      if self._finalizer is not None: self._finalizer()  # frees once, through the (LRU) allocator
+    self._handle, self._finalizer, self._storage, self._maps = None, None, None, {}
 
   @property
   def _buf(self) -> Any:
     """The device handle (allocating on first use)."""
-    if self._handle is None or (self._base is not None and not self._base.is_allocated()): self.allocate()
-    return self._handle
+    return self.ensure_allocated()._handle
+
+  # --- storage: this memory as each device addresses it
+  @property
+  def host(self) -> memoryview | None:
+    """A zero-copy host view of this buffer's bytes (allocating it if needed), or None if its device has none. It
+    does not wait for queued work: a caller that reads results synchronizes first (as_memoryview does)."""
+    return self.get_storage().host
+
+  def get_storage(self, device: str | None = None) -> BufferStorage:
+    """This buffer's memory as `device` addresses it (default: its own device), allocating first if needed.
+
+    On its own device: its handle and host view. On another device: that device's allocator maps the base once
+    (`Allocator.map`); a view's mapping is the base's mapping at the view's offset, with the view's host view and no
+    meta. Both are cached until the memory is freed, so a freed and reallocated buffer gets fresh mappings."""
+    self.ensure_allocated()
+    if device is None or device == self.device: return self._own_storage()
+    from tinycore.device.registry import Device
+    target = Device.canonicalize(device)
+    if target == self.device: return self._own_storage()
+    if (mapping := self._maps.get(target)) is not None: return mapping
+    mapper = Device[target].allocator
+    if self._base is None: mapping = mapper.map(self)
+    else:
+      base_mapping = self._base.get_storage(target)
+      mapping = BufferStorage(mapper._offset(base_mapping.buf, self.nbytes, self.offset), None, self.host)
+    self._maps[target] = mapping
+    return mapping
+
+  def get_buf(self, device: str | None = None) -> Any:
+    """The handle `device` uses for this buffer (default: its own device): `get_storage(device).buf`."""
+    return self.get_storage(device).buf
+
+  def _own_storage(self) -> BufferStorage:
+    if self._storage is None:
+      host = None
+      if self.allocator.supports_as_buffer:
+        view = self.allocator._as_buffer(self._handle) if self.nbytes else memoryview(bytearray(0))
+        view = view if view.format == "B" else view.cast("B")
+        host = view if view.nbytes == self.nbytes else view[:self.nbytes]
+      self._storage = BufferStorage(self._handle, None, host)
+    return self._storage
 
   def view(self, size: int, dtype: DType, offset: int) -> Buffer:
     """A view of `size` elements of `dtype` at byte `offset` of this buffer (views of views flatten)."""
@@ -113,10 +177,6 @@ class Buffer:
       if force_zero_copy: raise AssertionError(f"{self.device} has no zero-copy host view")
     return self.copyout(memoryview(bytearray(self.nbytes)))
 
-  def get_buf(self, device: str) -> Any:
-    """This buffer as `device` addresses it (its handle on its own device; a mapping on a queue device)."""
-    return get_buf(self, device)
-
   def copy_from(self, src: Buffer) -> Buffer:
     """Copy src's bytes into this buffer (equal sizes, both allocated) with a one-call LINEAR: CALL(COPY, self, src)."""
     from tinycore.engine.buffers import attach_buffer
@@ -144,14 +204,6 @@ def _wait_for_queues() -> None:
   """Host access to memory waits until queue devices finished the work they were given (HCQ2)."""
   from tinycore.hcq.runtime import _in_flight, wait_for_queues
   if _in_flight: wait_for_queues()
-
-
-def get_buf(buf: Buffer, device: str) -> Any:
-  """The handle (address) `device`'s queues use for this buffer: its own handle on its own device, else a mapping
-  of host memory the other device addresses in place."""
-  from tinycore.device.registry import Device
-  if Device.canonicalize(device) == buf.device: return buf._buf
-  return Device[device].device_address(buf)
 
 
 def _free_handle(allocator, handle, nbytes, options):

@@ -6,7 +6,7 @@ numpy is imported when the device is used, not when this plugin module is import
 """
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any
-from tinycore.device.allocator import Allocator, BufferSpec
+from tinycore.device.allocator import Allocator, BufferSpec, BufferStorage
 from tinycore.device.compiled import Compiled
 from tinycore.plugin import API_VERSION, DeviceSpec, hookimpl
 
@@ -37,6 +37,14 @@ class NPYAllocator(Allocator["np.ndarray"]):
     dst[:] = memoryview(src)[:dst.nbytes]
 
   def _offset(self, handle: np.ndarray, nbytes: int, offset: int) -> np.ndarray: return handle[offset:offset + nbytes]
+
+  def _map(self, buf: Buffer) -> BufferStorage:
+    """Another device's host-visible memory as a numpy array over it, in place (the array is also what keeps the
+    mapping alive, so it is both buf and meta)."""
+    import numpy as np
+    if (host := buf.host) is None: raise RuntimeError(f"{buf.device} memory has no host view: NPY cannot map it")
+    array = np.frombuffer(host, np.uint8)
+    return BufferStorage(array, array, host)
 
 
 class NPYDevice(Compiled):

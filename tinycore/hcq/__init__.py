@@ -2,15 +2,16 @@
 
 A device is fast when the host writes command buffers into its queues and the device runs them with the host out
 of the loop: kernels on a compute queue, copies on a copy (DMA) queue, ordered by 64-bit signals. This package is
-that runtime; a device plugs in by subclassing `HCQDevice` and giving each queue an `encode`/`submit`.
+that runtime; a device plugs in by subclassing `HCQDevice` and giving each queue one method per command.
 
 The device side of the contract (what a plugin implements), see `tinycore.hcq.device`:
   - `queues`: {"compute": HWQueue, "copy": HWQueue (only when `has_copy_queue`)};
-  - `HWQueue.encode(commands) -> Encoded`: the abstract commands (`tinycore.hcq.commands`: Exec, Copy, SignalStore,
-    SignalWait, Timestamp, Barrier) in the device's own command format, plus where each run-time value goes;
+  - one `HWQueue` method per abstract command (`tinycore.hcq.commands`): `exec`, `copy`, `signal`, `wait`,
+    `timestamp`, `barrier`, each writing the command in the device's own format to a `CommandWriter` (a run-time
+    value becomes a patch); `HWQueue.encode` (generic) dispatches to them;
   - `HWQueue.submit(encoded, values)`: patch those values in, write the commands into the ring, ring the doorbell;
-  - `device_address(buffer)`: the address the queues use for a Buffer of this device or of a host kind it can
-    address in place (`host_devs`, default {"CPU"});
+  - an allocator `_map(buffer)` for memory its queues address in place (`host_devs`, default {"CPU"}, and other
+    queue devices); `device_address(buffer)` (generic) reads the address from that cached mapping;
   - signal memory: `tinycore.hcq.signal.Signal`, 64-bit words the host and the device both see.
 
 The generic side (this package): `compile_linear` turns a LINEAR of calls into per-device, per-queue command
@@ -19,8 +20,8 @@ batches with signal waits for every read-after-write, write-after-read and write
 (`tinycore.hcq.staging`), and replays a compiled batch by patching only input addresses and variables.
 """
 from tinycore.hcq.commands import Barrier, Copy, Exec, SignalStore, SignalWait, Timestamp
-from tinycore.hcq.device import Encoded, HCQDevice, HCQTimeoutError, HWQueue, is_hcq_device
+from tinycore.hcq.device import CommandWriter, Encoded, HCQDevice, HCQTimeoutError, HWQueue, is_hcq_device
 from tinycore.hcq.signal import Signal
 
-__all__ = ["Barrier", "Copy", "Encoded", "Exec", "HCQDevice", "HCQTimeoutError", "HWQueue", "Signal", "SignalStore",
-           "SignalWait", "Timestamp", "is_hcq_device"]
+__all__ = ["Barrier", "CommandWriter", "Copy", "Encoded", "Exec", "HCQDevice", "HCQTimeoutError", "HWQueue", "Signal",
+           "SignalStore", "SignalWait", "Timestamp", "is_hcq_device"]

@@ -5,7 +5,9 @@ import time
 from typing import Any, Sequence
 import attrs
 from tinycore.device.compiled import Compiled
-from tinycore.hcq.commands import Command, InputAddress, Variable
+from tinycore.device.registry import Device
+from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
+                                   Value, Variable)
 from tinycore.hcq.signal import Signal, signal_pool
 
 
@@ -17,7 +19,8 @@ class HCQTimeoutError(RuntimeError):
 class Encoded:
   """A queue's commands in the device's format: `blob` plus `patches`, the byte offsets in the blob where a 64-bit
   little-endian run-time value goes (input addresses and variables; everything else is written at encode time).
-  `commands` counts the kernels and copies inside (what GlobalCounters counts)."""
+  `entries` counts the records written (a CPU queue's ring entries); `commands` counts the kernels and copies inside
+  (what GlobalCounters counts)."""
   blob: bytearray
   patches: list[tuple[int, InputAddress | Variable]] = attrs.field(factory=list)
   entries: int = 0
@@ -36,15 +39,73 @@ class Encoded:
     return out
 
 
+class CommandWriter:
+  """Where a queue writes one command buffer: records of 64-bit little-endian words. A word that is an InputAddress
+  or a Variable is written as 0 and recorded as a patch (its byte offset), filled in at every run."""
+
+  def __init__(self) -> None:
+    self.blob = bytearray()
+    self.patches: list[tuple[int, InputAddress | Variable]] = []
+    self.records = 0
+
+  def words(self, values: Sequence[Value], pad_to: int = 0) -> None:
+    """Append one record: `values` as 64-bit words, zero-padded to `pad_to` words (fixed-size records)."""
+    if pad_to and len(values) > pad_to: raise ValueError(f"a record of {len(values)} words exceeds {pad_to}")
+    start = len(self.blob)
+    for i, value in enumerate(values):
+      if not isinstance(value, int): self.patches.append((start + 8 * i, value))
+    ints = [value if isinstance(value, int) else 0 for value in values]
+    ints += [0] * (max(pad_to, len(ints)) - len(ints))
+    self.blob.extend(struct.pack(f"<{len(ints)}Q", *ints))
+    self.records += 1
+
+
 class HWQueue:
-  """One hardware queue of a device ("compute" or "copy"). Commands on one queue run in order."""
+  """One hardware queue of a device ("compute" or "copy"). Commands on one queue run in order.
+
+  A device writes one method per command, each appending the command to a CommandWriter in the device's format:
+  `exec(out, Exec)`, `copy(out, Copy)`, `signal(out, SignalStore)`, `wait(out, SignalWait)`,
+  `timestamp(out, Timestamp)` and `barrier(out, Barrier)`; plus `submit`. `encode` (in the core) dispatches the
+  commands to those methods and counts kernels and copies."""
 
   def __init__(self, device: HCQDevice, kind: str):
     self.device, self.kind = device, kind
 
   def encode(self, commands: Sequence[Command]) -> Encoded:
     """The commands in this device's command format. A Value that is an InputAddress or Variable gets a patch."""
-    raise NotImplementedError(f"{type(self).__name__} cannot encode commands")
+    out = CommandWriter()
+    counted = 0
+    for command in commands:
+      method = COMMAND_METHODS.get(type(command))
+      if method is None: raise TypeError(f"{self!r} cannot run a {type(command).__name__}: not an HCQ2 command")
+      getattr(self, method)(out, command)
+      counted += isinstance(command, (Exec, Copy))
+    return Encoded(out.blob, out.patches, out.records, counted)
+
+  def exec(self, out: CommandWriter, command: Exec) -> None:
+    """Run a kernel: `command.program` (a CompiledKernel) with `buffers` (addresses) and `vals`."""
+    raise NotImplementedError(f"{type(self).__name__} cannot run kernels")
+
+  def copy(self, out: CommandWriter, command: Copy) -> None:
+    """Copy `nbytes` from address `src` to address `dst`."""
+    raise NotImplementedError(f"{type(self).__name__} cannot copy")
+
+  def signal(self, out: CommandWriter, command: SignalStore) -> None:
+    """Store `value` into the signal at `signal.addr` once everything before it on this queue finished."""
+    raise NotImplementedError(f"{type(self).__name__} cannot store signals")
+
+  def wait(self, out: CommandWriter, command: SignalWait) -> None:
+    """Wait until the signal at `signal.addr` is >= `value`."""
+    raise NotImplementedError(f"{type(self).__name__} cannot wait on signals")
+
+  def timestamp(self, out: CommandWriter, command: Timestamp) -> None:
+    """Store the device clock in nanoseconds into the signal."""
+    raise NotImplementedError(f"{type(self).__name__} cannot write timestamps")
+
+  def barrier(self, out: CommandWriter, command: Barrier) -> None:
+    """Make everything before visible to everything after (a queue that runs in order on coherent memory may
+    write nothing, but must say so by overriding this)."""
+    raise NotImplementedError(f"{type(self).__name__} has no barrier")
 
   def submit(self, encoded: Encoded, values: dict[Any, int]) -> None:
     """Write the encoded commands, with run-time values patched in, to the queue and ring its doorbell."""
@@ -53,14 +114,19 @@ class HWQueue:
   def __repr__(self) -> str: return f"<{self.device.device} {self.kind} queue>"
 
 
+COMMAND_METHODS: dict[type, str] = {Exec: "exec", Copy: "copy", SignalStore: "signal", SignalWait: "wait",
+                                    Timestamp: "timestamp", Barrier: "barrier"}
+
+
 def is_hcq_device(dev: Any) -> bool: return isinstance(dev, HCQDevice)
 
 
 class HCQDevice(Compiled):
   """A device driven through hardware command queues.
 
-  Subclasses set `queues` ({"compute": ..., "copy": ...}) and implement `device_address`. `has_copy_queue` says
-  whether a DMA queue exists (copies go to the allocator otherwise); `host_devs` are the host device kinds whose
+  Subclasses set `queues` ({"compute": ..., "copy": ...}) and give their allocator a `_map` for memory of other
+  devices the queues address (see `device_address`). `has_copy_queue` says whether a DMA queue exists (copies go
+  to the allocator otherwise); `host_devs` are the host device kinds whose
   memory the queues address in place (others are staged through a pinned CPU ring). `timeline` is written by the
   device at the end of each batch with the batch's epoch; `epoch` is the last one the host submitted.
   """
@@ -77,8 +143,18 @@ class HCQDevice(Compiled):
   def has_copy_queue(self) -> bool: return "copy" in self.queues
 
   def device_address(self, buf: Any) -> int:
-    """The address this device's queues use for `buf` (a Buffer of this device or of a kind in host_devs)."""
-    raise NotImplementedError(f"{type(self).__name__} has no device addresses")
+    """The address this device's queues use for `buf`: a Buffer of this device, of another queue device, or of a
+    host kind in `host_devs`. Memory of another device is mapped by this device's allocator (`Allocator.map`) and
+    the mapping is cached on the Buffer (`Buffer.get_storage`)."""
+    if buf.device != self.device and buf.device.split(":")[0] not in self.host_devs:
+      if not is_hcq_device(Device[buf.device]):
+        raise RuntimeError(f"{self.device} cannot address {buf.device} memory (host_devs={sorted(self.host_devs)}): "
+                           "copies with it are staged")
+    return self.handle_address(buf.get_buf(self.device))
+
+  def handle_address(self, handle: Any) -> int:
+    """The address in a handle of this device (its own memory or a mapping); `handle.addr` unless overridden."""
+    return handle.addr
 
   @property
   def in_flight(self) -> bool: return self.timeline.value < self.epoch

@@ -11,6 +11,8 @@ serves every call with new buffers of the same shapes.
 from __future__ import annotations
 import itertools
 from typing import Any, Sequence
+import attrs
+from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
 from tinycore.hcq.commands import Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Value
 from tinycore.hcq.device import Encoded, HCQDevice, is_hcq_device
@@ -21,7 +23,6 @@ MAX_CACHED_CALLS = 32     # eager schedules with more calls than this bake nothi
 MAX_TEMPLATES = 4096      # compiled eager templates kept (oldest dropped first)
 SIGNAL_SETS = 2           # a compiled batch may be in flight this many times at once
 
-_templates: dict[tuple, UOp] = {}
 _in_flight: list[tuple[dict[HCQDevice, int], list[Any]]] = []   # (epochs to reach, buffers kept alive until then)
 
 
@@ -81,77 +82,120 @@ def _base_and_range(buf: UOp) -> tuple[UOp, int, int]:
   return buf, 0, buf.arg * buf.dtype.itemsize
 
 
+Queue = tuple[HCQDevice, str]  # (device, queue kind)
+
+
+@attrs.frozen
+class Access:
+  """A byte range [start, end) of a base buffer that a command reads or writes."""
+  base: UOp
+  start: int
+  end: int
+  write: bool
+
+  def conflicts(self, other: Access) -> bool:
+    """Whether two accesses need ordering: they overlap and at least one writes."""
+    return self.start < other.end and other.start < self.end and (self.write or other.write)
+
+
+@attrs.frozen
+class PlacedCommand:
+  """One call of the batch as an abstract command on its queue, with the buffer ranges it touches."""
+  queue: Queue
+  command: Command
+  accesses: tuple[Access, ...]
+
+
+@attrs.frozen
+class Ordering:
+  """The signals that order a batch: each command's sequence number on its queue, the (queue, sequence) it waits
+  for on other queues, which (queue, sequence) pairs must store a signal, and each queue's last sequence number."""
+  numbers: tuple[int, ...]
+  waits: tuple[dict[Queue, int], ...]
+  signaled: frozenset[tuple[Queue, int]]
+  last_seq: dict[Queue, int]
+
+
+def place_call(call: UOp, slots: Sequence[UOp], slot_of: dict[UOp, int], baked: frozenset[int]) -> PlacedCommand:
+  """A queue call as an Exec or Copy on its queue; a baked slot's address is written now, others are patched."""
+  from tinycore.codegen import compile_kernel
+  from tinycore.engine.buffers import buffer_of
+  queue = queue_of(call)
+  assert queue is not None, "only queue calls go into a batch"
+  dev = queue[0]
+
+  def value(buf: UOp) -> Value:
+    slot = slot_of[buf.src[0] if buf.op is Ops.BUFFER_VIEW else buf]
+    offset = buf.arg[1] if buf.op is Ops.BUFFER_VIEW else 0
+    if slot in baked: return dev.device_address(buffer_of(slots[slot]).ensure_allocated()) + offset
+    return InputAddress(slot, dev.device, offset)
+
+  buffers = call.src[1:]
+  accesses = tuple(Access(*_base_and_range(b), i == 0) for i, b in enumerate(buffers))
+  if call.src[0].op is Ops.SINK:
+    kernel = compile_kernel(buffers[0].device, call.src[0])
+    command: Command = Exec(kernel, tuple(value(b) for b in buffers), (), kernel.global_size, kernel.local_size)
+  else:
+    command = Copy(value(buffers[0]), value(buffers[1]), accesses[0].end - accesses[0].start)
+  return PlacedCommand(queue, command, accesses)
+
+
+def order_commands(placed: Sequence[PlacedCommand]) -> Ordering:
+  """Sequence numbers per queue and the waits each command needs: for every conflicting access on another queue,
+  the latest producer per queue (one queue runs in order, so earlier edges to it are implied)."""
+  seq: dict[Queue, int] = {}
+  numbers: list[int] = []
+  history: dict[UOp, list[tuple[Queue, int, Access]]] = {}  # by base buffer
+  waits: list[dict[Queue, int]] = []
+  signaled: set[tuple[Queue, int]] = set()
+  for item in placed:
+    seq[item.queue] = seq.get(item.queue, 0) + 1
+    numbers.append(seq[item.queue])
+    need: dict[Queue, int] = {}
+    for mine in item.accesses:
+      for other_queue, other_seq, theirs in history.get(mine.base, ()):
+        if other_queue != item.queue and mine.conflicts(theirs):
+          need[other_queue] = max(need.get(other_queue, 0), other_seq)
+    waits.append(need)
+    signaled.update(need.items())
+    for access in item.accesses: history.setdefault(access.base, []).append((item.queue, seq[item.queue], access))
+  signaled.update(seq.items())  # each queue's last command always reports, for the batch's end
+  return Ordering(tuple(numbers), tuple(waits), frozenset(signaled), dict(seq))
+
+
+def queue_commands(placed: Sequence[PlacedCommand], ordering: Ordering,
+                   signals: dict[Queue, Signal]) -> dict[Queue, list[Command]]:
+  """Each queue's command list with one signal set: waits before a command, a signal store after it if needed."""
+  per_queue: dict[Queue, list[Command]] = {item.queue: [] for item in placed}
+  for item, number, need in zip(placed, ordering.numbers, ordering.waits):
+    per_queue[item.queue].extend(SignalWait(signals[q], s) for q, s in need.items())
+    per_queue[item.queue].append(item.command)
+    if (item.queue, number) in ordering.signaled: per_queue[item.queue].append(SignalStore(signals[item.queue], number))
+  return per_queue
+
+
 class CompiledBatch:
   """Command buffers for a run of queue calls. `slots` are the buffers, by the CALL's argument order; slots in
   `baked` had their addresses written at compile time, the rest are patched in on every run."""
 
   def __init__(self, calls: Sequence[UOp], slots: Sequence[UOp], baked: frozenset[int] = frozenset()):
-    from tinycore.codegen import compile_kernel
-    from tinycore.engine.buffers import buffer_of
     self.slot_count = len(slots)
     slot_of = {s: i for i, s in enumerate(slots)}
-    placed: list[tuple[tuple[HCQDevice, str], Command, list[tuple[UOp, int, int, bool]]]] = []
-    for call in calls:
-      queue = queue_of(call)
-      assert queue is not None, "only queue calls go into a batch"
-      dev = queue[0]
-
-      def value(buf: UOp) -> Value:
-        slot = slot_of[buf.src[0] if buf.op is Ops.BUFFER_VIEW else buf]
-        offset = buf.arg[1] if buf.op is Ops.BUFFER_VIEW else 0
-        if slot in baked: return dev.device_address(buffer_of(slots[slot]).ensure_allocated()) + offset
-        return InputAddress(slot, dev.device, offset)
-
-      buffers = call.src[1:]
-      accesses = [(*_base_and_range(b), i == 0) for i, b in enumerate(buffers)]
-      if call.src[0].op is Ops.SINK:
-        kernel = compile_kernel(buffers[0].device, call.src[0])
-        command: Command = Exec(kernel, tuple(value(b) for b in buffers), (), kernel.global_size, kernel.local_size)
-      else:
-        nbytes = _base_and_range(buffers[0])[2] - _base_and_range(buffers[0])[1]
-        command = Copy(value(buffers[0]), value(buffers[1]), nbytes)
-      placed.append((queue, command, accesses))
-    self.devices: list[HCQDevice] = list(dict.fromkeys(q[0] for q, _, _ in placed))
-    self.queues: list[tuple[HCQDevice, str]] = list(dict.fromkeys(q for q, _, _ in placed))
+    placed = [place_call(call, slots, slot_of, baked) for call in calls]
+    self.devices: list[HCQDevice] = list(dict.fromkeys(item.queue[0] for item in placed))
+    self.queues: list[Queue] = list(dict.fromkeys(item.queue for item in placed))
     self.commands = len(placed)
-
-    # sequence numbers per queue, and the waits each command needs (latest producer per other queue)
-    seq: dict[tuple[HCQDevice, str], int] = {q: 0 for q in self.queues}
-    numbered: list[int] = []
-    history: dict[UOp, list[tuple[tuple[HCQDevice, str], int, int, int, bool]]] = {}  # by buffer
-    waits: list[dict[tuple[HCQDevice, str], int]] = []
-    signaled: set[tuple[tuple[HCQDevice, str], int]] = set()
-    for queue, _, accesses in placed:
-      seq[queue] += 1
-      numbered.append(seq[queue])
-      need: dict[tuple[HCQDevice, str], int] = {}
-      for my_base, my_start, my_end, i_write in accesses:
-        for other_queue, other_seq, start, end, wrote in history.get(my_base, ()):
-          # one queue runs in order; across queues, any overlap with a write on either side is an edge
-          if other_queue != queue and my_start < end and start < my_end and (wrote or i_write):
-            need[other_queue] = max(need.get(other_queue, 0), other_seq)
-      waits.append(need)
-      signaled.update(need.items())
-      for base, start, end, write in accesses:
-        history.setdefault(base, []).append((queue, seq[queue], start, end, write))
-    self.last_seq = dict(seq)
-    signaled.update(seq.items())  # each queue's last command always reports, for the batch's end
-
+    ordering = order_commands(placed)
+    self.last_seq = ordering.last_seq
     # one signal per queue for each of a few sets, so a batch can be in flight more than once
-    self.signal_sets: list[dict[tuple[HCQDevice, str], Signal]] = [
+    self.signal_sets: list[dict[Queue, Signal]] = [
       {q: signal_pool.new(f"{q[0].device} {q[1]} batch") for q in self.queues} for _ in range(SIGNAL_SETS)]
     self.set_epochs: list[dict[HCQDevice, int]] = [{} for _ in range(SIGNAL_SETS)]
     self.next_set = itertools.count()
-    self.encoded: list[dict[tuple[HCQDevice, str], Encoded]] = []
-    self.plan: dict[tuple[HCQDevice, str], list[Command]] = {}  # the abstract commands of the first set (to inspect)
-    for signals in self.signal_sets:
-      per_queue: dict[tuple[HCQDevice, str], list[Command]] = {q: [] for q in self.queues}
-      for (queue, command, _), number, need in zip(placed, numbered, waits):
-        per_queue[queue].extend(SignalWait(signals[q], s) for q, s in need.items())
-        per_queue[queue].append(command)
-        if (queue, number) in signaled: per_queue[queue].append(SignalStore(signals[queue], number))
-      self.encoded.append({q: q[0].queues[q[1]].encode(cmds) for q, cmds in per_queue.items()})
-      if not self.plan: self.plan = per_queue
+    plans = [queue_commands(placed, ordering, signals) for signals in self.signal_sets]
+    self.plan: dict[Queue, list[Command]] = plans[0]  # the abstract commands of the first set (to inspect)
+    self.encoded: list[dict[Queue, Encoded]] = [
+      {q: q[0].queues[q[1]].encode(cmds) for q, cmds in plan.items()} for plan in plans]
     self.patches = [ref for enc in self.encoded[0].values() for _, ref in enc.patches]
 
   def run(self, buffers: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
@@ -212,20 +256,23 @@ def wait_for_queues() -> None:
   release_finished()
 
 
-_by_template: dict[tuple, UOp] = {}
+compiled_templates: BoundedCache[UOp] = BoundedCache("compiled queue templates by buffer-free LINEAR", MAX_TEMPLATES)
 
 
 def compile_template(linear: UOp) -> UOp:
   """compile_linear for a cached schedule's template LINEAR (its buffers are placeholders, all patched at run time),
   cached by the template itself: a repeated computation neither compiles nor builds a cache key."""
-  key = (linear, *compile_settings(linear))
-  if (done := _by_template.get(key)) is not None: return done
   from tinycore.engine.buffers import linear_buffers
-  compiled = linear
-  if any(uses_queues(call) for call in linear.src): compiled = _compile(linear, linear_buffers(linear))
-  if len(_by_template) >= MAX_TEMPLATES: _by_template.pop(next(iter(_by_template)))
-  _by_template[key] = compiled
-  return compiled
+  return cached_template(linear, linear_buffers(linear), profile=False)
+
+
+def cached_template(template: UOp, placeholders: Sequence[UOp], profile: bool) -> UOp:
+  """The compiled form of a buffer-free LINEAR whose `placeholders` are patched at every run, from the one cache of
+  compiled templates (keyed with the profile flag and the settings a compiled batch bakes in)."""
+  key = (template, profile, *compile_settings(template))
+  if (done := compiled_templates.get(key)) is not None: return done
+  compiled = _compile(template, placeholders) if any(uses_queues(call) for call in template.src) else template
+  return compiled_templates.put(key, compiled)
 
 
 def compile_settings(linear: UOp) -> tuple:
@@ -245,10 +292,7 @@ def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile
   if input_uops is not None and len(linear.src) <= MAX_CACHED_CALLS:
     inputs = list(input_uops)
     placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
-    key = (linear.substitute(dict(zip(inputs, placeholders))), profile, *compile_settings(linear))
-    if (template := _templates.get(key)) is None:
-      if len(_templates) >= MAX_TEMPLATES: _templates.pop(next(iter(_templates)))
-      template = _templates[key] = _compile(key[0], placeholders)
+    template = cached_template(linear.substitute(dict(zip(inputs, placeholders))), placeholders, profile)
     return template.substitute(dict(zip(placeholders, inputs)))
   return _compile(linear, list(input_uops) if input_uops is not None else [])
 

@@ -1,7 +1,70 @@
-"""The plugin API: hookspecs (tinycore.plugin.hookspecs), DeviceSpec, and the marker plugins decorate hooks with."""
-from tinycore.plugin.hookspecs import hookimpl, hookspec
+"""The plugin API: everything a device plugin may subclass or call, in one module (docs/plugins.md is its guide).
+
+A plugin imports only from here (its tests may also use the public `tinycore` API: Tensor, Device, dtypes). The
+names are covered by API_VERSION: a MINOR bump adds names or optional hooks, a MAJOR bump changes or removes them.
+
+- hooks: `hookimpl` (decorate your hook functions with it), `hookspec`, DeviceSpec, API_VERSION, KnownFailure;
+- memory: Allocator, LRUAllocator, BufferSpec, BufferStorage, Buffer;
+- compiling and running: Compiled, Compiler, Program, cache_dir;
+- rendering: CStyleRenderer, RenderedKernel, LinearKernel, Loop, AccUpdate and the IR they render (Ops, GroupOp,
+  UOp, DType, dtypes);
+- queue devices (HCQ2): HCQDevice, HWQueue, CommandWriter, Encoded, HCQTimeoutError, Signal, the queue commands
+  (Exec, Copy, SignalStore, SignalWait, Timestamp, Barrier, Command) and their run-time values (Value,
+  InputAddress, Variable), is_hcq_device, wait_for_queues.
+
+Only the hook names are loaded with this module; every other name is imported on first use (PEP 562). The device
+registry imports the plugin manager, which lives in this package, so loading the layers above it (codegen, hcq)
+here eagerly would make the device layer load them too; lazily, `import tinycore.plugin` also stays cheap.
+"""
+from __future__ import annotations
+import importlib
+from typing import TYPE_CHECKING, Any
+from tinycore.plugin.hookspecs import API_VERSION, hookimpl, hookspec
 from tinycore.plugin.spec import DeviceSpec
 
-API_VERSION = "1.0"
+if TYPE_CHECKING:  # the lazily exported names, for type checkers
+  from tinycore.codegen.c_style import CStyleRenderer, RenderedKernel
+  from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop
+  from tinycore.device.allocator import Allocator, BufferSpec, BufferStorage, LRUAllocator
+  from tinycore.device.buffer import Buffer
+  from tinycore.device.compiled import Compiled, Compiler, Program, cache_dir
+  from tinycore.dtype import DType, dtypes
+  from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
+                                     Value, Variable)
+  from tinycore.hcq.device import CommandWriter, Encoded, HCQDevice, HCQTimeoutError, HWQueue, is_hcq_device
+  from tinycore.hcq.runtime import wait_for_queues
+  from tinycore.hcq.signal import Signal
+  from tinycore.plugin.known_failures import KnownFailure
+  from tinycore.uop.ops import GroupOp, Ops, UOp
 
-__all__ = ["API_VERSION", "DeviceSpec", "hookimpl", "hookspec"]
+# exported name -> the module that defines it
+_LAZY_EXPORTS: dict[str, str] = {
+  **dict.fromkeys(("Allocator", "BufferSpec", "BufferStorage", "LRUAllocator"), "tinycore.device.allocator"),
+  "Buffer": "tinycore.device.buffer",
+  **dict.fromkeys(("Compiled", "Compiler", "Program", "cache_dir"), "tinycore.device.compiled"),
+  **dict.fromkeys(("CStyleRenderer", "RenderedKernel"), "tinycore.codegen.c_style"),
+  **dict.fromkeys(("AccUpdate", "LinearKernel", "Loop"), "tinycore.codegen.linearize"),
+  **dict.fromkeys(("DType", "dtypes"), "tinycore.dtype"),
+  **dict.fromkeys(("GroupOp", "Ops", "UOp"), "tinycore.uop.ops"),
+  **dict.fromkeys(("Barrier", "Command", "Copy", "Exec", "InputAddress", "SignalStore", "SignalWait", "Timestamp",
+                   "Value", "Variable"), "tinycore.hcq.commands"),
+  **dict.fromkeys(("CommandWriter", "Encoded", "HCQDevice", "HCQTimeoutError", "HWQueue", "is_hcq_device"),
+                  "tinycore.hcq.device"),
+  "KnownFailure": "tinycore.plugin.known_failures",
+  "Signal": "tinycore.hcq.signal",
+  "wait_for_queues": "tinycore.hcq.runtime",
+}
+
+__all__ = ["API_VERSION", "DeviceSpec", "hookimpl", "hookspec", *sorted(_LAZY_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+  if (module := _LAZY_EXPORTS.get(name)) is None:
+    raise AttributeError(f"module 'tinycore.plugin' has no attribute {name!r} (the plugin API is: "
+                         f"{', '.join(__all__)})")
+  value = getattr(importlib.import_module(module), name)
+  globals()[name] = value  # later lookups skip this function
+  return value
+
+
+def __dir__() -> list[str]: return sorted(set(globals()) | set(__all__))

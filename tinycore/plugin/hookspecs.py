@@ -4,8 +4,7 @@ A plugin is a module registered under the entry-point group ``tinycore`` (in its
 ``[project.entry-points.tinycore] mydev = "my_package.plugin"``). The module defines functions named after the
 hooks below, decorated with ``tinycore.plugin.hookimpl``. Importing it must be cheap: load drivers inside
 ``tinycore_open_device``, not at import time. Everything a plugin needs is exported by ``tinycore.plugin``
-(DeviceSpec, hookimpl, API_VERSION) and ``tinycore.device`` (Compiled, Allocator, LRUAllocator, BufferSpec,
-Compiler, Buffer) and ``tinycore.codegen`` (the renderers).
+(these hooks' markers, DeviceSpec, API_VERSION, the allocator, compiler, device, renderer and queue base classes).
 """
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
@@ -13,7 +12,13 @@ import pluggy
 
 if TYPE_CHECKING:
   from tinycore.device.compiled import Compiled
+  from tinycore.plugin.known_failures import KnownFailure
   from tinycore.plugin.spec import DeviceSpec
+
+# MAJOR.MINOR of the plugin API (the hooks below and every name tinycore.plugin exports). A plugin built for another
+# MAJOR is refused; a MINOR bump only adds. 1.1: the names of tinycore.plugin, HWQueue's per-command methods,
+# Allocator.map/_map/_unmap and Buffer.get_storage/get_buf, RenderedKernel, tinycore_known_failures.
+API_VERSION = "1.1"
 
 hookspec = pluggy.HookspecMarker("tinycore")
 hookimpl = pluggy.HookimplMarker("tinycore")
@@ -46,3 +51,12 @@ def tinycore_transfer(src: Compiled, dst: Compiled) -> Callable[[Any, Any, int],
   """Return a function ``copy(dst_handle, src_handle, nbytes)`` that moves bytes directly from ``src`` to ``dst``
   (for example a peer-to-peer DMA between two GPUs), or None when this plugin has no direct path for that pair.
   The first non-None result wins. Without one, the core copies through host memory."""
+
+
+@hookspec
+def tinycore_known_failures(device: str) -> list[KnownFailure]:
+  """Return the conformance tests (``tinycore.testing``) that are known to fail on ``device`` (canonical name), each
+  a ``KnownFailure(test, reason)``; return an empty list (or nothing) for devices this plugin does not provide.
+  ``test`` is "test_file.py::test_name[params]", with shell-style wildcards (``test_dtypes.py::*float16*``). Called
+  once per test run, at collection; every plugin's answers are used. A declared test is reported as xfail with the
+  reason; with ``strict=True`` (the default) a declared test that passes fails the run, so stale entries are seen."""

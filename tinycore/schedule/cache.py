@@ -5,11 +5,12 @@ the schedule built for that key. A hit binds the placeholders to this call's buf
 schedule creates fresh storage, so scheduling work is done once per graph shape.
 """
 from __future__ import annotations
+from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
 from tinycore.schedule import create_schedule
 
 MAX_ENTRIES = 4096
-_cache: dict[UOp, tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]]] = {}
+schedules: BoundedCache[tuple[UOp, tuple[UOp, ...]]] = BoundedCache("schedule templates by graph shape", MAX_ENTRIES)
 
 
 class ScheduleCacheStats:
@@ -30,15 +31,14 @@ def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   inputs = [n for n in sink.toposort() if n.op is Ops.BUFFER]
   placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
   key = sink.substitute(dict(zip(inputs, placeholders)))
-  entry = _cache.get(key)
+  entry = schedules.get(key)
   if entry is None:
     ScheduleCacheStats.misses += 1
     linear, becomes = create_schedule(list(key.src))
     keys, values = tuple(becomes.keys()), tuple(becomes.values())
     template = UOp(Ops.SINK, None, (linear, UOp(Ops.SINK, None, keys), UOp(Ops.SINK, None, values)))
     fresh = tuple(n for n in template.toposort() if n.op is Ops.BUFFER and n.src[0].arg > 0)
-    if len(_cache) >= MAX_ENTRIES: _cache.pop(next(iter(_cache)))
-    entry = _cache[key] = (template, fresh)
+    entry = schedules.put(key, (template, fresh))
   else: ScheduleCacheStats.hits += 1
   template, fresh = entry
   return template, dict(zip(placeholders, inputs)) | {f: UOp.new_buffer(f.device, f.arg, f.dtype) for f in fresh}

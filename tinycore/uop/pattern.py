@@ -69,19 +69,17 @@ class PatternMatcher:
 
   def __init__(self, rules: list[Rule]):
     self.rules = rules
-    self.by_op: dict[Ops, list[tuple[UPat, Callable, bool]]] = {}
-    self.any_op: list[tuple[UPat, Callable, bool]] = []
-    for pat, fn in rules:
-      wants_ctx = "ctx" in inspect.signature(fn).parameters
-      entry = (pat, fn, wants_ctx)
-      if pat.ops is None: self.any_op.append(entry)
+    # each entry carries its rule's position, so the list order wins even when one function serves two rules
+    positioned: dict[Ops, list[tuple[int, UPat, Callable, bool]]] = {}
+    any_op: list[tuple[int, UPat, Callable, bool]] = []
+    for position, (pat, fn) in enumerate(rules):
+      entry = (position, pat, fn, "ctx" in inspect.signature(fn).parameters)
+      if pat.ops is None: any_op.append(entry)
       else:
-        for op in pat.ops: self.by_op.setdefault(op, []).append(entry)
-    # keep the rules' order for nodes that match both an op rule and an any-op rule
-    order = {id(fn): i for i, (_, fn) in enumerate(rules)}
-    for op in Ops:
-      merged = self.by_op.get(op, []) + self.any_op
-      self.by_op[op] = sorted(merged, key=lambda e: order[id(e[1])])
+        for op in pat.ops: positioned.setdefault(op, []).append(entry)
+    # a node that matches both an op rule and an any-op rule tries them in list order
+    self.by_op: dict[Ops, list[tuple[UPat, Callable, bool]]] = {
+      op: [entry[1:] for entry in sorted(positioned.get(op, []) + any_op, key=lambda e: e[0])] for op in Ops}
 
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
 

@@ -1,7 +1,7 @@
 """CLCompiler: OpenCL C source -> the device's program binary, built by the OpenCL driver."""
 from __future__ import annotations
 from typing import Any
-from tinycore.device.compiled import Compiler
+from tinycore.plugin import Compiler
 
 
 def build_options(device: Any) -> list[str]:

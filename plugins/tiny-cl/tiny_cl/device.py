@@ -7,8 +7,7 @@ import functools
 from typing import Any, Sequence
 import numpy as np
 import pyopencl as cl
-from tinycore.device.allocator import BufferSpec, LRUAllocator
-from tinycore.device.compiled import Compiled
+from tinycore.plugin import BufferSpec, Compiled, LRUAllocator
 from tiny_cl.compiler import CLCompiler
 from tiny_cl.platforms import devices
 from tiny_cl.renderer import CLRenderer

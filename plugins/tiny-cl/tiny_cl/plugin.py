@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from tinycore.plugin import API_VERSION, DeviceSpec, hookimpl
 
 if TYPE_CHECKING:
-  from tinycore.device.compiled import Compiled
+  from tinycore.plugin import Compiled
 
 PREFIX = "CL"
 DEVICE_INDEX = re.compile(r"(0|[1-9][0-9]*)")

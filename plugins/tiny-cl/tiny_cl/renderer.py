@@ -14,9 +14,7 @@ What differs from C, and why:
 """
 from __future__ import annotations
 from typing import Any, Sequence
-from tinycore.codegen.c_style import CStyleRenderer
-from tinycore.dtype import ALL, DType, dtypes
-from tinycore.uop.ops import Ops, UOp
+from tinycore.plugin import CStyleRenderer, DType, LinearKernel, Ops, dtypes
 
 CL_HALF_HELPERS = r"""
 float tc_half_to_float(ushort h) { return vload_half(0, (const __private half*)&h); }
@@ -59,7 +57,7 @@ class CLRenderer(CStyleRenderer):
     self.fp64, self.fp16 = fp64, fp16
     self.max_local_size = max(1, int(max_local_size))
     self.max_work_item_sizes = tuple(max(1, int(size)) for size in max_work_item_sizes) or (1,)
-    self.supported_dtypes = frozenset(ALL) if fp64 else frozenset(ALL) - {dtypes.float64}
+    self.supported_dtypes = CStyleRenderer.supported_dtypes - (set() if fp64 else {dtypes.float64})
     pragmas = ["#pragma OPENCL FP_CONTRACT OFF"]
     if fp64: pragmas.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")  # needed before OpenCL C 1.2
     self.prelude = "\n".join(pragmas) + "\n"
@@ -90,10 +88,10 @@ class CLRenderer(CStyleRenderer):
   # ------------------------------------------------------------------ work-items
   def global_id(self, dim: int) -> str: return f"get_global_id({dim})"
 
-  def launch_dims(self, sink: UOp) -> tuple[tuple[int, ...], tuple[int, ...]]:
+  def launch_dims(self, kernel: LinearKernel) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The base class's power-of-two local sizes, clamped to the device's per-dimension work-item limits (the
     total is already within ``max_local_size``). Halving a power of two keeps the global size a multiple of it."""
-    global_size, local_size = super().launch_dims(sink)
+    global_size, local_size = super().launch_dims(kernel)
     local = list(local_size)
     for dim, width in enumerate(local):
       limit = self.max_work_item_sizes[dim] if dim < len(self.max_work_item_sizes) else 1

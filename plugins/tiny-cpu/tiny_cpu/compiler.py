@@ -7,7 +7,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from tinycore.device.compiled import Compiler
+from tinycore.plugin import Compiler
 
 # Results must match IEEE arithmetic as numpy does it: no -ffast-math, and no fused multiply-add contraction (which
 # -march=native would otherwise allow). -fno-math-errno only lets sqrt & co. compile to single instructions.

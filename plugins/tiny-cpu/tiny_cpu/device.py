@@ -7,9 +7,7 @@ import os
 import tempfile
 import time
 from typing import Any, Sequence
-from tinycore.device.allocator import BufferSpec, LRUAllocator
-from tinycore.device.compiled import cache_dir
-from tinycore.hcq.device import HCQDevice
+from tinycore.plugin import BufferSpec, BufferStorage, HCQDevice, LRUAllocator, cache_dir
 from tiny_cpu.compiler import CPUCompiler
 
 
@@ -66,6 +64,12 @@ class CPUAllocator(LRUAllocator[HostMemory]):
 
   def _transfer(self, dst: HostMemory, src: HostMemory, nbytes: int, src_dev: Any, dst_dev: Any) -> None:
     dst.view[:nbytes] = src.view[:nbytes]
+
+  def _map(self, buf: Any) -> BufferStorage:
+    """Another device's host-visible memory, used in place (the mapping keeps its host view alive)."""
+    if (host := buf.host) is None: raise RuntimeError(f"{buf.device} memory has no host view: CPU cannot address it")
+    memory = HostMemory(None, view_address(host), host.nbytes, host)
+    return BufferStorage(memory, memory, host)
 
 
 def load_shared_object(lib: bytes) -> ctypes.CDLL:
@@ -139,11 +143,6 @@ class CPUDevice(HCQDevice):
     super().__init__(name, CPUAllocator(), CPURenderer(threads), compiler, CPUProgram)
     self.queues = {"compute": CPUQueue(self, "compute", WorkerLibrary.get(compiler), threads)}
 
-  def device_address(self, buf: Any) -> int:
-    handle = buf._buf
-    if isinstance(handle, HostMemory): return handle.addr
-    return host_address(buf)
-
   def capabilities(self) -> dict[str, Any]:
     caps = super().capabilities()
     caps["compiler"] = self.compiler.name if isinstance(self.compiler, CPUCompiler) else None
@@ -163,8 +162,7 @@ def cpu_threads() -> int:
   except AttributeError: return max(1, os.cpu_count() or 1)
 
 
-def host_address(buf: Any) -> int:
-  """The address of a host-visible buffer of any device (through its zero-copy view)."""
+def view_address(view: memoryview) -> int:
+  """The address of the first byte of a host memoryview (read-only ones too), 0 for an empty one."""
   import numpy as np
-  view = buf.allocator._as_buffer(buf._buf)
   return int(np.frombuffer(view, dtype=np.uint8).ctypes.data) if view.nbytes else 0

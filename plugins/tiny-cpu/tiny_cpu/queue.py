@@ -7,12 +7,10 @@ one thread runs the entries in order.
 """
 from __future__ import annotations
 import ctypes
-import struct
 import time
 from typing import Any, Sequence
-from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
-                                   Variable)
-from tinycore.hcq.device import Encoded, HCQTimeoutError, HWQueue
+from tinycore.plugin import (Barrier, CommandWriter, Copy, Encoded, Exec, HCQTimeoutError, HWQueue, SignalStore,
+                             SignalWait, Timestamp, Value)
 
 ENTRY_WORDS = 64
 RING_ENTRIES = 16 * 1024
@@ -180,39 +178,32 @@ class CPUQueue(HWQueue):
   @property
   def done(self) -> int: return self.worker.lib.tc_queue_done(self.handle)
 
-  def encode(self, commands: Sequence[Command]) -> Encoded:
-    blob = bytearray()
-    patches: list[tuple[int, InputAddress | Variable]] = []
-    counted = 0
+  def _entry(self, out: CommandWriter, function: int, args: Sequence[Value]) -> None:
+    if len(args) > MAX_ARGS: raise ValueError(f"a CPU queue entry takes at most {MAX_ARGS} arguments, got {len(args)}")
+    out.words([function, *args], pad_to=ENTRY_WORDS)
 
-    def entry(function: int, args: Sequence[Any]) -> None:
-      if len(args) > MAX_ARGS:
-        raise ValueError(f"a CPU queue entry takes at most {MAX_ARGS} arguments, got {len(args)}")
-      start = len(blob)
-      words = [function] + [a if isinstance(a, int) else 0 for a in args]
-      blob.extend(struct.pack(f"<{ENTRY_WORDS}Q", *(words + [0] * (ENTRY_WORDS - len(words)))))
-      for i, a in enumerate(args):
-        if not isinstance(a, int): patches.append((start + 8 * (1 + i), a))
+  def exec(self, out: CommandWriter, command: Exec) -> None:
+    args = [*command.buffers, *command.vals]
+    if command.global_size[0] > 1:  # a threaded kernel: every core runs its share, then the entry is done
+      if self.pool is None: raise RuntimeError(f"{self.device.device} has no thread pool for a threaded kernel")
+      self._entry(out, self.worker.address["tc_parallel"], [self.pool, command.program.program.address, len(args),
+                                                            *args])
+    else: self._entry(out, command.program.program.address, args)
 
-    for command in commands:
-      if isinstance(command, Exec):
-        args = [*command.buffers, *command.vals]
-        if command.global_size[0] > 1:  # a threaded kernel: every core runs its share, then the entry is done
-          if self.pool is None: raise RuntimeError(f"{self.device.device} has no thread pool for a threaded kernel")
-          entry(self.worker.address["tc_parallel"], [self.pool, command.program.program.address, len(args), *args])
-        else: entry(command.program.program.address, args)
-        counted += 1
-      elif isinstance(command, Copy):
-        entry(self.worker.address["tc_memcpy"], [command.dst, command.src, command.nbytes])
-        counted += 1
-      elif isinstance(command, SignalStore):
-        entry(self.worker.address["tc_signal_store"], [command.signal.addr, command.value])
-      elif isinstance(command, SignalWait):
-        entry(self.worker.address["tc_signal_wait"], [command.signal.addr, command.value])
-      elif isinstance(command, Timestamp): entry(self.worker.address["tc_timestamp"], [command.signal.addr])
-      elif isinstance(command, Barrier): pass  # one worker runs entries in order: nothing to do
-      else: raise TypeError(f"the CPU queue cannot run {type(command).__name__}")
-    return Encoded(blob, patches, len(blob) // (ENTRY_WORDS * 8), counted)
+  def copy(self, out: CommandWriter, command: Copy) -> None:
+    self._entry(out, self.worker.address["tc_memcpy"], [command.dst, command.src, command.nbytes])
+
+  def signal(self, out: CommandWriter, command: SignalStore) -> None:
+    self._entry(out, self.worker.address["tc_signal_store"], [command.signal.addr, command.value])
+
+  def wait(self, out: CommandWriter, command: SignalWait) -> None:
+    self._entry(out, self.worker.address["tc_signal_wait"], [command.signal.addr, command.value])
+
+  def timestamp(self, out: CommandWriter, command: Timestamp) -> None:
+    self._entry(out, self.worker.address["tc_timestamp"], [command.signal.addr])
+
+  def barrier(self, out: CommandWriter, command: Barrier) -> None:
+    pass  # one worker runs entries in order: nothing to do
 
   def submit(self, encoded: Encoded, values: dict[Any, int]) -> None:
     count = encoded.entries

@@ -1,8 +1,6 @@
 """The C renderer of the CPU device: tinycore's C-style renderer with the CPU's details."""
-from tinycore.codegen.c_style import CStyleRenderer
-from tinycore.codegen.linearize import Loop
-from tinycore.dtype import DType, dtypes
-from tinycore.uop.ops import Ops, UOp, prod
+from math import prod
+from tinycore.plugin import CStyleRenderer, DType, LinearKernel, Loop, Ops, UOp, dtypes
 
 # exp2 for float32 without a libm call, so loops over it vectorize: 2^x = 2^n * 2^f with n = rint(x), f in
 # [-0.5, 0.5], 2^f from Cephes' degree-6 polynomial (relative error < 2e-7), 2^n built in two halves so that
@@ -37,23 +35,22 @@ class CPURenderer(CStyleRenderer):
 
   def __init__(self, threads: int = 1):
     self.threads = threads
+    self._split: UOp | None = None
 
-  def _threaded(self, sink) -> UOp | None:
+  def threaded_loop(self, kernel: LinearKernel) -> UOp | None:
     """The outermost output loop to split across threads, or None for a kernel too small (or too narrow)."""
     if self.threads < 2: return None
-    ranges = [u for u in sink.toposort() if u.op is Ops.RANGE]
-    outer = min((r for r in ranges if r.arg[1] == "loop"), key=lambda r: r.arg[0], default=None)
+    outer = min((r for r in kernel.ranges if r.arg[1] == "loop"), key=lambda r: r.arg[0], default=None)
     if (outer is None or outer.src[0].arg < self.threads or
-        prod(r.src[0].arg for r in ranges) < self.parallel_threshold): return None
+        prod(r.src[0].arg for r in kernel.ranges) < self.parallel_threshold): return None
     return outer
 
-  def render(self, name: str, sink) -> str:
-    self._split = self._threaded(sink)
-    return super().render(name, sink)
+  def begin_kernel(self, kernel: LinearKernel) -> None:
+    self._split = self.threaded_loop(kernel)
 
-  def launch_dims(self, sink):
+  def launch_dims(self, kernel: LinearKernel) -> tuple[tuple[int, ...], tuple[int, ...]]:
     # a threaded kernel runs once per thread (core_id = 0..threads-1), each on its share of the outermost loop
-    return ((self.threads, 1, 1), (1, 1, 1)) if self._threaded(sink) is not None else ((1, 1, 1), (1, 1, 1))
+    return ((self.threads, 1, 1), (1, 1, 1)) if self._split is not None else ((1, 1, 1), (1, 1, 1))
 
   def extra_params(self) -> list[str]:
     return ["long long core_id", "long long core_count"] if self._split is not None else []

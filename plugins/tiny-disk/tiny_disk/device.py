@@ -25,8 +25,7 @@ import os
 import stat
 import threading
 from typing import Any
-from tinycore.device.allocator import Allocator, BufferSpec
-from tinycore.device.compiled import Compiled
+from tinycore.plugin import Allocator, BufferSpec, Compiled
 
 PREFIX = "DISK"
 CHUNK = 64 << 20  # bytes per read/write system call: big enough to stream, small enough to bound a copy's extra memory

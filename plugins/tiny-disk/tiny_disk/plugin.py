@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from tinycore.plugin import API_VERSION, DeviceSpec, hookimpl
 
 if TYPE_CHECKING:
-  from tinycore.device.compiled import Compiled
+  from tinycore.plugin import Compiled
 
 PREFIX = "DISK"
 

@@ -24,9 +24,8 @@ import struct
 import threading
 import time
 from typing import Any, Sequence
-from tinycore.device.allocator import BufferSpec, LRUAllocator
-from tinycore.hcq.commands import Barrier, Command, Copy, Exec, SignalStore, SignalWait, Timestamp
-from tinycore.hcq.device import Encoded, HCQDevice, HWQueue
+from tinycore.plugin import (Barrier, BufferStorage, BufferSpec, CommandWriter, Copy, Encoded, Exec, HCQDevice, HWQueue,
+                             LRUAllocator, SignalStore, SignalWait, Timestamp, Value, wait_for_queues)
 
 EXEC, COPY, SIGNAL, WAIT, TIMESTAMP, BARRIER = 1, 2, 3, 4, 5, 6
 
@@ -48,6 +47,15 @@ class SimAllocator(LRUAllocator[SimMemory]):
 
   def _offset(self, handle: SimMemory, nbytes: int, offset: int) -> SimMemory:
     return SimMemory(handle.mapping, handle.addr + offset, nbytes)
+
+  def _map(self, buf: Any) -> BufferStorage:
+    """Memory the queues address in place: another SIM's private memory (one address space) or host memory."""
+    if isinstance(handle := buf.get_buf(), SimMemory): memory = SimMemory(handle.mapping, handle.addr, handle.nbytes)
+    elif (host := buf.host) is not None:
+      from tiny_cpu.device import view_address
+      memory = SimMemory(host, view_address(host), host.nbytes)
+    else: raise RuntimeError(f"{self.device.device} cannot address {buf.device} memory: it has no host view")
+    return BufferStorage(memory, memory, buf.host)
 
   # the host reaches device memory only through the copy queue
   def _copyin(self, dst: SimMemory, src: memoryview) -> None:
@@ -71,26 +79,27 @@ class SimQueue(HWQueue):
     self.thread = threading.Thread(target=self._run, name=f"{device.device} {kind}", daemon=True)
     self.thread.start()
 
-  def encode(self, commands: Sequence[Command]) -> Encoded:
-    blob, patches, counted = bytearray(), [], 0
-    def record(opcode: int, operands: Sequence[Any]) -> None:
-      blob.extend(struct.pack("<Q", opcode | (len(operands) << 8)))
-      for operand in operands:
-        if not isinstance(operand, int): patches.append((len(blob), operand))
-        blob.extend(struct.pack("<Q", operand if isinstance(operand, int) else 0))
-    for command in commands:
-      if isinstance(command, Exec):
-        record(EXEC, [command.program.program.address, *command.buffers, *command.vals])
-        counted += 1
-      elif isinstance(command, Copy):
-        record(COPY, [command.dst, command.src, command.nbytes])
-        counted += 1
-      elif isinstance(command, SignalStore): record(SIGNAL, [command.signal.addr, command.value])
-      elif isinstance(command, SignalWait): record(WAIT, [command.signal.addr, command.value])
-      elif isinstance(command, Timestamp): record(TIMESTAMP, [command.signal.addr])
-      elif isinstance(command, Barrier): record(BARRIER, [])
-      else: raise TypeError(f"the SIM queue cannot run {type(command).__name__}")
-    return Encoded(blob, patches, 1 if blob else 0, counted)
+  @staticmethod
+  def _record(out: CommandWriter, opcode: int, operands: Sequence[Value]) -> None:
+    out.words([opcode | (len(operands) << 8), *operands])
+
+  def exec(self, out: CommandWriter, command: Exec) -> None:
+    self._record(out, EXEC, [command.program.program.address, *command.buffers, *command.vals])
+
+  def copy(self, out: CommandWriter, command: Copy) -> None:
+    self._record(out, COPY, [command.dst, command.src, command.nbytes])
+
+  def signal(self, out: CommandWriter, command: SignalStore) -> None:
+    self._record(out, SIGNAL, [command.signal.addr, command.value])
+
+  def wait(self, out: CommandWriter, command: SignalWait) -> None:
+    self._record(out, WAIT, [command.signal.addr, command.value])
+
+  def timestamp(self, out: CommandWriter, command: Timestamp) -> None:
+    self._record(out, TIMESTAMP, [command.signal.addr])
+
+  def barrier(self, out: CommandWriter, command: Barrier) -> None:
+    self._record(out, BARRIER, [])
 
   def submit(self, encoded: Encoded, values: dict[Any, int]) -> None:
     if not encoded.blob: return
@@ -135,17 +144,8 @@ class SimDevice(HCQDevice):
     super().__init__(name, SimAllocator(), CPURenderer(), CPUCompiler(), CPUProgram)
     self.queues = {"compute": SimQueue(self, "compute"), "copy": SimQueue(self, "copy")}
 
-  def device_address(self, buf: Any) -> int:
-    handle = buf._buf
-    if isinstance(handle, SimMemory): return handle.addr
-    if buf.device.split(":")[0] not in self.host_devs and buf.device.split(":")[0] != "CPU":
-      raise RuntimeError(f"{self.device} cannot address {buf.device} memory (host_devs={sorted(self.host_devs)})")
-    from tiny_cpu.device import host_address
-    return host_address(buf)
-
   def run_copy_now(self, dst: int, src: int, nbytes: int) -> None:
     """A copy on the copy queue, waited for (how the host reaches this device's memory)."""
-    from tinycore.hcq.runtime import wait_for_queues
     wait_for_queues()
     queue_ = self.queues["copy"]
     done = queue_.finished + 1
