@@ -104,6 +104,7 @@ class DeviceRegistry:
     if device is None: raise RuntimeError(f"cannot open device {name!r}: plugin {origin} returned no device for it")
     if not isinstance(device, Compiled):
       raise RuntimeError(f"cannot open device {name!r}: plugin {origin} returned {device!r}, not a Compiled")
+    check_declared_compute(spec, device, name)
     return device
 
   def opened(self) -> dict[str, Compiled]:
@@ -163,6 +164,18 @@ class DeviceRegistry:
         reasons.append(f"{name}: {error}")
     raise RuntimeError(f"none of the devices in {DEVICE_ENV}={requested!r} could be opened: " +
                        ("; ".join(reasons) or "the list is empty"))
+
+
+def check_declared_compute(spec: DeviceSpec, device: Compiled, name: str) -> None:
+  """The opened device is what its DeviceSpec declares: a compute kind has a renderer, a compiler and a runtime, a
+  storage kind none of them. A mismatch is an error naming the missing (or unexpected) pieces."""
+  pieces = {"renderer": device.renderer, "compiler": device.compiler, "runtime": device.runtime}
+  if spec.compute and (missing := [piece for piece, value in pieces.items() if value is None]):
+    raise RuntimeError(f"cannot open device {name!r}: plugin {_origin(spec)} declares {spec.prefix} a compute device "
+                       f"(DeviceSpec.compute=True), but the opened device has no {' and no '.join(missing)}")
+  if not spec.compute and (present := [piece for piece, value in pieces.items() if value is not None]):
+    raise RuntimeError(f"cannot open device {name!r}: plugin {_origin(spec)} declares {spec.prefix} a storage device "
+                       f"(DeviceSpec.compute=False), but the opened device has a {' and a '.join(present)}")
 
 
 def _origin(spec: DeviceSpec) -> str:

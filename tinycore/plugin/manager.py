@@ -18,7 +18,7 @@ from tinycore.plugin import API_VERSION, hookspecs
 from tinycore.plugin.spec import DeviceSpec
 
 CORE_DISTRIBUTION = "tinycore"
-BUILTIN_PLUGIN_MODULES = ("tinycore.device.npy",)
+BUILTIN_PLUGIN_MODULES = ("tinycore.device.npy", "tinycore.device.python")
 
 
 @attrs.frozen
