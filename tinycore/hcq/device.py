@@ -5,6 +5,8 @@ import time
 from typing import Any, Sequence
 import attrs
 from tinycore.device.compiled import Compiled
+from tinycore.device.python import HOST_DEVICE
+from tinycore.device.registry import Device
 from tinycore.hcq.commands import Command, InputAddress, Variable
 from tinycore.hcq.signal import Signal, signal_pool
 
@@ -61,10 +63,12 @@ class HCQDevice(Compiled):
 
   Subclasses set `queues` ({"compute": ..., "copy": ...}) and implement `device_address`. `has_copy_queue` says
   whether a DMA queue exists (copies go to the allocator otherwise); `host_devs` are the host device kinds whose
-  memory the queues address in place (others are staged through a pinned CPU ring). `timeline` is written by the
-  device at the end of each batch with the batch's epoch; `epoch` is the last one the host submitted.
+  memory the queues address in place (others are staged through a ring in the core's host memory). The core's host
+  kind (`HOST_DEVICE`, where the ring lives) is always addressed in place, listed or not: `device_address` must
+  handle its buffers. `timeline` is written by the device at the end of each batch with the batch's epoch; `epoch`
+  is the last one the host submitted.
   """
-  host_devs: frozenset[str] = frozenset({"CPU"})
+  host_devs: frozenset[str] = frozenset({HOST_DEVICE})
   wait_timeout_ms: int = 30_000
 
   def __init__(self, device: str, allocator: Any, renderer: Any = None, compiler: Any = None, runtime: Any = None):
@@ -74,7 +78,13 @@ class HCQDevice(Compiled):
     self.epoch = 0
 
   @property
-  def has_copy_queue(self) -> bool: return "copy" in self.queues
+  def has_copy_queue(self) -> bool: return "copy" in self.queues  # type: ignore[override]
+
+  def addresses_in_place(self, device: str) -> bool:
+    """Whether this device's queues address `device`'s memory in place: a queue device, the core's host kind, or a
+    kind in `host_devs`."""
+    kind = device.partition(":")[0]
+    return kind == HOST_DEVICE or kind in self.host_devs or is_hcq_device(Device[device])
 
   def device_address(self, buf: Any) -> int:
     """The address this device's queues use for `buf` (a Buffer of this device or of a kind in host_devs)."""

@@ -2,7 +2,7 @@
 
 Memory: each allocation is private memory the host never reads or writes directly: the allocator has no zero-copy
 view, and its copy-in/out go through the device's own copy queue. The device's queues address that memory and the
-host memory of the kinds in `host_devs` ({"CPU"}); copies with any other host memory are staged by the core.
+host memory of the kinds in `host_devs` (the core's PYTHON memory and CPU's); copies with any other host memory are staged by the core.
 
 Queues: "compute" and "copy", each a thread that decodes this command format (64-bit little-endian words):
 
@@ -26,6 +26,8 @@ import time
 from typing import Any, Sequence
 from tinycore.device.allocator import BufferSpec, LRUAllocator
 from tinycore.hcq.commands import Barrier, Command, Copy, Exec, SignalStore, SignalWait, Timestamp
+from tinycore.device.host import HostMemory
+from tinycore.device.python import HOST_DEVICE
 from tinycore.hcq.device import Encoded, HCQDevice, HWQueue
 
 EXEC, COPY, SIGNAL, WAIT, TIMESTAMP, BARRIER = 1, 2, 3, 4, 5, 6
@@ -126,7 +128,9 @@ class SimQueue(HWQueue):
 
 
 class SimDevice(HCQDevice):
-  """Private memory, a compute queue and a copy queue; CPU host memory is addressed in place."""
+  """Private memory, a compute queue and a copy queue; the core's host memory and CPU memory are addressed in
+  place."""
+  host_devs = frozenset({HOST_DEVICE, "CPU"})
 
   def __init__(self, name: str = "SIM"):
     from tiny_cpu.compiler import CPUCompiler
@@ -138,8 +142,9 @@ class SimDevice(HCQDevice):
   def device_address(self, buf: Any) -> int:
     handle = buf._buf
     if isinstance(handle, SimMemory): return handle.addr
-    if buf.device.split(":")[0] not in self.host_devs and buf.device.split(":")[0] != "CPU":
+    if not self.addresses_in_place(buf.device):
       raise RuntimeError(f"{self.device} cannot address {buf.device} memory (host_devs={sorted(self.host_devs)})")
+    if isinstance(handle, HostMemory): return handle.addr  # the core's host memory (PYTHON) and CPU's
     from tiny_cpu.device import host_address
     return host_address(buf)
 
