@@ -66,7 +66,8 @@ class _Listing:
   def emit(self, depth: int, statement: tuple) -> None: self.lines.append("  " * depth + repr(statement))
 
   def is_vector(self, item: Any) -> bool:
-    return (item.reduce if isinstance(item, AccUpdate) else item) in self.kernel.vector
+    if isinstance(item, AccUpdate): return item.reduce in self.kernel.vector
+    return isinstance(item, UOp) and item in self.kernel.vector
 
   def emit_block(self, body: list, depth: int) -> None:
     index = 0

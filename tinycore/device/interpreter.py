@@ -56,6 +56,8 @@ class _Decoder:
     self.register_count = 1 + max([r for s in statements for r in _registers(s)], default=0)
     self.constants: dict[int, Any] = {}
     self.vector_registers: set[int] = set()
+    self.vector_accumulators: set[int] = set()
+    self.blocks_using: dict[int, set[int]] = {}  # register -> the vector blocks (by start line) that name it
     self.body = self.block(in_vector=False)
 
   def block(self, in_vector: bool) -> list[Step]:
@@ -85,16 +87,19 @@ class _Decoder:
     start = self.position
     body = self.block(in_vector=True)
     used = {r for s in self.statements[start:self.position] for r in _registers(s)}
+    for register in used: self.blocks_using.setdefault(register, set()).add(start)
     upcast_registers = [r for r, _ in self.upcast]
     combos = self.combos
-    # the vector registers this block touches (known once the whole listing is decoded, so found on first run)
+    # the vector registers that live beyond one run of this block: read by other blocks, or accumulators (known once
+    # the whole listing is decoded, so found on the first run); the others are plain registers inside the block
     shared: list[int] = []
     decoder, found = self, []
 
     def run_vector(regs: list) -> None:
       store = regs[-1]
       if not found:
-        shared.extend(r for r in used if r in decoder.vector_registers)
+        shared.extend(r for r in used if r in decoder.vector_accumulators or
+                      (r in decoder.vector_registers and len(decoder.blocks_using[r]) > 1))
         found.append(True)
       for index, combo in enumerate(combos):
         for register, value in zip(upcast_registers, combo): regs[register] = value
@@ -107,7 +112,7 @@ class _Decoder:
   def instruction(self, statement: tuple) -> Step:
     decode = _DECODERS.get(statement[0])
     if decode is None: raise ListingError(f"unknown instruction {statement!r}")
-    if statement[0] == "acc" and statement[4]: self.vector_registers.add(statement[1])
+    if statement[0] == "acc" and statement[4]: self.vector_accumulators.add(statement[1])
     return decode(self, *statement[1:])
 
 
