@@ -82,6 +82,6 @@ def test_core_plus_disk_lists_disk(fresh_venv, tmp_path):
   result = run([fresh_venv / "bin" / "tinycore", "devices"], cwd=tmp_path)
   assert result.returncode == 0, result.stdout + result.stderr
   rows = [line.replace("*", " ").split() for line in result.stdout.splitlines()[1:]]
-  status = {row[0]: row[2] for row in rows if len(row) >= 3}
+  status = {row[0]: row[3] for row in rows if len(row) >= 4}  # DEVICE DISTRIBUTION VERSION STATUS ...
   assert status.get("DISK") == "ok" and ["DISK", "tiny-disk"] in [row[:2] for row in rows], result.stdout
   assert status.get("PYTHON") == "ok" and "CPU" not in status, result.stdout
