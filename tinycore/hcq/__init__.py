@@ -10,7 +10,7 @@ The device side of the contract (what a plugin implements), see `tinycore.hcq.de
     SignalWait, Timestamp, Barrier) in the device's own command format, plus where each run-time value goes;
   - `HWQueue.submit(encoded, values)`: patch those values in, write the commands into the ring, ring the doorbell;
   - `device_address(buffer)`: the address the queues use for a Buffer of this device or of a host kind it can
-    address in place (`host_devs`, default {"CPU"});
+    address in place (`host_devs`; the core's host kind, "PYTHON", where the staging ring lives, always);
   - signal memory: `tinycore.hcq.signal.Signal`, 64-bit words the host and the device both see.
 
 The generic side (this package): `compile_linear` turns a LINEAR of calls into per-device, per-queue command
