@@ -5,6 +5,8 @@ same kernels when tiny-cpu is installed)."""
 from __future__ import annotations
 import importlib.util
 import mmap
+import struct
+import textwrap
 import numpy as np
 import pytest
 from tinycore import Device, Tensor, dtypes
@@ -99,3 +101,24 @@ def test_a_malformed_listing_is_a_clear_error():
     PythonProgram("bad", b"('loop', 0, 4)\n('end',)\n")
   with pytest.raises(ListingError, match="not a literal tuple"):
     PythonProgram("bad", b"('params', ())\n('upcast', ())\nimport os\n")
+
+
+def test_a_hand_written_listing_with_a_scalar_parameter():
+  # the calling convention: buffers, then scalar parameters as 64-bit words (a float32's bits in the low 32)
+  listing = textwrap.dedent("""\
+    ('params', ((0, 'float32'),))
+    ('upcast', ())
+    ('const', 1, 2.0, 'float32')
+    ('const', 3, 1, 'int64')
+    ('var', 0, 0, 'float32')
+    ('loop', 4, 2)
+      ('alu', 2, 'MUL', 'float32', 'float32', (0, 1))
+      ('alu', 5, 'ADD', 'int64', 'int64', (4, 3))
+      ('alu', 6, 'MUL', 'float32', 'float32', (2, 2))
+      ('store', 0, 'float32', 4, None, 6)
+    ('end',)
+    """)
+  out = bytearray(8)
+  word = struct.unpack("<I", struct.pack("<f", 1.25))[0]
+  PythonProgram("scaled", listing.encode())(memoryview(out), vals=(word,))
+  assert struct.unpack("<2f", out) == (6.25, 6.25)

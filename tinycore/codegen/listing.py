@@ -15,6 +15,7 @@ the upcast ranges, and registers defined in vector blocks hold one value per com
     ("store", PARAM, DTYPE, OFFSET_REG, GATE_REG | None, VALUE_REG)
     ("alu", REG, OP, DTYPE, SOURCE_DTYPE, (ARG_REGS...))
     ("cast" | "bitcast", REG, SOURCE_DTYPE, DTYPE, ARG_REG)
+    ("var", REG, POSITION, DTYPE)                    a scalar parameter: the kernel's POSITION-th 64-bit word
 """
 from __future__ import annotations
 import math
@@ -49,6 +50,9 @@ class _Listing:
   def __init__(self, name: str, sink: UOp):
     self.kernel = linearize(sink)
     self.registers: dict[UOp, int] = {}
+    # scalar parameters come after the buffers, in the order of their names (the kernel calling convention)
+    scalars = sorted((u for u in sink.toposort() if u.op is Ops.DEFINE_VAR and not u.src), key=lambda u: u.arg[0])
+    self.scalar_position = {u: i for i, u in enumerate(scalars)}
     self.lines = [f"# tinycore listing v{LISTING_VERSION}: kernel {name}",
                   repr(("params", tuple((p.arg, p.dtype.name) for p in self.kernel.params)))]
     upcast = tuple((self.register(r), r.src[0].arg) for r in self.kernel.upcast)
@@ -109,6 +113,8 @@ class _Listing:
     elif u.op is Ops.LOAD:
       param, offset, gate = self.address(u.src[0])
       self.emit(depth, ("load", self.register(u), u.dtype.name, param, offset, gate))
+    elif u.op is Ops.DEFINE_VAR:
+      self.emit(depth, ("var", self.register(u), self.scalar_position[u], u.dtype.name))
     elif u.op in (Ops.CAST, Ops.BITCAST):
       self.emit(depth, (u.op.name.lower(), self.register(u), u.src[0].dtype.name, u.dtype.name,
                         self.register(u.src[0])))

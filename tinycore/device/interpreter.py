@@ -125,6 +125,7 @@ def _registers(statement: tuple) -> list[int]:
   if kind == "store": return [r for r in (statement[3], statement[4], statement[5]) if r is not None]
   if kind == "alu": return [statement[1], *statement[5]]
   if kind in ("cast", "bitcast"): return [statement[1], statement[4]]
+  if kind == "var": return [statement[1]]
   if kind == "upcast": return [r for r, _ in statement[1]]
   return []
 
@@ -204,8 +205,14 @@ def _decode_bitcast(decoder: _Decoder, register: int, source: str, target: str, 
   return bitcast
 
 
+def _decode_var(decoder: _Decoder, register: int, position: int, dtype_name: str) -> Step:
+  convert = scalar_ops.word_function(_dtype(dtype_name))
+  def scalar(regs: list) -> None: regs[register] = convert(regs[-3][position])
+  return scalar
+
+
 _DECODERS: dict[str, Callable[..., Step]] = {
-  "acc": _decode_acc, "update": _decode_update, "load": _decode_load, "store": _decode_store, "alu": _decode_alu,
+  "var": _decode_var, "acc": _decode_acc, "update": _decode_update, "load": _decode_load, "store": _decode_store, "alu": _decode_alu,
   "cast": _decode_cast, "bitcast": _decode_bitcast,
 }
 
@@ -213,7 +220,7 @@ _DECODERS: dict[str, Callable[..., Step]] = {
 class PythonProgram:
   """A listing loaded for the interpreter. Called as ``program(*buffers, global_size=, local_size=, vals=, wait=)``
   with one buffer per kernel parameter, in parameter order: a memoryview or a handle with a ``view`` memoryview
-  (`HostMemory`). ``wait=True`` returns the seconds it took; the launch sizes are not used."""
+  (`HostMemory`), and ``vals``, the scalar parameters as 64-bit words. ``wait=True`` returns the seconds it took; the launch sizes are not used."""
 
   def __init__(self, name: str, lib: bytes):
     self.name = name
@@ -228,8 +235,8 @@ class PythonProgram:
       raise TypeError(f"kernel {self.name} takes {len(self.params)} buffers, got {len(bufs)}")
     start = time.perf_counter()
     views = {slot: _typed_view(buf, fmt) for (slot, _), buf, fmt in zip(self.params, bufs, self.formats)}
-    # the register list: registers, then the typed views by parameter slot, then the vector registers' storage
-    regs: list = [None] * self.register_count + [views, {}]
+    # the register list: registers, then the scalar words, the typed views by parameter slot, the vector storage
+    regs: list = [None] * self.register_count + [tuple(vals), views, {}]
     for register, value in self.constants.items(): regs[register] = value
     for step in self.body: step(regs)
     for view in views.values(): view.release()

@@ -10,7 +10,7 @@ indefinite" value (the most negative int32/int64) before wrapping.
 from __future__ import annotations
 import math
 import struct
-from typing import Callable
+from typing import Any, Callable
 from tinycore.dtype import DType, dtypes
 from tinycore.uop.ops import Ops
 
@@ -18,6 +18,8 @@ _F32 = struct.Struct("<f")
 _U32 = struct.Struct("<I")
 _F16 = struct.Struct("<e")
 _U16 = struct.Struct("<H")
+_F64 = struct.Struct("<d")
+_U64 = struct.Struct("<Q")
 INF, NAN = math.inf, math.nan
 
 
@@ -218,6 +220,17 @@ def bitcast_function(src: DType, dst: DType) -> Callable:
     word = unpack(pack(to_word(v) if to_word is not None else v))[0]
     return from_word(word) if from_word is not None else word
   return reinterpret
+
+
+def word_function(dtype: DType) -> Callable[[int], Any]:
+  """How a scalar parameter's 64-bit word becomes a value: an integer's two's complement value, a float's bits in
+  its own format (in the low bits), as the kernel calling convention passes them."""
+  if dtype is dtypes.bool: return lambda word: word != 0
+  if not dtypes.is_float(dtype): return wrapper(dtype)
+  if dtype is dtypes.float16: return lambda word: half_value(word & 0xFFFF)
+  if dtype is dtypes.bfloat16: return lambda word: bf16_value(word & 0xFFFF)
+  if dtype is dtypes.float32: return lambda word: _F32.unpack(_U32.pack(word & 0xFFFFFFFF))[0]
+  return lambda word: _F64.unpack(_U64.pack(word & 0xFFFFFFFFFFFFFFFF))[0]
 
 
 def const_value(value, dtype: DType):
