@@ -32,10 +32,12 @@ def test_vault_is_storage_only_by_declaration():
 def test_movement_runs_below_the_copy(move):
   data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
   expected = {"flip": np.flip(data, 1), "permute": data.transpose(2, 0, 1),
-              "pad": np.pad(data, ((0, 0), (1, 2), (0, 1))), "expand": np.broadcast_to(data[:1], (3, 3, 4)), "shrink_flip": np.flip(data[1:], 2)}[move]
+              "pad": np.pad(data, ((0, 0), (1, 2), (0, 1))), "expand": np.broadcast_to(data[:1], (3, 3, 4)),
+              "shrink_flip": np.flip(data[1:], 2)}[move]
   stored = on_vault(data)
   view = {"flip": lambda t: t.flip(1), "permute": lambda t: t.permute(2, 0, 1),
-          "pad": lambda t: t.pad(((0, 0), (1, 2), (0, 1))), "expand": lambda t: t[:1].expand(3, 3, 4), "shrink_flip": lambda t: t[1:].flip(2)}[move](stored)
+          "pad": lambda t: t.pad(((0, 0), (1, 2), (0, 1))), "expand": lambda t: t[:1].expand(3, 3, 4),
+          "shrink_flip": lambda t: t[1:].flip(2)}[move](stored)
   moved = view.to(Device.DEFAULT)
   calls = [(call.src[0].op, call.src[1].device) for call in moved.schedule_linear().src]
   # the bytes leave VAULT as one contiguous copy; the movement is a kernel on the compute device

@@ -212,15 +212,16 @@ def _decode_var(decoder: _Decoder, register: int, position: int, dtype_name: str
 
 
 _DECODERS: dict[str, Callable[..., Step]] = {
-  "var": _decode_var, "acc": _decode_acc, "update": _decode_update, "load": _decode_load, "store": _decode_store, "alu": _decode_alu,
-  "cast": _decode_cast, "bitcast": _decode_bitcast,
+  "var": _decode_var, "acc": _decode_acc, "update": _decode_update, "load": _decode_load, "store": _decode_store,
+  "alu": _decode_alu, "cast": _decode_cast, "bitcast": _decode_bitcast,
 }
 
 
 class PythonProgram:
   """A listing loaded for the interpreter. Called as ``program(*buffers, global_size=, local_size=, vals=, wait=)``
   with one buffer per kernel parameter, in parameter order: a memoryview or a handle with a ``view`` memoryview
-  (`HostMemory`), and ``vals``, the scalar parameters as 64-bit words. ``wait=True`` returns the seconds it took; the launch sizes are not used."""
+  (`HostMemory`), and ``vals``, the scalar parameters as 64-bit words. ``wait=True`` returns the seconds it took;
+  the launch sizes are not used."""
 
   def __init__(self, name: str, lib: bytes):
     self.name = name

@@ -2,7 +2,8 @@
 
 Memory: each allocation is private memory the host never reads or writes directly: the allocator has no zero-copy
 view, and its copy-in/out go through the device's own copy queue. The device's queues address that memory and the
-host memory of the kinds in `host_devs` (the core's PYTHON memory and CPU's); copies with any other host memory are staged by the core.
+host memory of the kinds in `host_devs` (the core's PYTHON memory and CPU's); copies with any other host memory
+are staged by the core.
 
 Queues: "compute" and "copy", each a thread that decodes this command format (64-bit little-endian words):
 
