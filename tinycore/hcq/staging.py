@@ -3,9 +3,9 @@
 The ring is one buffer of the core's host memory (the PYTHON device's memory, `HOST_DEVICE`: page-aligned, at a
 stable address, addressed in place by every queue device) of STAGING_SIZE bytes split into STAGING_SLOTS slots.
 A copy is cut into chunks of one slot; chunk i uses slot i mod STAGING_SLOTS and the last chunk is short. An
-upload chunk is a host memcpy (source -> slot) then a queue copy (slot -> destination); a download runs the other way. A slot is reused only
-after its previous queue copy completed: the host memcpy that refills it is a host call, and host calls wait for
-the queues first.
+upload chunk is a host memcpy (source -> slot) then a queue copy (slot -> destination); a download runs the other
+way. A slot is reused only after its previous queue copy completed: the host memcpy that refills it is a host call,
+and host calls wait for the queues first.
 """
 from __future__ import annotations
 from tinycore.dtype import dtypes
