@@ -29,6 +29,7 @@ w = safe_load(path)["w"]
 assert w.device.startswith("DISK:"), w.device
 np.testing.assert_equal(w.numpy(), np.arange(12, dtype=np.float32).reshape(3, 4))
 np.testing.assert_equal(w.flip(0).numpy(), np.arange(12, dtype=np.float32).reshape(3, 4)[::-1])
+np.testing.assert_equal(w.flip(0).to("PYTHON").numpy(), np.arange(12, dtype=np.float32).reshape(3, 4)[::-1])
 host = w.to(Device.DEFAULT).flip(1) * 2
 np.testing.assert_equal(host.numpy(), np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::-1] * 2)
 raw = Tensor(pathlib.Path(path))

@@ -13,6 +13,7 @@ from tinycore import Device, Tensor, dtypes
 from tinycore.codegen import compile_kernel
 from tinycore.device.buffer import Buffer
 from tinycore.device.interpreter import ListingError, PythonProgram
+from tinycore.device.python import HOST_DEVICE
 from tinycore.uop.ops import Ops
 
 needs_cpu = pytest.mark.skipif(importlib.util.find_spec("tiny_cpu") is None, reason="tiny-cpu is not installed")
@@ -94,6 +95,14 @@ def test_host_memory_is_page_aligned_and_zero_copy():
   view.copyin(memoryview(b"abcd"))
   assert bytes(buf.as_memoryview(force_zero_copy=True)[8:12]) == b"abcd"
   assert view._buf.addr == handle.addr + 8 and view._buf.mm is handle.mm  # a view shares the mapping
+
+
+def test_the_staging_ring_is_core_host_memory():
+  from tinycore.engine.buffers import buffer_of
+  from tinycore.hcq.staging import staging_uop
+  ring = staging_uop()
+  assert ring.device == HOST_DEVICE == "PYTHON"
+  assert buffer_of(ring)._buf.addr % mmap.PAGESIZE == 0
 
 
 def test_a_malformed_listing_is_a_clear_error():
