@@ -81,7 +81,8 @@ class Compiled:
   def capabilities(self) -> dict[str, Any]:
     """What `tinycore devices` shows: supported dtypes, whether it computes, ..."""
     caps: dict[str, Any] = {"compute": self.can_compute, "zero_copy_host_view": self.zero_copy_host_view}
-    if self.has_copy_queue: caps["copy_queue"] = True
-    if self.host_devs: caps["host_devs"] = sorted(self.host_devs)
+    if self.has_copy_queue:  # host_devs matter only to a copy queue (kernels use their own device's memory)
+      caps["copy_queue"] = True
+      caps["host_devs"] = sorted(self.host_devs)
     if self.renderer is not None: caps["dtypes"] = sorted(d.name for d in self.renderer.supported_dtypes)
     return caps
