@@ -20,7 +20,10 @@ _F16 = struct.Struct("<e")
 _U16 = struct.Struct("<H")
 _F64 = struct.Struct("<d")
 _U64 = struct.Struct("<Q")
-INF, NAN = math.inf, math.nan
+INF = math.inf
+# an invalid operation's NaN as this machine's floating-point unit makes it (x86: the sign bit set), so NaN bits
+# match what the compiled C code computes on the same machine
+NAN = math.inf - math.inf
 
 
 def round_f32(x: float) -> float:
@@ -30,7 +33,8 @@ def round_f32(x: float) -> float:
 
 
 def half_bits(x: float) -> int:
-  """The float16 word of a float (round to nearest even; too large: infinity)."""
+  """The float16 word of a float (round to nearest even; too large: infinity; NaN keeps its sign)."""
+  if math.isnan(x): return (0x8000 if math.copysign(1.0, x) < 0 else 0) | 0x7E00
   try: return _U16.unpack(_F16.pack(x))[0]
   except OverflowError: return 0xFC00 if x < 0 else 0x7C00
 
@@ -136,7 +140,7 @@ _SELECT_OPS: dict[Ops, Callable] = {
   Ops.WHERE: lambda c, a, b: a if c else b,
 }
 _BOOL_OPS: dict[Ops, Callable] = {
-  Ops.ADD: lambda a, b: a or b, Ops.MUL: lambda a, b: a and b, Ops.NEG: lambda a: not a,
+  Ops.ADD: lambda a, b: a or b, Ops.SUB: lambda a, b: a != b, Ops.MUL: lambda a, b: a and b, Ops.NEG: lambda a: not a,
   Ops.AND: lambda a, b: bool(a & b), Ops.OR: lambda a, b: bool(a | b), Ops.XOR: lambda a, b: bool(a ^ b),
 }
 
