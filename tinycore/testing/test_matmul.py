@@ -23,7 +23,7 @@ def test_matmul_float32(rng, shapes):
   assert_close(ta.dot(tb), expected, dtype=dtypes.float32, **MATMUL_TOL)
 
 
-@pytest.mark.slow  # 12M multiply-adds: about a minute on the PYTHON interpreter
+@pytest.mark.slow  # 12M multiply-adds: minutes on the PYTHON interpreter
 def test_matmul_large_tiles(rng):
   # big enough for register tiles in both output dims and for a CPU kernel split across threads
   a, b = random_array(rng, (256, 192), "float32"), random_array(rng, (192, 240), "float32")
