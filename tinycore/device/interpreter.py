@@ -42,8 +42,9 @@ def _dtype(name: str) -> DType:
 
 
 class _Decoder:
-  """Turns the statements into nested lists of steps. Registers defined in vector blocks (and vector accumulators)
-  hold one value per upcast combination in `vector_store`; a vector block swaps them in and out around each run."""
+  """Turns the statements into nested lists of steps. A register defined in one vector block and read in another,
+  and a vector accumulator, holds one value per upcast combination (in the vector storage at the end of the register
+  list); a vector block swaps those in and out around each combination it runs."""
 
   def __init__(self, statements: list[tuple]):
     self.statements, self.position = statements, 0
@@ -58,7 +59,12 @@ class _Decoder:
     self.vector_registers: set[int] = set()
     self.vector_accumulators: set[int] = set()
     self.blocks_using: dict[int, set[int]] = {}  # register -> the vector blocks (by start line) that name it
+    self.vector_blocks: list[tuple[set[int], list[int]]] = []  # (registers a block names, those it swaps)
     self.body = self.block(in_vector=False)
+    # which registers outlive one run of their block is known only now that every block has been decoded
+    for used, shared in self.vector_blocks:
+      shared.extend(sorted(r for r in used if r in self.vector_accumulators or
+                           (r in self.vector_registers and len(self.blocks_using[r]) > 1)))
 
   def block(self, in_vector: bool) -> list[Step]:
     steps: list[Step] = []
@@ -90,17 +96,11 @@ class _Decoder:
     for register in used: self.blocks_using.setdefault(register, set()).add(start)
     upcast_registers = [r for r, _ in self.upcast]
     combos = self.combos
-    # the vector registers that live beyond one run of this block: read by other blocks, or accumulators (known once
-    # the whole listing is decoded, so found on the first run); the others are plain registers inside the block
-    shared: list[int] = []
-    decoder, found = self, []
+    shared: list[int] = []  # filled in once the whole listing is decoded (see __init__)
+    self.vector_blocks.append((used, shared))
 
     def run_vector(regs: list) -> None:
       store = regs[-1]
-      if not found:
-        shared.extend(r for r in used if r in decoder.vector_accumulators or
-                      (r in decoder.vector_registers and len(decoder.blocks_using[r]) > 1))
-        found.append(True)
       for index, combo in enumerate(combos):
         for register, value in zip(upcast_registers, combo): regs[register] = value
         for register in shared:
