@@ -301,8 +301,8 @@ class Tensor:
     target = Device.canonicalize(device)
     Device[target]  # fail early and clearly on an unknown device
     if target == self.device: return self
-    # a copy to DISK is a store into fresh disk storage; any other device change is a COPY
-    if target.startswith("DISK"): return self.clone(target)
+    # a copy to a storage device (DISK) is a store into fresh storage there; any other device change is a COPY
+    if not Device.spec_for(target).compute: return self.clone(target)
     return self._apply(UOp(Ops.COPY, self.dtype, (self.uop,), target))
 
   def _readable_buffer(self):
@@ -310,7 +310,7 @@ class Tensor:
     from tinycore.engine.buffers import buffer_of, has_buffer_identity
     t = self
     if not has_buffer_identity(t.uop):
-      device = t.device if Device[t.device].can_compute else "CPU"
+      device = t.device if Device[t.device].can_compute else Device.host_compute_device()
       t = t.clone(device)
     t.realize()
     return buffer_of(t.uop.buffer_uop)
@@ -323,7 +323,7 @@ class Tensor:
     """A numpy array with this tensor's values (one copy: read straight from a host-visible buffer)."""
     import numpy as np
     if self.dtype is dtypes.bfloat16:
-      readable = self if Device[self.device].can_compute else self.to("CPU")
+      readable = self if Device[self.device].can_compute else self.to(Device.host_compute_device())
       return readable.cast(dtypes.float32).numpy()
     if self.numel() == 0: return np.empty(self.shape, to_np_dtype(self.dtype))
     buffer = self._readable_buffer()  # kept alive while the zero-copy view is read

@@ -49,7 +49,7 @@ def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
   dev = Device[device]
   if not dev.can_compute:
     raise RuntimeError(f"device {device} cannot run kernels (it only stores bytes): move the tensor to a compute "
-                       "device with .to('CPU') first")
+                       "device first, e.g. .to(Device.DEFAULT)")
   check_dtypes(dev.renderer, sink, device)
   optimized = optimize_kernel(sink)
   name = kernel_name(optimized)

@@ -59,9 +59,18 @@ class Compiled:
     prefix, _, idx = device.partition(":")
     self.device_id = int(idx) if idx.isdigit() else 0
 
+  # capabilities of the opened device (what its DeviceSpec cannot know); queue devices (HCQDevice) override them
+  has_copy_queue: bool = False                  # copies between it and host memory can run on its own DMA queue
+  host_devs: frozenset[str] = frozenset()       # host device kinds whose memory its queues address in place
+
   @property
   def can_compute(self) -> bool:
     return self.renderer is not None and self.compiler is not None and self.runtime is not None
+
+  @property
+  def zero_copy_host_view(self) -> bool:
+    """Whether the host can read and write its buffers in place (the allocator offers `_as_buffer`)."""
+    return self.allocator.supports_as_buffer
 
   def synchronize(self) -> None:
     """Wait until every queued operation on this device finished. Synchronous devices do nothing."""
@@ -71,6 +80,9 @@ class Compiled:
 
   def capabilities(self) -> dict[str, Any]:
     """What `tinycore devices` shows: supported dtypes, whether it computes, ..."""
-    caps: dict[str, Any] = {"compute": self.can_compute}
+    caps: dict[str, Any] = {"compute": self.can_compute, "zero_copy_host_view": self.zero_copy_host_view}
+    if self.has_copy_queue:  # host_devs matter only to a copy queue (kernels use their own device's memory)
+      caps["copy_queue"] = True
+      caps["host_devs"] = sorted(self.host_devs)
     if self.renderer is not None: caps["dtypes"] = sorted(d.name for d in self.renderer.supported_dtypes)
     return caps

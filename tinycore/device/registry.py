@@ -12,6 +12,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 from tinycore.plugin.spec import DeviceSpec
+from tinycore.schedule.copies import CopyTraits, install_device_traits
 
 if TYPE_CHECKING:
   from tinycore.device.compiled import Compiled
@@ -50,6 +51,7 @@ class DeviceRegistry:
     self._opened: dict[str, Compiled] = {}
     self._lock = threading.RLock()
     self._default: str | None = None
+    self._host_compute: str | None = None
     self._atexit_registered = False
 
   # called for every tensor op: the cached function itself, without a wrapper around it
@@ -115,6 +117,7 @@ class DeviceRegistry:
     if device is None: raise RuntimeError(f"cannot open device {name!r}: plugin {origin} returned no device for it")
     if not isinstance(device, Compiled):
       raise RuntimeError(f"cannot open device {name!r}: plugin {origin} returned {device!r}, not a Compiled")
+    check_declared_compute(spec, device, name)
     return device
 
   def opened(self) -> dict[str, Compiled]:
@@ -125,6 +128,26 @@ class DeviceRegistry:
     for device in reversed(list(self._opened.values())):
       try: device.finalize()
       except Exception: pass  # at exit, one device failing to clean up must not stop the others
+
+  # --- capabilities
+  def host_compute_device(self) -> str:
+    """Where the core runs host-side work that no device was named for (reading back a view of a storage device):
+    the highest-priority kind that computes in host memory (DeviceSpec.host_memory), whose probe passes and that
+    opens. The core's own PYTHON interpreter qualifies, so there always is one."""
+    if self._host_compute is None:
+      with self._lock:
+        reasons: list[str] = []
+        for spec in self.specs():
+          if not (spec.compute and spec.host_memory) or (reason := probe_device_kind(spec)): continue
+          try:
+            self[spec.prefix]
+          except Exception as error:
+            reasons.append(f"{spec.prefix}: {error}")
+            continue
+          self._host_compute = str(self.canonicalize(spec.prefix))
+          break
+        else: raise RuntimeError("no device computes in host memory: " + ("; ".join(reasons) or "none is declared"))
+    return self._host_compute
 
   # --- the default device
   @property
@@ -176,6 +199,18 @@ class DeviceRegistry:
                        ("; ".join(reasons) or "the list is empty"))
 
 
+def check_declared_compute(spec: DeviceSpec, device: Compiled, name: str) -> None:
+  """The opened device is what its DeviceSpec declares: a compute kind has a renderer, a compiler and a runtime, a
+  storage kind none of them. A mismatch is an error naming the missing (or unexpected) pieces."""
+  pieces = {"renderer": device.renderer, "compiler": device.compiler, "runtime": device.runtime}
+  if spec.compute and (missing := [piece for piece, value in pieces.items() if value is None]):
+    raise RuntimeError(f"cannot open device {name!r}: plugin {_origin(spec)} declares {spec.prefix} a compute device "
+                       f"(DeviceSpec.compute=True), but the opened device has no {' and no '.join(missing)}")
+  if not spec.compute and (present := [piece for piece, value in pieces.items() if value is not None]):
+    raise RuntimeError(f"cannot open device {name!r}: plugin {_origin(spec)} declares {spec.prefix} a storage device "
+                       f"(DeviceSpec.compute=False), but the opened device has a {' and a '.join(present)}")
+
+
 def _origin(spec: DeviceSpec) -> str:
   return f"{spec.distribution} {spec.version}".strip() or "<unknown distribution>"
 
@@ -190,3 +225,13 @@ def probe_device_kind(spec: DeviceSpec) -> str | None:
 
 
 Device = DeviceRegistry()
+
+
+@functools.lru_cache(maxsize=4096)
+def copy_traits(name: str) -> CopyTraits:
+  """The scheduler's view of a device (whether it computes, the storage-only copy rule), from its DeviceSpec."""
+  spec = Device.spec_for(name)
+  return CopyTraits(computes=spec.compute, copies_below_movement=spec.copies_below_movement)
+
+
+install_device_traits(copy_traits)

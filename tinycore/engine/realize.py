@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.engine.buffers import buffer_of, linear_buffers
 from tinycore.schedule.cache import cached_schedule, schedule_template
-from tinycore.schedule.copies import is_disk, storage_root
+from tinycore.schedule.copies import is_storage_only, storage_root
 
 if TYPE_CHECKING:
   from tinycore.tensor import Tensor
@@ -96,9 +96,10 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
     value = value._broadcast_to(target.shape)
   if value.dtype is not target.dtype:
     raise TypeError(f"assign dtype mismatch: cannot assign {value.dtype.name} into {target.dtype.name}")
-  if value.device != target.device and not is_disk(target.device):
-    # the value is copied to the target's device and stored there; the target never moves. (A copy to DISK is a
-    # store into the disk buffer: no COPY.) The copy rules drop this COPY again when the target is a whole buffer.
+  if value.device != target.device and not is_storage_only(target.device):
+    # the value is copied to the target's device and stored there; the target never moves. (A copy to a storage
+    # device such as DISK is a store into its buffer: no COPY.) The copy rules drop this COPY again when the target
+    # is a whole buffer.
     value = value.to(target.device)
   if storage_root(target.uop).op not in (Ops.BUFFER, Ops.AFTER):
     owner = _storage_owner(target)

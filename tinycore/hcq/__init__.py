@@ -10,8 +10,9 @@ The device side of the contract (what a plugin implements), see `tinycore.hcq.de
     `timestamp`, `barrier`, each writing the command in the device's own format to a `CommandWriter` (a run-time
     value becomes a patch); `HWQueue.encode` (generic) dispatches to them;
   - `HWQueue.submit(encoded, values)`: patch those values in, write the commands into the ring, ring the doorbell;
-  - an allocator `_map(buffer)` for memory its queues address in place (`host_devs`, default {"CPU"}, and other
-    queue devices); `device_address(buffer)` (generic) reads the address from that cached mapping;
+  - an allocator `_map(buffer)` for memory its queues address in place: `host_devs` and the core's host kind
+    ("PYTHON", where the staging ring lives, always), and other queue devices; `device_address(buffer)` (generic)
+    reads the address from that cached mapping;
   - signal memory: `tinycore.hcq.signal.Signal`, 64-bit words the host and the device both see.
 
 The generic side (this package): `compile_linear` turns a LINEAR of calls into per-device, per-queue command

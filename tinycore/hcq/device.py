@@ -5,6 +5,7 @@ import time
 from typing import Any, Sequence
 import attrs
 from tinycore.device.compiled import Compiled
+from tinycore.device.python import HOST_DEVICE
 from tinycore.device.registry import Device
 from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
                                    Value, Variable)
@@ -125,12 +126,13 @@ class HCQDevice(Compiled):
   """A device driven through hardware command queues.
 
   Subclasses set `queues` ({"compute": ..., "copy": ...}) and give their allocator a `_map` for memory of other
-  devices the queues address (see `device_address`). `has_copy_queue` says whether a DMA queue exists (copies go
-  to the allocator otherwise); `host_devs` are the host device kinds whose
-  memory the queues address in place (others are staged through a pinned CPU ring). `timeline` is written by the
-  device at the end of each batch with the batch's epoch; `epoch` is the last one the host submitted.
+  devices the queues address (see `device_address`). `has_copy_queue` says whether a DMA queue exists (copies go to
+  the allocator otherwise); `host_devs` are the host device kinds whose memory the queues address in place (others
+  are staged through a ring in the core's host memory). The core's host kind (`HOST_DEVICE`, where the ring lives) is
+  always addressed in place, listed or not. `timeline` is written by the device at the end of each batch with the
+  batch's epoch; `epoch` is the last one the host submitted.
   """
-  host_devs: frozenset[str] = frozenset({"CPU"})
+  host_devs: frozenset[str] = frozenset({HOST_DEVICE})
   wait_timeout_ms: int = 30_000
 
   def __init__(self, device: str, allocator: Any, renderer: Any = None, compiler: Any = None, runtime: Any = None):
@@ -140,16 +142,21 @@ class HCQDevice(Compiled):
     self.epoch = 0
 
   @property
-  def has_copy_queue(self) -> bool: return "copy" in self.queues
+  def has_copy_queue(self) -> bool: return "copy" in self.queues  # type: ignore[override]
+
+  def addresses_in_place(self, device: str) -> bool:
+    """Whether this device's queues address `device`'s memory in place: a queue device, the core's host kind, or a
+    kind in `host_devs`."""
+    kind = device.partition(":")[0]
+    return kind == HOST_DEVICE or kind in self.host_devs or is_hcq_device(Device[device])
 
   def device_address(self, buf: Any) -> int:
     """The address this device's queues use for `buf`: a Buffer of this device, of another queue device, or of a
     host kind in `host_devs`. Memory of another device is mapped by this device's allocator (`Allocator.map`) and
     the mapping is cached on the Buffer (`Buffer.get_storage`)."""
-    if buf.device != self.device and buf.device.split(":")[0] not in self.host_devs:
-      if not is_hcq_device(Device[buf.device]):
-        raise RuntimeError(f"{self.device} cannot address {buf.device} memory (host_devs={sorted(self.host_devs)}): "
-                           "copies with it are staged")
+    if buf.device != self.device and not self.addresses_in_place(buf.device):
+      raise RuntimeError(f"{self.device} cannot address {buf.device} memory (host_devs={sorted(self.host_devs)}): "
+                         "copies with it are staged")
     return self.handle_address(buf.get_buf(self.device))
 
   def handle_address(self, handle: Any) -> int:

@@ -34,17 +34,19 @@ def _device(name: str) -> Any:
 def call_is_hcq(call: UOp) -> bool: return call.src[0].op is Ops.PROGRAM
 
 
-def _kind(device: str) -> str: return device.split(":")[0]
+def _host_memory(device: str) -> bool:
+  from tinycore.device.registry import Device
+  return Device.spec_for(device).host_memory
 
 
 def copy_enqueuer(dst: str, src: str) -> HCQDevice | None:
-  """The device whose copy queue runs a copy: the source preferably (peer writes beat peer reads), non-CPU devices
-  before CPU; it needs a copy queue and must address the other side (a queue device, or a kind in its host_devs)."""
-  candidates = sorted([(src, dst), (dst, src)], key=lambda pair: _kind(pair[0]) == "CPU")
+  """The device whose copy queue runs a copy: the source preferably (peer writes beat peer reads), devices with
+  their own memory before host-memory ones (DeviceSpec.host_memory); it needs a copy queue and must address the
+  other side in place (`HCQDevice.addresses_in_place`)."""
+  candidates = sorted([(src, dst), (dst, src)], key=lambda pair: _host_memory(pair[0]))
   for mine, other in candidates:
     dev = _device(mine)
-    if is_hcq_device(dev) and dev.has_copy_queue and (is_hcq_device(_device(other)) or _kind(other) in dev.host_devs):
-      return dev
+    if is_hcq_device(dev) and dev.has_copy_queue and dev.addresses_in_place(other): return dev
   return None
 
 
@@ -54,9 +56,7 @@ def staging_direction(call: UOp) -> bool | None:
   if call.src[0].op is not Ops.COPY: return None
   dst, src = _device(call.src[1].device), _device(call.src[2].device)
   for dev, host, upload in ((dst, src, True), (src, dst, False)):
-    if (is_hcq_device(dev) and dev.has_copy_queue and not is_hcq_device(host) and
-        _kind(host.device) not in dev.host_devs):
-      return upload
+    if is_hcq_device(dev) and dev.has_copy_queue and not dev.addresses_in_place(host.device): return upload
   return None
 
 

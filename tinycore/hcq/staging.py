@@ -1,14 +1,16 @@
-"""Staging: copies between a queue device and host memory it cannot address in place go through a pinned CPU ring.
+"""Staging: copies between a queue device and host memory it cannot address in place go through a pinned ring.
 
-The ring is one CPU buffer of STAGING_SIZE bytes split into STAGING_SLOTS slots. A copy is cut into chunks of one
-slot; chunk i uses slot i mod STAGING_SLOTS and the last chunk is short. An upload chunk is a host memcpy
-(source -> slot) then a queue copy (slot -> destination); a download runs the other way. A slot is reused only
-after its previous queue copy completed: the host memcpy that refills it is a host call, and host calls wait for
-the queues first.
+The ring is one buffer of the core's host memory (the PYTHON device's memory, `HOST_DEVICE`: page-aligned, at a
+stable address, addressed in place by every queue device) of STAGING_SIZE bytes split into STAGING_SLOTS slots.
+A copy is cut into chunks of one slot; chunk i uses slot i mod STAGING_SLOTS and the last chunk is short. An
+upload chunk is a host memcpy (source -> slot) then a queue copy (slot -> destination); a download runs the other
+way. A slot is reused only after its previous queue copy completed: the host memcpy that refills it is a host call,
+and host calls wait for the queues first.
 """
 from __future__ import annotations
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
+from tinycore.device.python import HOST_DEVICE
 
 STAGING_SIZE = 128 << 20
 STAGING_SLOTS = 2
@@ -17,11 +19,11 @@ _staging_uops: dict[int, UOp] = {}
 
 
 def _staging():
-  """The preallocated CPU staging buffer (created on first use)."""
+  """The preallocated staging buffer in the core's host memory (created on first use)."""
   global _staging_buffer
   if _staging_buffer is None or _staging_buffer.nbytes != STAGING_SIZE:
     from tinycore.device.buffer import Buffer
-    _staging_buffer = Buffer("CPU", STAGING_SIZE, dtypes.uint8, preallocate=True)
+    _staging_buffer = Buffer(HOST_DEVICE, STAGING_SIZE, dtypes.uint8, preallocate=True)
   return _staging_buffer
 
 
@@ -30,7 +32,7 @@ def staging_uop() -> UOp:
   from tinycore.engine.buffers import attach_buffer
   buf = _staging()
   if (uop := _staging_uops.get(id(buf))) is None:
-    uop = _staging_uops[id(buf)] = UOp.new_buffer("CPU", buf.size, buf.dtype)
+    uop = _staging_uops[id(buf)] = UOp.new_buffer(buf.device, buf.size, buf.dtype)
     attach_buffer(uop, buf)
   return uop
 

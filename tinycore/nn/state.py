@@ -160,7 +160,7 @@ def safe_load_metadata(fn: Tensor | str | os.PathLike) -> tuple[Tensor, int, dic
 
 def safe_load(fn: Tensor | str | os.PathLike) -> dict[str, Tensor]:
   """Every tensor of a safetensors file, by name, as views of the file on DISK: realizing (or moving) one reads
-  only its own bytes. Move them where you compute: ``{k: v.to("CPU") for k, v in safe_load(p).items()}``."""
+  only its own bytes. Move them where you compute: ``{k: v.to(Device.DEFAULT) for k, v in safe_load(p).items()}``."""
   t, data_start, header = safe_load_metadata(fn)
   return {key: t[data_start + entry["data_offsets"][0]:data_start + entry["data_offsets"][1]]
           .bitcast(safe_dtypes[entry["dtype"]]).reshape(tuple(entry["shape"]))

@@ -4,7 +4,8 @@ A plugin imports only from here (its tests may also use the public `tinycore` AP
 names are covered by API_VERSION: a MINOR bump adds names or optional hooks, a MAJOR bump changes or removes them.
 
 - hooks: `hookimpl` (decorate your hook functions with it), `hookspec`, DeviceSpec, API_VERSION, KnownFailure;
-- memory: Allocator, LRUAllocator, BufferSpec, BufferStorage, Buffer;
+- memory: Allocator, LRUAllocator, BufferSpec, BufferStorage, Buffer, HostAllocator and HostMemory (the core's host
+  memory, page-aligned), view_address, HOST_DEVICE (the core's host kind, "PYTHON");
 - compiling and running: Compiled, Compiler, Program, cache_dir;
 - rendering: CStyleRenderer, RenderedKernel, LinearKernel, Loop, AccUpdate and the IR they render (Ops, GroupOp,
   UOp, DType, dtypes);
@@ -27,6 +28,8 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop
   from tinycore.device.allocator import Allocator, BufferSpec, BufferStorage, LRUAllocator
   from tinycore.device.buffer import Buffer
+  from tinycore.device.host import HostAllocator, HostMemory, view_address
+  from tinycore.device.python import HOST_DEVICE
   from tinycore.device.compiled import Compiled, Compiler, Program, cache_dir
   from tinycore.dtype import DType, dtypes
   from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
@@ -41,6 +44,8 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
 _LAZY_EXPORTS: dict[str, str] = {
   **dict.fromkeys(("Allocator", "BufferSpec", "BufferStorage", "LRUAllocator"), "tinycore.device.allocator"),
   "Buffer": "tinycore.device.buffer",
+  **dict.fromkeys(("HostAllocator", "HostMemory", "view_address"), "tinycore.device.host"),
+  "HOST_DEVICE": "tinycore.device.python",
   **dict.fromkeys(("Compiled", "Compiler", "Program", "cache_dir"), "tinycore.device.compiled"),
   **dict.fromkeys(("CStyleRenderer", "RenderedKernel"), "tinycore.codegen.c_style"),
   **dict.fromkeys(("AccUpdate", "LinearKernel", "Loop"), "tinycore.codegen.linearize"),

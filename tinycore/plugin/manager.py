@@ -20,7 +20,7 @@ from tinycore.plugin import API_VERSION, hookspecs
 from tinycore.plugin.spec import DeviceSpec
 
 CORE_DISTRIBUTION = "tinycore"
-BUILTIN_PLUGIN_MODULES = ("tinycore.device.npy",)
+BUILTIN_PLUGIN_MODULES = ("tinycore.device.npy", "tinycore.device.python")
 
 
 @attrs.frozen
@@ -247,3 +247,39 @@ def _check_spec_row(row: Any) -> None:
   if not isinstance(row, DeviceSpec): raise TypeError(f"tinycore_devices returned {row!r}, expected DeviceSpec rows")
   if not row.prefix or ":" in row.prefix or row.prefix != row.prefix.upper():
     raise ValueError(f"device prefix {row.prefix!r} must be non-empty, upper-case and without ':'")
+
+
+def register_plugin(module: Any, distribution: str, version: str = "") -> None:
+  """Register a plugin module in this process, as if an installed distribution's entry point named it (tests, and
+  applications that bring their own device). Its API version is checked; its device kinds are listed from now on.
+  Raises RuntimeError when the module does not meet the plugin contract."""
+  state = _get_state()
+  with _state_lock:
+    try:
+      _check_api_version(module)
+      state.manager.register(module, name=f"{distribution}:{getattr(module, '__name__', id(module))}")
+      state.manager.check_pending()
+    except Exception as error:
+      if state.manager.is_registered(module): state.manager.unregister(module)
+      raise RuntimeError(f"cannot register plugin {module!r} of {distribution!r}: {error}") from error
+    _remember_loaded(state, module, PluginInfo(distribution, version, getattr(module, "__name__", repr(module))),
+                     entry_point="")
+    _forget_device_specs(state)
+
+
+def unregister_plugin(module: Any) -> None:
+  """Undo `register_plugin`: the module's hooks are no longer called and its device kinds are no longer listed
+  (devices already opened stay open)."""
+  state = _get_state()
+  with _state_lock:
+    if state.manager.is_registered(module): state.manager.unregister(module)
+    info = state.origin.pop(id(module), None)
+    state.entry_points.pop(id(module), None)
+    if info is not None and info in state.loaded: state.loaded.remove(info)
+    _forget_device_specs(state)
+
+
+def _forget_device_specs(state: _PluginState) -> None:
+  """The device lists are read again on next use (the set of plugins changed)."""
+  state.specs = None
+  state.spec_owner = {}

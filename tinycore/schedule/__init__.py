@@ -11,8 +11,8 @@ from tinycore.uop.symbolic import symbolic
 from tinycore.schedule.context import ScheduleContext
 from tinycore.schedule.rangeify import KernelBuilder, NeedsRealize, build_store_kernel, build_value_kernel
 from tinycore.uop.spec import check_spec, spec_enabled
-from tinycore.schedule.copies import (contiguous_region, has_buffer_identity, is_disk, lower_copies, region_uop,
-                                     storage_root)
+from tinycore.schedule.copies import (contiguous_region, has_buffer_identity, is_storage_only, lower_copies,
+                                     region_uop, storage_root)
 
 
 class ScheduleError(RuntimeError):
@@ -30,9 +30,9 @@ def _strip_reshapes(u: UOp) -> UOp:
 
 
 def is_cross_device_store(store: UOp) -> bool:
-  """A store whose value lives on another device, or into DISK (which never computes): it runs as a copy."""
+  """A store whose value lives on another device, or into a storage device (which never computes): a copy."""
   target, value = store.src
-  return value.device != target.device or is_disk(target.device)
+  return value.device != target.device or is_storage_only(target.device)
 
 
 def mark_realized(ctx: ScheduleContext, roots: list[UOp], graph: dict[UOp, None]) -> None:
@@ -47,18 +47,13 @@ def mark_realized(ctx: ScheduleContext, roots: list[UOp], graph: dict[UOp, None]
   for node in graph:
     if node.op is Ops.STORE and is_cross_device_store(node) and contiguous_region(node.src[1], ctx.realized) is None:
       value = node.src[1]
-      if not _can_compute(value.device) and _is_buffer_view(value):
+      if is_storage_only(value.device) and _is_buffer_view(value):
         raise ScheduleError(f"non-contiguous view is not supported: {value.device} cannot compute, so a view of it "
                             "must be one contiguous range (shrink, reshape, bitcast)")
-      if not _can_compute(value.device):
+      if is_storage_only(value.device):
         raise ScheduleError(f"{value.device} cannot compute (it only stores bytes): move the tensor to a compute "
-                            "device with .to('CPU') first")
+                            "device first, e.g. .to(Device.DEFAULT)")
       ctx.realize(value)
-
-
-def _can_compute(device: object) -> bool:
-  from tinycore.device.registry import Device
-  return isinstance(device, str) and Device[device].can_compute
 
 
 class Job:

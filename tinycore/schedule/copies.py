@@ -5,12 +5,39 @@ it (a store into another device's buffer *is* a copy) or becomes a store into a 
 and every cross-device store runs as a `CALL(COPY, dst, src)` between two contiguous regions of memory.
 """
 from __future__ import annotations
+from typing import Callable
 import attrs
 from tinycore.uop.ops import GroupOp, Ops, UOp, prod
 from tinycore.uop.pattern import PatternMatcher, UPat, graph_rewrite_map
 
 
-def is_disk(device: object) -> bool: return isinstance(device, str) and device.startswith("DISK")
+@attrs.frozen
+class CopyTraits:
+  """What the copy rules need to know about a device: whether it runs kernels, and whether a copy off it moves
+  below permute, flip, pad and expand (the storage-only rule). Declared by the device's DeviceSpec."""
+  computes: bool
+  copies_below_movement: bool
+
+
+# the device layer installs the lookup (device name -> CopyTraits), so the scheduler never names a device
+_traits_of: list[Callable[[str], CopyTraits]] = []
+
+
+def install_device_traits(lookup: Callable[[str], CopyTraits]) -> None:
+  """Called once by the device registry: how the scheduler learns a device's CopyTraits from its name."""
+  _traits_of[:] = [lookup]
+
+
+def device_traits(device: object) -> CopyTraits:
+  """The CopyTraits of a device name; a multi-device tuple computes and keeps its movement ops."""
+  if not isinstance(device, str): return CopyTraits(computes=True, copies_below_movement=False)
+  if not _traits_of: raise RuntimeError("no device registry installed its device traits (import tinycore.device)")
+  return _traits_of[0](device)
+
+
+def is_storage_only(device: object) -> bool:
+  """A device that stores bytes and runs no kernels (DISK, NPY): every store into it is a copy."""
+  return not device_traits(device).computes
 
 
 def has_buffer_identity(u: UOp) -> bool:
@@ -37,7 +64,7 @@ def _store_drops_copy(store: UOp, dst: UOp, c: UOp, x: UOp) -> UOp | None:
 
 
 def _copy_below_movement(c: UOp, mv: UOp) -> UOp | None:
-  if not is_disk(mv.device): return None
+  if not device_traits(mv.device).copies_below_movement: return None
   return mv.replace(src=(c.replace(src=(mv.src[0],)),))
 
 
@@ -51,7 +78,7 @@ def copy_to_anonymous_store(c: UOp, x: UOp) -> UOp:
 copy_rules = PatternMatcher([
   # a COPY to the device its source is already on is nothing
   (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), _drop_same_device_copy),
-  # a COPY off DISK moves below permute, flip, pad and expand: DISK never computes, those run on the target
+  # a COPY off a storage device (DISK) moves below permute, flip, pad and expand: those run on the target
   (UPat(Ops.COPY, src=(UPat((Ops.PERMUTE, Ops.FLIP, Ops.PAD, Ops.EXPAND), name="mv"),), name="c"),
    _copy_below_movement),
   # a STORE into a whole buffer on the copy's device drops the COPY: a store into another device's buffer is the copy

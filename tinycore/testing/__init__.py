@@ -20,6 +20,9 @@ Options (see ``pytest --help``, group "tinycore"):
   generator derived from this seed and its test id; the header of the run and the report of a failing test print
   the seed, so ``--tinycore-seed=N`` reproduces a failure with the same data.
 
+Tests marked ``@pytest.mark.slow`` (too big for an interpreter) are skipped, with the reason, on a device whose
+DeviceSpec declares ``slow=True`` (the core's PYTHON device); ``--tinycore-run-slow`` runs them anyway.
+
 Dtypes the device's renderer does not list in ``supported_dtypes`` are skipped with the reason, and so is the whole
 suite when the device cannot be opened or cannot compute (the reason names the device and the error). A device
 name that no installed plugin provides (a typo, or the plugin is not installed) stops the run with exit code 4.

@@ -30,9 +30,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   default=int(os.environ[TEST_SEED_ENV]) if os.environ.get(TEST_SEED_ENV) else None,
                   help=f"base seed of the per-test random data (default: ${TEST_SEED_ENV}, else fresh each run); "
                        "a failing test's report prints the seed that reproduces it")
+  group.addoption("--tinycore-run-slow", action="store_true", dest="tinycore_run_slow", default=False,
+                  help="also run the tests marked slow on a device whose DeviceSpec declares slow=True")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+  config.addinivalue_line("markers", "slow: too big for a device that declares itself slow (DeviceSpec.slow, such as "
+                          "the PYTHON interpreter); skipped there with the reason unless --tinycore-run-slow is given")
   name = config.getoption("tinycore_device", default=None)
   config.stash[_DEVICE_KEY] = name
   if name: os.environ[CORE_DEVICE_ENV] = name
@@ -45,6 +49,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
   seed = config.stash.get(_SEED_KEY, None)
   return [f"tinycore: device {name or 'default (Device.DEFAULT)'}, random seed {seed} "
           f"(reproduce with --tinycore-seed={seed})"]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+  """A test marked ``slow`` is skipped, with the reason, on a device whose DeviceSpec declares ``slow=True``."""
+  if item.get_closest_marker("slow") is None or item.config.getoption("tinycore_run_slow", default=False): return
+  from tinycore import Device
+  try: spec = Device.spec_for(Device.DEFAULT)
+  except Exception: return  # the session fixture reports an unusable device
+  if spec.slow:
+    pytest.skip(f"marked slow: too big for {spec.prefix}, which declares itself slow (DeviceSpec.slow); "
+                "--tinycore-run-slow runs it anyway")
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,14 @@ def test_matmul_float32(rng, shapes):
   assert_close(ta.dot(tb), expected, dtype=dtypes.float32, **MATMUL_TOL)
 
 
+@pytest.mark.slow  # 12M multiply-adds: minutes on the PYTHON interpreter
+def test_matmul_large_tiles(rng):
+  # big enough for register tiles in both output dims and for a CPU kernel split across threads
+  a, b = random_array(rng, (256, 192), "float32"), random_array(rng, (192, 240), "float32")
+  expected = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+  assert_close(Tensor(a) @ Tensor(b), expected, dtype=dtypes.float32, **MATMUL_TOL)
+
+
 def test_matmul_int32(rng):
   a, b = random_array(rng, (7, 13), "int32", -20, 20), random_array(rng, (13, 5), "int32", -20, 20)
   assert_equal(Tensor(a) @ Tensor(b), a @ b, dtype=dtypes.int32)

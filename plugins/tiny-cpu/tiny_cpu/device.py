@@ -2,74 +2,17 @@
 from __future__ import annotations
 import ctypes
 import hashlib
-import mmap
 import os
 import tempfile
 import time
 from typing import Any, Sequence
-from tinycore.plugin import BufferSpec, BufferStorage, HCQDevice, LRUAllocator, cache_dir
+from tinycore.plugin import HCQDevice, HostAllocator, HostMemory, cache_dir
 from tiny_cpu.compiler import CPUCompiler
 
 
-class HostMemory:
-  """A range of host memory: ``nbytes`` at address ``addr``, with a memoryview ``view`` of it. ``mm`` keeps the
-  underlying mapping alive (None for adopted external memory); sub-ranges share their parent's ``mm``."""
-  __slots__ = ("mm", "addr", "nbytes", "view")
-
-  def __init__(self, mm: mmap.mmap | None, addr: int, nbytes: int, view: memoryview):
-    self.mm, self.addr, self.nbytes, self.view = mm, addr, nbytes, view
-
-  def __repr__(self) -> str: return f"<HostMemory {self.nbytes} bytes at {self.addr:#x}>"
-
-
-POPULATE = getattr(mmap, "MAP_POPULATE", 0)
-
-
-class CPUAllocator(LRUAllocator[HostMemory]):
-  """Page-aligned, zero-filled host memory from anonymous mmaps."""
-
-  def _alloc(self, nbytes: int, spec: BufferSpec) -> HostMemory:
-    if spec.external_ptr is not None:
-      view = memoryview((ctypes.c_char * nbytes).from_address(spec.external_ptr)).cast("B")
-      return HostMemory(None, spec.external_ptr, nbytes, view)
-    try:
-      # large buffers are faulted in up front: one kernel-side pass instead of a page fault per 4 KiB on first touch
-      flags = mmap.MAP_SHARED | mmap.MAP_ANONYMOUS | (POPULATE if nbytes >= 1 << 20 else 0)
-      mapping = mmap.mmap(-1, nbytes, flags=flags)
-    except OSError as error:
-      raise MemoryError(f"mmap of {nbytes} bytes failed: {error}") from error
-    # c_char.from_buffer holds a buffer export only while it lives; the address stays valid while the mapping does
-    address = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
-    return HostMemory(mapping, address, nbytes, memoryview(mapping))
-
-  def _free(self, handle: HostMemory, spec: BufferSpec) -> None:
-    if handle.mm is None: return
-    try:
-      handle.view.release()
-      handle.mm.close()
-    except BufferError:
-      pass  # a sub-range or a zero-copy view still uses the memory: the mapping goes when the last of them does
-
-  def _copyin(self, dst: HostMemory, src: memoryview) -> None:
-    source = src if src.format == "B" else src.cast("B")
-    dst.view[:source.nbytes] = source
-
-  def _copyout(self, dst: memoryview, src: HostMemory) -> None:
-    dst[:] = src.view[:dst.nbytes]
-
-  def _offset(self, handle: HostMemory, nbytes: int, offset: int) -> HostMemory:
-    return HostMemory(handle.mm, handle.addr + offset, nbytes, handle.view[offset:offset + nbytes])
-
-  def _as_buffer(self, handle: HostMemory) -> memoryview: return handle.view
-
-  def _transfer(self, dst: HostMemory, src: HostMemory, nbytes: int, src_dev: Any, dst_dev: Any) -> None:
-    dst.view[:nbytes] = src.view[:nbytes]
-
-  def _map(self, buf: Any) -> BufferStorage:
-    """Another device's host-visible memory, used in place (the mapping keeps its host view alive)."""
-    if (host := buf.host) is None: raise RuntimeError(f"{buf.device} memory has no host view: CPU cannot address it")
-    memory = HostMemory(None, view_address(host), host.nbytes, host)
-    return BufferStorage(memory, memory, host)
+class CPUAllocator(HostAllocator):
+  """Page-aligned, zero-filled host memory from anonymous mmaps: the core's host allocator, used as is, so CPU
+  buffers and the core's PYTHON buffers are the same kind of memory."""
 
 
 def load_shared_object(lib: bytes) -> ctypes.CDLL:
@@ -161,8 +104,3 @@ def cpu_threads() -> int:
   try: return max(1, len(os.sched_getaffinity(0)))
   except AttributeError: return max(1, os.cpu_count() or 1)
 
-
-def view_address(view: memoryview) -> int:
-  """The address of the first byte of a host memoryview (read-only ones too), 0 for an empty one."""
-  import numpy as np
-  return int(np.frombuffer(view, dtype=np.uint8).ctypes.data) if view.nbytes else 0

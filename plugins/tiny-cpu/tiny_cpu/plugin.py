@@ -32,7 +32,7 @@ def tinycore_api_version() -> str:
 @hookimpl
 def tinycore_devices() -> list[DeviceSpec]:
   return [DeviceSpec(prefix=PREFIX, description="C kernels compiled with clang or gcc, run in this process",
-                     priority=0, probe=probe_c_compiler)]
+                     priority=0, probe=probe_c_compiler, host_memory=True)]
 
 
 @hookimpl

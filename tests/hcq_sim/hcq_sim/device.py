@@ -2,7 +2,8 @@
 
 Memory: each allocation is private memory the host never reads or writes directly: the allocator has no zero-copy
 view, and its copy-in/out go through the device's own copy queue. The device's queues address that memory and the
-host memory of the kinds in `host_devs` ({"CPU"}); copies with any other host memory are staged by the core.
+host memory of the kinds in `host_devs` (the core's PYTHON memory and CPU's); copies with any other host memory
+are staged by the core.
 
 Queues: "compute" and "copy", each a thread that decodes this command format (64-bit little-endian words):
 
@@ -52,7 +53,7 @@ class SimAllocator(LRUAllocator[SimMemory]):
     """Memory the queues address in place: another SIM's private memory (one address space) or host memory."""
     if isinstance(handle := buf.get_buf(), SimMemory): memory = SimMemory(handle.mapping, handle.addr, handle.nbytes)
     elif (host := buf.host) is not None:
-      from tiny_cpu.device import view_address
+      from tinycore.plugin import view_address
       memory = SimMemory(host, view_address(host), host.nbytes)
     else: raise RuntimeError(f"{self.device.device} cannot address {buf.device} memory: it has no host view")
     return BufferStorage(memory, memory, buf.host)
@@ -135,7 +136,9 @@ class SimQueue(HWQueue):
 
 
 class SimDevice(HCQDevice):
-  """Private memory, a compute queue and a copy queue; CPU host memory is addressed in place."""
+  """Private memory, a compute queue and a copy queue; the core's host memory and CPU memory are addressed in
+  place."""
+  host_devs = frozenset({HOST_DEVICE, "CPU"})
 
   def __init__(self, name: str = "SIM"):
     from tiny_cpu.compiler import CPUCompiler
