@@ -22,6 +22,7 @@ import math
 from typing import Any
 from tinycore.dtype import ALL, DType
 from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
+from tinycore.codegen.c_style import RenderedKernel
 from tinycore.codegen.linearize import AccUpdate, Loop, linearize
 
 LISTING_VERSION = 1
@@ -39,11 +40,9 @@ class ListingRenderer:
   device = "PYTHON"
   supported_dtypes: frozenset[DType] = frozenset(ALL)
 
-  def launch_dims(self, sink: UOp) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    return (1, 1, 1), (1, 1, 1)  # the interpreter runs the whole range of every loop
-
-  def render(self, name: str, sink: UOp) -> str:
-    return _Listing(name, sink).text()
+  def render(self, name: str, sink: UOp) -> RenderedKernel:
+    """The listing, launched once: the interpreter runs the whole range of every loop."""
+    return RenderedKernel(_Listing(name, sink).text())
 
 
 class _Listing:

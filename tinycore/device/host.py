@@ -26,6 +26,8 @@ class HostMemory:
 
   def __repr__(self) -> str: return f"<HostMemory {self.nbytes} bytes at {self.addr:#x}>"
 
+  def __bytes__(self) -> bytes: return bytes(self.view)
+
 
 class HostAllocator(LRUAllocator[HostMemory]):
   """Page-aligned, zero-filled host memory from anonymous mmaps (or adopted memory at ``BufferSpec.external_ptr``).
