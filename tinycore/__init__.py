@@ -7,6 +7,7 @@ from tinycore.dtype import DType, dtypes
 from tinycore.device.registry import Device
 from tinycore.tensor import Tensor
 from tinycore.engine.realize import GlobalCounters
+from tinycore.helpers import Context
 
-__all__ = ["Tensor", "Device", "dtypes", "DType", "GlobalCounters"]
+__all__ = ["Tensor", "Device", "dtypes", "DType", "GlobalCounters", "Context"]
 __version__ = "0.1.0"

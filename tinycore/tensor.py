@@ -10,6 +10,8 @@ from typing import Any, Callable, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype, to_np_dtype, from_np_dtype
 from tinycore.uop.ops import Ops, UOp, prod
 from tinycore.device.registry import Device
+from tinycore.gradient import compute_gradient, full_like
+from tinycore.helpers import Context, TRAINING
 
 # every live Tensor, so a realize can rebind all of them to the buffers it produced
 _all_tensors: dict[weakref.ref, None] = {}
@@ -289,7 +291,9 @@ class Tensor:
     return self
 
   def contiguous(self) -> Tensor: return self._apply(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
-  def detach(self) -> Tensor: return Tensor._rebuild(self.uop, False)
+  def detach(self) -> Tensor:
+    """The same value with no gradient flowing back through it."""
+    return Tensor._rebuild(UOp(Ops.DETACH, self.dtype, (self.uop,)), False)
 
   def clone(self, device: str | None = None) -> Tensor:
     """A copy in fresh storage (on `device` when given): new empty storage with the value stored into it."""
@@ -890,3 +894,51 @@ class Tensor:
     out = self
     for layer in layers: out = layer(out)
     return out
+
+  # ------------------------------------------------------------------ autograd (rules in tinycore/gradient.py)
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+    """The gradients of this tensor with respect to `targets` (lazy tensors, one per target; zeros for a target
+    this tensor does not depend on). Without `gradient`, this tensor must be a scalar and its gradient is 1."""
+    if gradient is None and self.shape != (): raise RuntimeError(
+      f"gradient of a tensor of shape {self.shape}: pass gradient= (a tensor of that shape) or reduce it first")
+    if not self.is_floating_point() or not all(t.is_floating_point() for t in targets):
+      raise RuntimeError(f"only float tensors have gradients: got {self.dtype} with respect to "
+                         f"{[t.dtype.name for t in targets]}")
+    if gradient is None: seed = full_like(self.uop, 1.0)
+    else:
+      if gradient.shape != self.shape:
+        raise ValueError(f"gradient= has shape {gradient.shape}, the tensor {self.shape}")
+      seed = gradient.cast(self.dtype).uop
+    grads = compute_gradient(self.uop, seed, {t.uop for t in targets})
+    return [Tensor._rebuild(grads[t.uop] if t.uop in grads else full_like(t.uop, 0.0), False) for t in targets]
+
+  def backward(self, gradient: Tensor | None = None) -> Tensor:
+    """Fill `.grad` of every float tensor this one was computed from (its requires_grad not False), adding to a
+    `.grad` that is already there. Lazy: the gradients are computed when realized (e.g. by an optimizer step)."""
+    graph = self.uop.toposort()
+    live = [t for ref in list(_all_tensors) if (t := ref()) is not None]
+    need = [t for t in live if t.uop in graph and t.requires_grad is not False and t.is_floating_point()]
+    if not need: raise RuntimeError("backward: no float tensor in this tensor's graph needs a gradient")
+    for t, g in zip(need, self.gradient(*need, gradient=gradient)):
+      t.grad = g if t.grad is None else t.grad + g.to(t.grad.device)
+    return self
+
+  class train(Context):
+    """`with Tensor.train():` (or `Tensor.train(False)`): training mode on (off) for the block, as
+    `Context(TRAINING=1)`; BatchNorm and the optimizers read it."""
+    def __init__(self, mode: bool = True):
+      super().__init__(TRAINING=int(mode))
+      self.mode = mode
+
+    def __enter__(self) -> Context:
+      self.previous_flag = Tensor.training
+      Tensor.training = self.mode
+      return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+      Tensor.training = self.previous_flag
+      super().__exit__(*exc)
+
+  class test(train):
+    """`with Tensor.test():` training mode off for the block."""
+    def __init__(self, mode: bool = True): super().__init__(not mode)
