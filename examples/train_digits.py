@@ -18,6 +18,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser.add_argument("--batch-size", type=int, default=32)
   parser.add_argument("--lr", type=float, default=3e-3)
   parser.add_argument("--seed", type=int, default=1337)
+  parser.add_argument("--no-jit", dest="jit", action="store_false", help="run the train step eagerly, not jitted")
   parser.add_argument("--out", default="digits.safetensors", help="where the trained weights are saved")
   return parser.parse_args(argv)
 
@@ -62,7 +63,7 @@ def train(args: argparse.Namespace, log=print) -> dict:
   """Train; return {"losses": per-epoch mean loss, "test_accuracy": float, "seconds": float}."""
   if args.device: os.environ["TINYCORE_DEVICE"] = args.device  # read when the default device is first needed
   import numpy as np
-  from tinycore import Device, Tensor
+  from tinycore import Device, Tensor, TinyJit
   from tinycore.nn import optim
   from tinycore.nn.state import get_parameters, get_state_dict, safe_save
   x_train, y_train, x_test, y_test = load_split(args.seed)
@@ -70,8 +71,18 @@ def train(args: argparse.Namespace, log=print) -> dict:
   model = build_model(args.model)
   opt = optim.Adam(get_parameters(model), lr=args.lr)
   rng = np.random.default_rng(args.seed)
+
+  def train_step(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    opt.zero_grad()
+    out = model(x)
+    loss = out.sparse_categorical_crossentropy(y)
+    loss.backward()
+    hits = (out.argmax(-1) == y).sum()
+    Tensor.realize(loss, hits, *opt.schedule_step())  # forward, backward and update: one schedule
+    return loss, hits
+  step_fn = TinyJit(train_step) if args.jit else train_step
   steps, bs = len(y_train) // args.batch_size, args.batch_size
-  log(f"training a {args.model} on {Device.DEFAULT}: {len(y_train)} train / {len(y_test)} test images, "
+  log(f"training a {args.model} on {Device.DEFAULT}{' (jitted step)' if args.jit else ''}: {len(y_train)} train / {len(y_test)} test images, "
       f"{args.epochs} epochs of {steps} steps (batch {bs})")
   losses, start = [], time.perf_counter()
   for epoch in range(1, args.epochs + 1):
@@ -80,13 +91,7 @@ def train(args: argparse.Namespace, log=print) -> dict:
     with Tensor.train():
       for step in range(steps):
         batch = order[step * bs:(step + 1) * bs]
-        x, y = Tensor(x_train[batch]), Tensor(y_train[batch])
-        opt.zero_grad()
-        out = model(x)
-        loss = out.sparse_categorical_crossentropy(y)
-        loss.backward()
-        hits = (out.argmax(-1) == y).sum()
-        Tensor.realize(loss, hits, *opt.schedule_step())  # forward, backward and update: one schedule
+        loss, hits = step_fn(Tensor(x_train[batch]), Tensor(y_train[batch]))
         loss_sum, correct = loss_sum + loss.item(), correct + hits.item()
     losses.append(loss_sum / steps)
     rate = steps * bs / (time.perf_counter() - epoch_start)
