@@ -59,6 +59,34 @@ def build_model(kind: str):
   return ConvNet() if kind == "conv" else MLP()
 
 
+def make_train_step(model, opt):
+  """One step on a batch: forward, loss, backward and the Adam update realized as one schedule."""
+  from tinycore import Tensor
+
+  def train_step(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    opt.zero_grad()
+    out = model(x)
+    loss = out.sparse_categorical_crossentropy(y)
+    loss.backward()
+    hits = (out.argmax(-1) == y).sum()
+    Tensor.realize(loss, hits, *opt.schedule_step())
+    return loss, hits
+  return train_step
+
+
+def run_epoch(step_fn, x_train, y_train, batch_size: int, order) -> tuple[float, float]:
+  """(mean loss, accuracy) over the epoch's full batches, in the given order."""
+  from tinycore import Tensor
+  steps = len(y_train) // batch_size
+  loss_sum = correct = 0.0
+  with Tensor.train():
+    for step in range(steps):
+      batch = order[step * batch_size:(step + 1) * batch_size]
+      loss, hits = step_fn(Tensor(x_train[batch]), Tensor(y_train[batch]))
+      loss_sum, correct = loss_sum + loss.item(), correct + hits.item()
+  return loss_sum / steps, correct / (steps * batch_size)
+
+
 def train(args: argparse.Namespace, log=print) -> dict:
   """Train; return {"losses": per-epoch mean loss, "test_accuracy": float, "seconds": float}."""
   if args.device: os.environ["TINYCORE_DEVICE"] = args.device  # read when the default device is first needed
@@ -70,42 +98,28 @@ def train(args: argparse.Namespace, log=print) -> dict:
   Tensor.manual_seed(args.seed)
   model = build_model(args.model)
   opt = optim.Adam(get_parameters(model), lr=args.lr)
+  step_fn = make_train_step(model, opt)
+  if args.jit: step_fn = TinyJit(step_fn)
   rng = np.random.default_rng(args.seed)
-
-  def train_step(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    opt.zero_grad()
-    out = model(x)
-    loss = out.sparse_categorical_crossentropy(y)
-    loss.backward()
-    hits = (out.argmax(-1) == y).sum()
-    Tensor.realize(loss, hits, *opt.schedule_step())  # forward, backward and update: one schedule
-    return loss, hits
-  step_fn = TinyJit(train_step) if args.jit else train_step
-  steps, bs = len(y_train) // args.batch_size, args.batch_size
-  log(f"training a {args.model} on {Device.DEFAULT}{' (jitted step)' if args.jit else ''}: {len(y_train)} train / {len(y_test)} test images, "
-      f"{args.epochs} epochs of {steps} steps (batch {bs})")
+  log(f"training a {args.model} on {Device.DEFAULT}{' (jitted step)' if args.jit else ''}: {len(y_train)} train / "
+      f"{len(y_test)} test images, {args.epochs} epochs of {len(y_train) // args.batch_size} steps "
+      f"(batch {args.batch_size})")
   losses, start = [], time.perf_counter()
   for epoch in range(1, args.epochs + 1):
-    epoch_start, order = time.perf_counter(), rng.permutation(len(y_train))
-    loss_sum = correct = 0.0
-    with Tensor.train():
-      for step in range(steps):
-        batch = order[step * bs:(step + 1) * bs]
-        loss, hits = step_fn(Tensor(x_train[batch]), Tensor(y_train[batch]))
-        loss_sum, correct = loss_sum + loss.item(), correct + hits.item()
-    losses.append(loss_sum / steps)
-    rate = steps * bs / (time.perf_counter() - epoch_start)
-    log(f"epoch {epoch:3d}/{args.epochs}  loss {losses[-1]:.4f}  train accuracy {correct / (steps * bs):.3f}  "
-        f"{rate:8.0f} images/s")
+    epoch_start = time.perf_counter()
+    loss, accuracy = run_epoch(step_fn, x_train, y_train, args.batch_size, rng.permutation(len(y_train)))
+    losses.append(loss)
+    rate = len(y_train) // args.batch_size * args.batch_size / (time.perf_counter() - epoch_start)
+    log(f"epoch {epoch:3d}/{args.epochs}  loss {loss:.4f}  train accuracy {accuracy:.3f}  {rate:8.0f} images/s")
   with Tensor.test():
     predictions = model(Tensor(x_test)).argmax(-1).numpy()
-  accuracy = float((predictions == y_test).mean())
+  test_accuracy = float((predictions == y_test).mean())
   seconds = time.perf_counter() - start
   log(f"trained in {seconds:.1f} s")
-  log(f"test accuracy: {accuracy:.3f}")
+  log(f"test accuracy: {test_accuracy:.3f}")
   safe_save(get_state_dict(model), args.out)
   log(f"saved the weights to {args.out}")
-  return {"losses": losses, "test_accuracy": accuracy, "seconds": seconds}
+  return {"losses": losses, "test_accuracy": test_accuracy, "seconds": seconds}
 
 
 if __name__ == "__main__":
