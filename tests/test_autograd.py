@@ -43,6 +43,17 @@ def test_backward_with_explicit_gradient():
   assert x.grad.tolist() == [2.0, 0.0, 12.0]
 
 
+def test_backward_of_a_realized_tensor_explains():
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  loss = (w * w).sum()
+  assert loss.item() == 5.0  # reading a value keeps the graph (it reads a copy) ...
+  loss.backward()
+  assert w.grad.tolist() == [2.0, 4.0]
+  loss.realize()  # ... realizing the tensor itself replaces it with its buffer
+  with pytest.raises(RuntimeError, match="backward\\(\\) first"):
+    loss.backward()
+
+
 def test_backward_error_without_float_tensors():
   with pytest.raises(RuntimeError, match="float"):
     Tensor([1, 2]).sum().backward()

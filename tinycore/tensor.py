@@ -915,6 +915,9 @@ class Tensor:
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Fill `.grad` of every float tensor this one was computed from (its requires_grad not False), adding to a
     `.grad` that is already there. Lazy: the gradients are computed when realized (e.g. by an optimizer step)."""
+    if self.uop.base.op is Ops.BUFFER:
+      raise RuntimeError("backward of a realized tensor: realizing it (realize, item, numpy) replaced its graph with "
+                         "its buffer, so there is nothing to differentiate; call backward() first, realize after")
     graph = self.uop.toposort()
     live = [t for ref in list(_all_tensors) if (t := ref()) is not None]
     need = [t for t in live if t.uop in graph and t.requires_grad is not False and t.is_floating_point()]
