@@ -78,3 +78,10 @@ def test_context_decorates_and_rejects_unknown_settings():
   assert training_value() == 1 and TRAINING.value == 0
   with pytest.raises(KeyError, match="NOT_A_SETTING"):
     Context(NOT_A_SETTING=1)
+
+
+def test_gradient_flows_back_across_devices():
+  x = Tensor([1.0, 2.0, 3.0], device="CPU")
+  y = (x.to("CPU:1") * Tensor([2.0, 3.0, 4.0], device="CPU:1")).sum()
+  (grad,) = y.gradient(x)
+  assert grad.device == "CPU" and grad.tolist() == [2.0, 3.0, 4.0]

@@ -66,26 +66,28 @@ def test_duplicate_input_raises():
     fn(x, x)
 
 
-def _training_losses(jit: bool, steps: int = 6) -> list[float]:
+def _training_losses(jit: bool, steps: int = 6) -> tuple[list[float], np.ndarray]:
   rng = np.random.default_rng(5)
   xs = rng.standard_normal((steps, 16, 4)).astype(np.float32)
   ys = (xs[..., 0] > xs[..., 1]).astype(np.int32)
   Tensor.manual_seed(5)
-  l1, l2 = nn.Linear(4, 8), nn.Linear(8, 2)
-  opt = optim.Adam(get_parameters([l1, l2]), lr=0.05)
+  l1, bn, l2 = nn.Linear(4, 8), nn.BatchNorm(8), nn.Linear(8, 2)
+  opt = optim.Adam(get_parameters([l1, bn, l2]), lr=0.05)
 
   def step(x: Tensor, y: Tensor) -> Tensor:
     opt.zero_grad()
-    loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y)
+    loss = l2(bn(l1(x)).relu()).sparse_categorical_crossentropy(y)
     loss.backward()
     Tensor.realize(loss, *opt.schedule_step())
     return loss
   fn = TinyJit(step) if jit else step
   with Tensor.train():
-    return [fn(Tensor(x), Tensor(y)).item() for x, y in zip(xs, ys)]
+    losses = [fn(Tensor(x), Tensor(y)).item() for x, y in zip(xs, ys)]
+  return losses, bn.running_mean.numpy()
 
 
 def test_jitted_training_step_matches_eager():
-  eager, jitted = _training_losses(False), _training_losses(True)
+  (eager, eager_mean), (jitted, jitted_mean) = _training_losses(False), _training_losses(True)
   np.testing.assert_allclose(jitted, eager, atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(jitted_mean, eager_mean, atol=1e-5, rtol=1e-5)  # BatchNorm's running statistics
   assert jitted[-1] < jitted[0]
