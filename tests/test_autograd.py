@@ -21,7 +21,7 @@ def test_backward_graph_is_lazy_and_fused():
 
 def test_backward_skips_requires_grad_false_and_ints():
   w = Tensor([1.0, 2.0], requires_grad=True)
-  frozen = Tensor([3.0, 4.0], requires_grad=False)
+  frozen = Tensor([3.0, 4.0]).requires_grad_(False)
   idx = Tensor([1, 0])
   (w * frozen + idx.cast(w.dtype)).sum().backward()
   assert w.grad.tolist() == [3.0, 4.0]

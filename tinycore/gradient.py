@@ -204,6 +204,40 @@ pm_gradient = PatternMatcher([
 ])
 
 
+def after_as_value(after: UOp) -> UOp:
+  """AFTER(dest, STORE(view, value), ...) as a pure expression: dest with each stored region replaced by its value
+  (pushed back through the view). Stores into other buffers leave dest as it is. Unchanged when a view is not a
+  reshape/shrink/permute/flip chain of dest."""
+  dest, result = after.src[0], after.src[0]
+  for store in after.src[1:]:
+    view, value = store.src
+    if view.buffer_uop is None or view.buffer_uop is not dest.buffer_uop: continue
+    if (chain := _view_chain(view, dest)) is None: return after
+    if all(mop.op is Ops.RESHAPE for mop in chain):
+      result = _back_through_view(value, chain)
+      continue
+    region = _back_through_view(full_like(view, True, dtypes.bool), chain)
+    result = _where(region, _back_through_view(value, chain), result)
+  return result
+
+
+def functional(root: UOp) -> UOp:
+  """root with every AFTER replaced by the value it stands for (after_as_value). A backward graph built from an
+  assign chain then reads no buffer versions: the forward values it needs are recomputed from their inputs, so
+  one schedule can hold gradients that read several versions of one buffer."""
+  nodes = root.toposort()
+  if not any(node.op is Ops.AFTER for node in nodes): return root
+  done: dict[UOp, UOp] = {}
+  for node in nodes:
+    if node.op is Ops.AFTER:
+      # the stores are matched to dest on the original nodes, then the expression reads the rewritten ones
+      done[node] = after_as_value(node).substitute({k: v for k, v in done.items() if k is not v})
+      continue
+    new_src = tuple(done[s] for s in node.src)
+    done[node] = node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src)
+  return done[root]
+
+
 # storage and constants: the gradient stops here
 LEAF_OPS = frozenset({Ops.BUFFER, Ops.BUFFER_VIEW, Ops.CONST, Ops.ARANGE, Ops.DEVICE, Ops.UNIQUE})
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype, to_np_dtype, from_np_dtype
 from tinycore.uop.ops import Ops, UOp, prod
 from tinycore.device.registry import Device
-from tinycore.gradient import compute_gradient, full_like
+from tinycore.gradient import compute_gradient, full_like, functional
 from tinycore.helpers import Context, TRAINING
 
 # every live Tensor, so a realize can rebind all of them to the buffers it produced
@@ -910,7 +910,15 @@ class Tensor:
         raise ValueError(f"gradient= has shape {gradient.shape}, the tensor {self.shape}")
       seed = gradient.cast(self.dtype).uop
     grads = compute_gradient(self.uop, seed, {t.uop for t in targets})
-    return [Tensor._rebuild(grads[t.uop] if t.uop in grads else full_like(t.uop, 0.0), False) for t in targets]
+    found = [grads[t.uop] if t.uop in grads else full_like(t.uop, 0.0) for t in targets]
+    # gradients read forward values as pure expressions, never as versions of an assigned buffer
+    found = list(functional(UOp(Ops.SINK, None, tuple(found))).src) if found else found
+    return [Tensor._rebuild(g, False) for g in found]
+
+  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    """Set requires_grad in place (False: backward() and the optimizers leave this tensor alone)."""
+    self.requires_grad = requires_grad
+    return self
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Fill `.grad` of every float tensor this one was computed from (its requires_grad not False), adding to a
