@@ -91,3 +91,14 @@ def test_jitted_training_step_matches_eager():
   np.testing.assert_allclose(jitted, eager, atol=1e-5, rtol=1e-5)
   np.testing.assert_allclose(jitted_mean, eager_mean, atol=1e-5, rtol=1e-5)  # BatchNorm's running statistics
   assert jitted[-1] < jitted[0]
+
+
+def test_reading_data_or_drawing_random_numbers_during_capture_raises():
+  read = TinyJit(lambda x: Tensor([(x * 2).sum().item()]))
+  read(realized(np.ones(2, np.float32)))
+  with pytest.raises(JitError, match="reading tensor data"):
+    read(realized(np.ones(2, np.float32)))
+  drop = TinyJit(lambda x: (x + Tensor.rand(2)).realize())
+  drop(realized(np.ones(2, np.float32)))
+  with pytest.raises(JitError, match="random numbers"):
+    drop(realized(np.ones(2, np.float32)))

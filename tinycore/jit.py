@@ -14,15 +14,12 @@ returned tensors share their buffers with the next call's outputs.
 from __future__ import annotations
 from typing import Any, Callable, Generic, TypeVar
 from tinycore.engine.buffers import buffer_of
-from tinycore.engine.jit import ReplayPlan, capturing
+from tinycore.engine.jit import JitError, ReplayPlan, capturing
 from tinycore.schedule.copies import has_buffer_identity
 from tinycore.tensor import Tensor
 
 ReturnType = TypeVar("ReturnType")
-
-
-class JitError(RuntimeError):
-  """A call that a captured TinyJit cannot replay faithfully."""
+__all__ = ["TinyJit", "JitError"]
 
 
 def _input_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
@@ -64,7 +61,11 @@ class TinyJit(Generic[ReturnType]):
     inputs = _input_tensors(args, kwargs)
     self.calls += 1
     if self.calls == 1: return self.fxn(*args, **kwargs)
-    if self.calls == 2: return self._capture(inputs, args, kwargs)
+    if self.calls == 2:
+      try: return self._capture(inputs, args, kwargs)
+      except Exception:
+        self.calls = 1  # nothing was captured: the next call tries again
+        raise
     return self._replay(inputs)
 
   def _capture(self, inputs: list[Tensor], args: tuple, kwargs: dict) -> ReturnType:

@@ -12,6 +12,7 @@ from tinycore.uop.ops import Ops, UOp, prod
 from tinycore.device.registry import Device
 from tinycore.gradient import compute_gradient, full_like, functional
 from tinycore.helpers import Context, TRAINING
+from tinycore.engine.jit import JitError, is_capturing
 
 # every live Tensor, so a realize can rebind all of them to the buffers it produced
 _all_tensors: dict[weakref.ref, None] = {}
@@ -230,6 +231,8 @@ class Tensor:
   @staticmethod
   def _random_bits(count: int, device: str | None) -> Tensor:
     """`count` pseudo-random uint32s: murmur3's finalizer over (counter, seed)."""
+    if is_capturing(): raise JitError("random numbers in a TinyJit function would repeat on every replay (the "
+                                      "counter is a constant of the graph): draw them outside and pass them in")
     offset = Tensor._rng_counter
     Tensor._rng_counter += count
     seed = (Tensor._seed * 0x9E3779B9 + 0x85EBCA6B) & 0xFFFFFFFF
@@ -312,6 +315,8 @@ class Tensor:
   def _readable_buffer(self):
     """A realized Buffer holding exactly this tensor's elements in row-major order."""
     from tinycore.engine.buffers import buffer_of, has_buffer_identity
+    if is_capturing(): raise JitError("reading tensor data inside a TinyJit function would bake the value into the "
+                                      "replays: return the tensor and read it after the call")
     t = self
     if not has_buffer_identity(t.uop):
       device = t.device if Device[t.device].can_compute else "CPU"

@@ -13,6 +13,10 @@ from tinycore.uop.ops import Ops, UOp
 _captured: list[list[UOp]] = []   # a stack: the LINEARs recorded by each active capture
 
 
+class JitError(RuntimeError):
+  """A call that a captured TinyJit cannot replay faithfully."""
+
+
 @contextlib.contextmanager
 def capturing() -> Iterator[list[UOp]]:
   """Record the bound LINEAR of every realize in the block (appended to the yielded list, in run order)."""
