@@ -6,39 +6,7 @@ compares `loss.gradient(*inputs)` (one realize of a lazy backward graph on the d
 import numpy as np
 import pytest
 from tinycore import Tensor, dtypes
-from tinycore.testing.helpers import assert_close, random_array, skip_unless_dtype
-
-GRAD_TOL = {"atol": 2e-3, "rtol": 2e-3}
-EPS = 1e-6
-
-
-def numeric_gradient(fn, xs: list[np.ndarray], weight: np.ndarray) -> list[np.ndarray]:
-  """d sum(fn(*xs) * weight) / d xs by central differences in float64."""
-  xs = [x.astype(np.float64) for x in xs]
-  grads = []
-  for x in xs:
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-      saved = x[i]
-      x[i] = saved + EPS
-      up = float((fn(*xs) * weight).sum())
-      x[i] = saved - EPS
-      down = float((fn(*xs) * weight).sum())
-      x[i] = saved
-      grad[i] = (up - down) / (2 * EPS)
-    grads.append(grad)
-  return grads
-
-
-def check_gradient(rng, tc_fn, np_fn, xs: list[np.ndarray], tol: dict | None = None) -> None:
-  out_shape = np.shape(np_fn(*[x.astype(np.float64) for x in xs]))
-  weight = random_array(rng, out_shape, "float32")
-  tensors = [Tensor(x) for x in xs]
-  loss = (tc_fn(*tensors) * Tensor(weight)).sum()
-  grads = loss.gradient(*tensors)
-  grads[0].realize(*grads[1:])
-  for got, want in zip(grads, numeric_gradient(np_fn, xs, weight.astype(np.float64))):
-    assert_close(got, want.astype(np.float32), **(tol or GRAD_TOL))
+from tinycore.testing.helpers import assert_close, check_gradient, random_array, skip_unless_dtype
 
 
 def _sigmoid(x): return 1 / (1 + np.exp(-x))

@@ -3,8 +3,7 @@ losses and one_hot, and their gradients against central differences (float64 num
 import numpy as np
 import pytest
 from tinycore import Tensor, dtypes
-from tinycore.testing.helpers import assert_close, random_array
-from tinycore.testing.test_gradient import check_gradient
+from tinycore.testing.helpers import assert_close, check_gradient, random_array
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 
