@@ -7,6 +7,8 @@ from tinycore.dtype import DType, dtypes
 from tinycore.device.registry import Device
 from tinycore.tensor import Tensor
 from tinycore.engine.realize import GlobalCounters
+from tinycore.helpers import Context
+from tinycore.jit import TinyJit
 
-__all__ = ["Tensor", "Device", "dtypes", "DType", "GlobalCounters"]
+__all__ = ["Tensor", "Device", "dtypes", "DType", "GlobalCounters", "Context", "TinyJit"]
 __version__ = "0.1.0"

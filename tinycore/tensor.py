@@ -10,6 +10,9 @@ from typing import Any, Callable, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype, to_np_dtype, from_np_dtype
 from tinycore.uop.ops import Ops, UOp, prod
 from tinycore.device.registry import Device
+from tinycore.gradient import compute_gradient, full_like, functional
+from tinycore.helpers import Context, TRAINING
+from tinycore.engine.jit import JitError, is_capturing
 
 # every live Tensor, so a realize can rebind all of them to the buffers it produced
 _all_tensors: dict[weakref.ref, None] = {}
@@ -228,6 +231,8 @@ class Tensor:
   @staticmethod
   def _random_bits(count: int, device: str | None) -> Tensor:
     """`count` pseudo-random uint32s: murmur3's finalizer over (counter, seed)."""
+    if is_capturing(): raise JitError("random numbers in a TinyJit function would repeat on every replay (the "
+                                      "counter is a constant of the graph): draw them outside and pass them in")
     offset = Tensor._rng_counter
     Tensor._rng_counter += count
     seed = (Tensor._seed * 0x9E3779B9 + 0x85EBCA6B) & 0xFFFFFFFF
@@ -289,7 +294,9 @@ class Tensor:
     return self
 
   def contiguous(self) -> Tensor: return self._apply(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
-  def detach(self) -> Tensor: return Tensor._rebuild(self.uop, False)
+  def detach(self) -> Tensor:
+    """The same value with no gradient flowing back through it."""
+    return Tensor._rebuild(UOp(Ops.DETACH, self.dtype, (self.uop,)), False)
 
   def clone(self, device: str | None = None) -> Tensor:
     """A copy in fresh storage (on `device` when given): new empty storage with the value stored into it."""
@@ -308,6 +315,8 @@ class Tensor:
   def _readable_buffer(self):
     """A realized Buffer holding exactly this tensor's elements in row-major order."""
     from tinycore.engine.buffers import buffer_of, has_buffer_identity
+    if is_capturing(): raise JitError("reading tensor data inside a TinyJit function would bake the value into the "
+                                      "replays: return the tensor and read it after the call")
     t = self
     if not has_buffer_identity(t.uop):
       device = t.device if Device[t.device].can_compute else Device.host_compute_device()
@@ -891,3 +900,201 @@ class Tensor:
     out = self
     for layer in layers: out = layer(out)
     return out
+
+  # ------------------------------------------------------------------ autograd (rules in tinycore/gradient.py)
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+    """The gradients of this tensor with respect to `targets` (lazy tensors, one per target; zeros for a target
+    this tensor does not depend on). Without `gradient`, this tensor must be a scalar and its gradient is 1."""
+    if gradient is None and self.shape != (): raise RuntimeError(
+      f"gradient of a tensor of shape {self.shape}: pass gradient= (a tensor of that shape) or reduce it first")
+    if not self.is_floating_point() or not all(t.is_floating_point() for t in targets):
+      raise RuntimeError(f"only float tensors have gradients: got {self.dtype} with respect to "
+                         f"{[t.dtype.name for t in targets]}")
+    if gradient is None: seed = full_like(self.uop, 1.0)
+    else:
+      if gradient.shape != self.shape:
+        raise ValueError(f"gradient= has shape {gradient.shape}, the tensor {self.shape}")
+      seed = gradient.cast(self.dtype).uop
+    grads = compute_gradient(self.uop, seed, {t.uop for t in targets})
+    found = [grads[t.uop] if t.uop in grads else full_like(t.uop, 0.0) for t in targets]
+    # gradients read forward values as pure expressions, never as versions of an assigned buffer
+    found = list(functional(UOp(Ops.SINK, None, tuple(found))).src) if found else found
+    return [Tensor._rebuild(g, False) for g in found]
+
+  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    """Set requires_grad in place (False: backward() and the optimizers leave this tensor alone)."""
+    self.requires_grad = requires_grad
+    return self
+
+  def backward(self, gradient: Tensor | None = None) -> Tensor:
+    """Fill `.grad` of every float tensor this one was computed from (its requires_grad not False), adding to a
+    `.grad` that is already there. Lazy: the gradients are computed when realized (e.g. by an optimizer step)."""
+    if self.uop.base.op is Ops.BUFFER:
+      raise RuntimeError("backward of a realized tensor: realizing it (realize, item, numpy) replaced its graph with "
+                         "its buffer, so there is nothing to differentiate; call backward() first, realize after")
+    graph = self.uop.toposort()
+    live = [t for ref in list(_all_tensors) if (t := ref()) is not None]
+    need = [t for t in live if t.uop in graph and t.requires_grad is not False and t.is_floating_point()]
+    if not need: raise RuntimeError("backward: no float tensor in this tensor's graph needs a gradient")
+    for t, g in zip(need, self.gradient(*need, gradient=gradient)):
+      t.grad = g if t.grad is None else t.grad + g.to(t.grad.device)
+    return self
+
+  class train(Context):
+    """`with Tensor.train():` (or `Tensor.train(False)`): training mode on (off) for the block, as
+    `Context(TRAINING=1)`; BatchNorm and the optimizers read it."""
+    def __init__(self, mode: bool = True):
+      super().__init__(TRAINING=int(mode))
+      self.mode = mode
+
+    def __enter__(self) -> Context:
+      self.previous_flag = Tensor.training
+      Tensor.training = self.mode
+      return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+      Tensor.training = self.previous_flag
+      super().__exit__(*exc)
+
+  class test(train):
+    """`with Tensor.test():` training mode off for the block."""
+    def __init__(self, mode: bool = True): super().__init__(not mode)
+
+  # ------------------------------------------------------------------ neural network ops (used by tinycore.nn)
+  def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """self @ weight (+ bias)."""
+    out = self @ weight
+    return out if bias is None else out + bias
+
+  def one_hot(self, num_classes: int) -> Tensor:
+    """Integer class indices -> a one-hot int32 tensor with a new last axis of num_classes."""
+    if dtypes.is_float(self.dtype): raise TypeError(f"one_hot needs integer class indices, got {self.dtype}")
+    classes = Tensor.arange(num_classes, device=self.device, dtype=self.dtype)
+    return (self.unsqueeze(-1) == classes).cast(dtypes.int32)
+
+  def dropout(self, p: float = 0.5) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1/(1-p); only in training mode (TRAINING)."""
+    if not 0 <= p <= 1: raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    if not TRAINING or p == 0: return self
+    keep = Tensor.rand(*self.shape, device=self.device) >= p
+    return keep.where(self, 0) * (1 / (1 - p)) if p < 1 else self * 0
+
+  def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
+    """(x - mean) / sqrt(var + eps) over axis (biased variance)."""
+    centered = self - self.mean(axis, keepdim=True)
+    return centered * (centered.square().mean(axis, keepdim=True) + eps).rsqrt()
+
+  def _windows(self, axis: int, kernel: int, stride: int, dilation: int) -> Tensor:
+    """Sliding windows along axis: that axis becomes the output positions and a new last axis of size kernel holds
+    x[o*stride + k*dilation]. Movement ops only: the elements are repeated kernel times and re-read with a row
+    length of n + dilation, so row k starts k*dilation further on."""
+    n = self.shape[axis]
+    span = dilation * (kernel - 1) + 1
+    if n < span: raise ValueError(f"kernel {kernel} (dilation {dilation}) is larger than the input size {n}")
+    x = self.transpose(axis, -1)
+    lead = x.shape[:-1]
+    x = x.unsqueeze(-2).expand(*lead, kernel, n).reshape(*lead, kernel * n).pad(((0, 0),) * len(lead) + (
+      (0, kernel * dilation),)).reshape(*lead, kernel, n + dilation)[..., :n - span + 1:stride]
+    return x.transpose(-1, -2).transpose(axis, -2)
+
+  def _pool(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+    """(..., *spatial) -> (..., *out_spatial, *kernel): the windows of the last len(kernel) dims."""
+    x, spatial = self, self.ndim - len(kernel)
+    for i, (k, s, d) in enumerate(zip(kernel, stride, dilation)):
+      x = x._windows(spatial + i, k, s, d)
+    return x
+
+  def _pad2d(self, padding: int | Sequence[int], value: float = 0.0) -> Tensor:
+    """padding: an int, (pad_h, pad_w) or (left, right, top, bottom) for the last two dims."""
+    if isinstance(padding, int): padding = (padding,) * 4
+    elif len(padding) == 2: padding = (padding[1], padding[1], padding[0], padding[0])
+    if len(padding) != 4: raise ValueError(f"2d padding must be an int, 2 or 4 values, got {padding}")
+    return self.pad(tuple(padding), value=value) if any(padding) else self
+
+  @staticmethod
+  def _pair(value: int | Sequence[int]) -> tuple[int, int]:
+    return (value, value) if isinstance(value, int) else tuple(value)
+
+  def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
+             dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
+    """2-d convolution (cross-correlation, as torch): self (N, C_in, H, W), weight (C_out, C_in/groups, kh, kw)."""
+    if self.ndim != 4 or weight.ndim != 4: raise ValueError(f"conv2d needs 4-d input and weight, got {self.shape} "
+                                                            f"and {weight.shape}")
+    batch, cin, cout, (kh, kw) = self.shape[0], self.shape[1], weight.shape[0], weight.shape[2:]
+    if cin != weight.shape[1] * groups or cout % groups:
+      raise ValueError(f"conv2d channels: input {cin}, weight {weight.shape} with groups={groups} do not match")
+    windows = self._pad2d(padding)._pool((kh, kw), Tensor._pair(stride), Tensor._pair(dilation))
+    oh, ow = windows.shape[2:4]
+    windows = windows.reshape(batch, groups, 1, cin // groups, oh, ow, kh, kw)
+    kernel = weight.reshape(1, groups, cout // groups, cin // groups, 1, 1, kh, kw)
+    out = (windows * kernel).sum((3, 6, 7)).reshape(batch, cout, oh, ow)
+    return out if bias is None else out + bias.reshape(1, cout, 1, 1)
+
+  def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
+                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
+    """The max of each window of the last two dims (stride defaults to the kernel size; padding is -inf)."""
+    kernel = Tensor._pair(kernel_size)
+    windows = self._pad2d(padding, -math.inf)._pool(kernel, Tensor._pair(stride or kernel), Tensor._pair(dilation))
+    return windows.max((-2, -1))
+
+  def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
+                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
+    """The mean of each window of the last two dims (stride defaults to the kernel size; zero padding counts)."""
+    kernel = Tensor._pair(kernel_size)
+    windows = self._pad2d(padding)._pool(kernel, Tensor._pair(stride or kernel), Tensor._pair(dilation))
+    return windows.mean((-2, -1))
+
+  # --- losses
+  @staticmethod
+  def _reduce_loss(loss: Tensor, reduction: str, count: Tensor | int | None = None) -> Tensor:
+    if reduction == "none": return loss
+    if reduction == "sum": return loss.sum()
+    if reduction == "mean": return loss.sum() / (count if count is not None else max(loss.numel(), 1))
+    raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+
+  def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                      reduction: str = "mean") -> Tensor:
+    """Cross-entropy of logits self (..., classes) against integer labels Y (...); labels equal to ignore_index
+    count for nothing (and not in the mean)."""
+    if Y.shape != self.shape[:-1]: raise ValueError(f"labels of shape {Y.shape} for logits of shape {self.shape}")
+    log_probs = self.log_softmax(-1)
+    classes = self.shape[-1]
+    picked = (log_probs * Y.one_hot(classes).cast(log_probs.dtype)).sum(-1)
+    loss = -(1 - label_smoothing) * picked - label_smoothing * log_probs.mean(-1)
+    valid = Y != ignore_index
+    loss = valid.where(loss, 0)
+    return Tensor._reduce_loss(loss, reduction, valid.sum().cast(loss.dtype) if reduction == "mean" else None)
+
+  def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy of logits self (N, classes, ...) against class indices (N, ...) or probabilities (like self)."""
+    classes_axis = 1 if self.ndim > 1 else 0
+    classes = self.shape[classes_axis]
+    if Y.ndim < self.ndim:  # class indices: one-hot, with the classes axis moved to where self has it
+      Y = Y.one_hot(classes).cast(self.dtype)
+      Y = Y.permute(0, Y.ndim - 1, *range(1, Y.ndim - 1)) if self.ndim > 1 else Y
+    Y = Y * (1 - label_smoothing) + label_smoothing / classes
+    loss = -(self.log_softmax(classes_axis) * Y).sum(classes_axis)
+    return Tensor._reduce_loss(loss, reduction)
+
+  def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
+    """-(Y log p + (1 - Y) log(1 - p)) for probabilities self."""
+    loss = -(Y * self.log() + (1 - Y) * (1 - self).log())
+    return Tensor._reduce_loss(loss, reduction)
+
+  def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean") -> Tensor:
+    """binary_crossentropy of sigmoid(self), computed stably from the logits."""
+    loss = self.relu() - Y * self + (1 + (-self.abs()).exp()).log()
+    return Tensor._reduce_loss(loss, reduction)
+
+  # --- initializers (tinygrad's names)
+  @staticmethod
+  def glorot_uniform(*shape, **kwargs) -> Tensor:
+    shape = Tensor._shape_arg(shape)
+    bound = math.sqrt(6 / (shape[0] + prod(shape[1:])))
+    return Tensor.uniform(*shape, low=-bound, high=bound, **kwargs)
+
+  @staticmethod
+  def kaiming_uniform(*shape, a: float = 0.01, **kwargs) -> Tensor:
+    shape = Tensor._shape_arg(shape)
+    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shape[1:]))
+    return Tensor.uniform(*shape, low=-bound, high=bound, **kwargs)

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.engine.buffers import buffer_of, linear_buffers
+from tinycore.engine.jit import is_capturing, record_linear
 from tinycore.schedule.cache import cached_schedule, schedule_template
 from tinycore.schedule.copies import is_storage_only, storage_root
 
@@ -69,6 +70,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
   from tinycore.hcq.runtime import compile_template
   template, mapping = schedule_template([t.uop for t in tensors])
   linear, keys, values = template.src
+  if is_capturing(): record_linear(linear.substitute(mapping))  # TinyJit replays it later
   bound = UOp(Ops.SINK, None, (compile_template(linear), keys, values)).substitute(mapping)
   if bound.src[0].src: run_linear(bound.src[0])
   apply_becomes(dict(zip(bound.src[1].src, bound.src[2].src)))

@@ -134,3 +134,40 @@ def nonzero_array(rng: np.random.Generator, shape: Sequence[int] | int, dtype: A
 def fresh_seed(rng: np.random.Generator) -> int:
   """A seed for Tensor.manual_seed drawn from the test's generator (fresh each run, reproducible)."""
   return int(rng.integers(0, 2**31 - 1))
+
+
+# ---------------------------------------------------------------------------- gradients
+GRAD_TOL = {"atol": 2e-3, "rtol": 2e-3}  # float32 gradients against float64 differences
+EPS = 1e-6                               # the central differences' step
+
+
+def numeric_gradient(fn, xs: list[np.ndarray], weight: np.ndarray) -> list[np.ndarray]:
+  """d sum(fn(*xs) * weight) / d xs by central differences in float64."""
+  xs = [x.astype(np.float64) for x in xs]
+  grads = []
+  for x in xs:
+    grad = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+      saved = x[i]
+      x[i] = saved + EPS
+      up = float((fn(*xs) * weight).sum())
+      x[i] = saved - EPS
+      down = float((fn(*xs) * weight).sum())
+      x[i] = saved
+      grad[i] = (up - down) / (2 * EPS)
+    grads.append(grad)
+  return grads
+
+
+def check_gradient(rng: np.random.Generator, tc_fn, np_fn, xs: list[np.ndarray], tol: dict | None = None) -> None:
+  """The gradients of sum(tc_fn(*inputs) * w) (w random; one realize of the lazy backward graph) against central
+  differences of np_fn in float64."""
+  from tinycore import Tensor
+  out_shape = np.shape(np_fn(*[x.astype(np.float64) for x in xs]))
+  weight = random_array(rng, out_shape, "float32")
+  tensors = [Tensor(x) for x in xs]
+  loss = (tc_fn(*tensors) * Tensor(weight)).sum()
+  grads = loss.gradient(*tensors)
+  grads[0].realize(*grads[1:])
+  for got, want in zip(grads, numeric_gradient(np_fn, xs, weight.astype(np.float64))):
+    assert_close(got, want.astype(np.float32), **(tol or GRAD_TOL))

@@ -241,6 +241,19 @@ class UOp(metaclass=_UOpCache):
   def flip(self, axes: tuple[bool, ...]) -> UOp:
     return self if not any(axes) else UOp(Ops.FLIP, self.dtype, (self,), axes)
 
+  # ------------------------------------------------------------------ stores (tensor level)
+  def store(self, value: UOp | Any) -> UOp:
+    """STORE(self, value): write value into this view of a buffer (a Python number fills the view)."""
+    if not isinstance(value, UOp):
+      const = UOp.const(self.dtype, value, self.device)
+      value = const.reshape((1,) * len(self.shape)).expand(self.shape) if self.shape else const
+    if value.shape != self.shape: raise ValueError(f"store of shape {value.shape} into a view of shape {self.shape}")
+    return UOp(Ops.STORE, None, (self, value))
+
+  def after(self, *effects: UOp) -> UOp:
+    """AFTER(self, *effects): this buffer's value once the effects (STOREs) ran."""
+    return UOp(Ops.AFTER, self.dtype, (self, *effects))
+
   # ------------------------------------------------------------------ kernel-level helpers (index arithmetic)
   def __add__(self, x): return _binop(Ops.ADD, self, x)
   def __radd__(self, x): return _binop(Ops.ADD, x, self)

@@ -1,0 +1,97 @@
+"""The engine side of TinyJit: capture the LINEARs a function's realizes run, and replay them with new inputs.
+
+While `capturing()` is active, every realize also records the LINEAR it ran, bound to its real buffers. A
+`ReplayPlan` joins the captured LINEARs into one, compiles it once (queue devices: one set of command batches in
+which only the JIT's input buffers are patched per run; other devices: their kernels compiled up front) and runs it
+again with new input Buffers: no scheduling, no graph rewriting, no compiling.
+"""
+from __future__ import annotations
+import contextlib
+from typing import Any, Iterator, Sequence
+from tinycore.uop.ops import Ops, UOp
+
+_captured: list[list[UOp]] = []   # a stack: the LINEARs recorded by each active capture
+
+
+class JitError(RuntimeError):
+  """A call that a captured TinyJit cannot replay faithfully."""
+
+
+@contextlib.contextmanager
+def capturing() -> Iterator[list[UOp]]:
+  """Record the bound LINEAR of every realize in the block (appended to the yielded list, in run order)."""
+  linears: list[UOp] = []
+  _captured.append(linears)
+  try: yield linears
+  finally: _captured.pop()
+
+
+def is_capturing() -> bool: return bool(_captured)
+
+
+def record_linear(linear: UOp) -> None:
+  """Called by realize with each LINEAR it runs (a no-op unless capturing)."""
+  if _captured and linear.src: _captured[-1].append(linear)
+
+
+class ReplayStep:
+  """One call of the plan: what runs it and its buffers, where `inputs[i]` marks the JIT's i-th input (as a
+  (index, view) pair: view is None for the whole buffer, else (size, dtype, byte offset) of a BUFFER_VIEW)."""
+
+  def __init__(self, call: UOp, input_slots: dict[UOp, int]):
+    from tinycore.engine.buffers import buffer_of
+    from tinycore.hcq.runtime import call_is_hcq
+    self.callee = call.src[0]
+    self.kind = "batch" if call_is_hcq(call) else "copy" if self.callee.op is Ops.COPY else "kernel"
+    self.buffers: list[Any] = []
+    self.inputs: list[tuple[int, int, tuple | None]] = []   # (position, input index, view)
+    for pos, b in enumerate(call.src[1:]):
+      base = b.src[0] if b.op is Ops.BUFFER_VIEW else b
+      if base in input_slots:
+        self.inputs.append((pos, input_slots[base], (b.arg[0], b.dtype, b.arg[1]) if b is not base else None))
+        self.buffers.append(None)
+      else: self.buffers.append(buffer_of(b))
+    self.device = call.src[1].device
+    if self.kind == "kernel":
+      from tinycore.codegen import compile_kernel
+      self.kernel = compile_kernel(self.device, self.callee)
+
+  def bind(self, inputs: Sequence[Any]) -> list[Any]:
+    buffers = list(self.buffers)
+    for pos, index, view in self.inputs:
+      buffers[pos] = inputs[index] if view is None else inputs[index].view(view[0], view[1], view[2])
+    return buffers
+
+
+class ReplayPlan:
+  """The captured LINEARs as one compiled plan; `run(inputs)` replays it with these input Buffers."""
+
+  def __init__(self, linears: Sequence[UOp], input_uops: Sequence[UOp]):
+    from tinycore.hcq.runtime import compile_linear, uses_queues
+    linear = UOp(Ops.LINEAR, None, tuple(call for lin in linears for call in lin.src))
+    # queue devices: compiled once; only the input buffers' addresses are patched on each run
+    if any(uses_queues(call) for call in linear.src): linear = compile_linear(linear, input_uops=list(input_uops))
+    slots = {u: i for i, u in enumerate(input_uops)}
+    self.steps = [ReplayStep(call, slots) for call in linear.src]
+    self.kernel_count = sum(s.callee.arg.commands if s.kind == "batch" else 1 for s in self.steps)
+
+  def run(self, inputs: Sequence[Any]) -> None:
+    from tinycore.device.registry import Device
+    from tinycore.engine.copy import run_copy
+    from tinycore.engine.realize import GlobalCounters
+    from tinycore.hcq.device import is_hcq_device
+    from tinycore.hcq.runtime import wait_for_queues
+    written: dict[str, None] = {}
+    for step in self.steps:
+      buffers = step.bind(inputs)
+      if step.kind == "batch":
+        step.callee.arg.run(buffers)
+        continue
+      written[step.device] = None
+      if step.kind == "copy":
+        wait_for_queues()
+        run_copy(buffers[0], buffers[1])
+      else: step.kernel(*[b.ensure_allocated()._buf for b in buffers])
+    for device in written:
+      if not is_hcq_device(Device[device]): Device[device].synchronize()
+    GlobalCounters.kernel_count += self.kernel_count

@@ -1,0 +1,96 @@
+"""TinyJit: run a function of tensors eagerly once, capture the kernels and copies its second call runs, and from
+then on replay them with the new inputs (no Python graph work, no scheduling, no compiling).
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+      ...                               # tensor code; realize what must persist (an optimizer step does)
+      return loss.realize()
+
+The footguns are tinygrad's, and raise JitError where they can be detected: inputs are the Tensor arguments (other
+arguments and tensors the function reads from elsewhere are baked in at capture); every call must pass inputs of
+the captured shapes, dtypes and devices; the outputs must be Tensors (or a tuple/list of them, or None), and the
+returned tensors share their buffers with the next call's outputs; reading tensor data (`item`, `numpy`) or drawing
+random numbers inside the function would freeze those values into the replays.
+"""
+from __future__ import annotations
+from typing import Any, Callable, Generic, TypeVar
+from tinycore.engine.buffers import buffer_of
+from tinycore.engine.jit import JitError, ReplayPlan, capturing
+from tinycore.schedule.copies import has_buffer_identity
+from tinycore.tensor import Tensor
+
+ReturnType = TypeVar("ReturnType")
+__all__ = ["TinyJit", "JitError"]
+
+
+def _input_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
+  tensors = [a for a in args if isinstance(a, Tensor)] + [v for _, v in sorted(kwargs.items()) if isinstance(v, Tensor)]
+  if len({id(t) for t in tensors}) != len(tensors): raise JitError("the same tensor is passed twice to a TinyJit")
+  # inputs must be whole realized buffers: realize the ones that are not (a lazy value, a view)
+  lazy = [t for t in tensors if not has_buffer_identity(t.uop)]
+  if lazy: Tensor.realize(*lazy)
+  return tensors
+
+
+def _output_tensors(ret: Any) -> list[Tensor]:
+  if ret is None: return []
+  items = list(ret) if isinstance(ret, (tuple, list)) else [ret]
+  bad = [type(x).__name__ for x in items if not isinstance(x, Tensor)]
+  if bad: raise JitError(f"a TinyJit function must return Tensors (or a tuple/list of them, or None), got {bad}: "
+                         "other values would be frozen at capture")
+  return items
+
+
+class TinyJit(Generic[ReturnType]):
+  """Capture a function's kernels on its second call and replay them from the third on (the first call runs it
+  normally: it compiles the kernels and initializes lazy state). `reset()` forgets the capture."""
+
+  def __init__(self, fxn: Callable[..., ReturnType]):
+    self.fxn = fxn
+    self.reset()
+
+  def reset(self) -> None:
+    self.calls, self.plan = 0, None
+    self.signature: list[tuple] = []
+    self.outputs: list[Tensor] = []
+    self.ret: Any = None
+
+  def __get__(self, obj, objtype=None):  # a jitted method binds its instance, like a function does
+    return self if obj is None else (lambda *args, **kwargs: self(obj, *args, **kwargs))
+
+  def __call__(self, *args, **kwargs) -> ReturnType:
+    inputs = _input_tensors(args, kwargs)
+    self.calls += 1
+    if self.calls == 1: return self.fxn(*args, **kwargs)
+    if self.calls == 2:
+      try: return self._capture(inputs, args, kwargs)
+      except Exception:
+        self.calls = 1  # nothing was captured: the next call tries again
+        raise
+    return self._replay(inputs)
+
+  def _capture(self, inputs: list[Tensor], args: tuple, kwargs: dict) -> ReturnType:
+    input_uops = [t.uop.buffer_uop for t in inputs]
+    with capturing() as linears:
+      ret = self.fxn(*args, **kwargs)
+      self.outputs = _output_tensors(ret)
+      if self.outputs: Tensor.realize(*self.outputs)
+    self.plan = ReplayPlan(linears, input_uops)
+    self.signature = [(t.shape, t.dtype, t.device) for t in inputs]
+    self.output_uops = [t.uop for t in self.outputs]
+    self.ret = ret
+    return ret
+
+  def _replay(self, inputs: list[Tensor]) -> ReturnType:
+    signature = [(t.shape, t.dtype, t.device) for t in inputs]
+    if signature != self.signature:
+      raise JitError(f"TinyJit inputs changed: captured {self._describe(self.signature)}, got "
+                     f"{self._describe(signature)}; jit a function per input shape (or reset())")
+    self.plan.run([buffer_of(t.uop.buffer_uop) for t in inputs])
+    fresh = iter([Tensor(u) for u in self.output_uops])
+    if isinstance(self.ret, (tuple, list)): return type(self.ret)(next(fresh) for _ in self.ret)
+    return next(fresh) if self.outputs else None
+
+  @staticmethod
+  def _describe(signature: list[tuple]) -> str:
+    return ", ".join(f"{shape} {dtype.name} on {device}" for shape, dtype, device in signature) or "no tensors"
