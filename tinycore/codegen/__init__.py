@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.scalars import kernel_scalars
 from tinycore.codegen.optimize import optimize_kernel
 
 
@@ -18,6 +19,7 @@ class CompiledKernel:
     self.global_size, self.local_size = global_size, local_size
 
   def __call__(self, *handles: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    """Run with these buffer handles and scalar arguments (64-bit words, `tinycore.uop.scalars.scalar_word`)."""
     return self.program(*handles, global_size=self.global_size, local_size=self.local_size, vals=vals, wait=wait)
 
 
@@ -47,6 +49,8 @@ def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
                        "device with .to('CPU') first")
   check_dtypes(dev.renderer, sink, device)
   optimized = optimize_kernel(sink)
+  if kernel_scalars(optimized) != kernel_scalars(sink):
+    raise AssertionError("optimizing a kernel changed its scalar parameters: its CALL's arguments would not match")
   name = kernel_name(optimized)
   source = dev.renderer.render(name, optimized)
   CodegenStats.rendered += 1
