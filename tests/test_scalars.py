@@ -171,3 +171,11 @@ def test_schedule_linear_runs_with_its_values():
     out = xt * lr
     run_linear(out.schedule_linear())
     np.testing.assert_array_equal(out.numpy(), x * np.float32(lr))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scalars_reach_a_kernel_split_across_threads(device):
+  x = np.linspace(-3, 3, 1 << 17, dtype=np.float32)
+  xt = Tensor(x, device=device).realize()
+  for lr in (0.3, -1.7):
+    np.testing.assert_array_equal((xt * lr + 2.5).numpy(), x * np.float32(lr) + np.float32(2.5))

@@ -138,7 +138,7 @@ class CStyleRenderer:
     """A scalar parameter's value from its 64-bit word: an integer's value, or a float's bits in its format."""
     if not dtypes.is_float(dtype): return f"({self.value_type(dtype)})({word})"
     bits = {2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dtype.itemsize]
-    return self.bitcast(f"({self.value_type(bits)})({word})", bits, dtype)
+    return self.bitcast(word, bits, dtype)  # the bitcast narrows the word to the float's size first
 
   def store_value(self, expr: str, dtype: DType) -> str:
     if dtype is dtypes.float16: return f"tc_float_to_half({expr})"
