@@ -74,8 +74,11 @@ def test_kernel_and_schedule_do_not_depend_on_the_value():
 
 def test_values_whose_folding_matters_stay_literals():
   x = Tensor(np.arange(6, dtype=np.float32)).realize()
-  for out in (x * 1 + 0, x * -1, (x > 0).where(x, 0), x.maximum(-np.inf), Tensor.ones(6) + x):
-    assert all(not call_scalars(call) for call in out.schedule_linear().src)
+  xi = Tensor(np.arange(-6, 6, dtype=np.int32)).realize()
+  for out in (x * 1 + 0, x * -1, (x > 0).where(x, 0), x.maximum(-np.inf), Tensor.ones(6) + x, xi // 3, xi % 5,
+              xi << 2, xi >> 3):
+    assert all(not call_scalars(call) for call in out.schedule_linear().src)  # divisors and shift counts too
+  np.testing.assert_array_equal((xi // 3 + xi % 5).numpy(), np.arange(-6, 6) // 3 + np.arange(-6, 6) % 5)
   linear = (Tensor.arange(12).reshape(3, 4)[1:, ::2] * 5 + 7).schedule_linear()
   kernel = linear.src[0].src[0]
   # index math (from movement ops) is folded constants; only the two values are parameters

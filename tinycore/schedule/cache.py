@@ -12,7 +12,7 @@ import attrs
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import scalar_word
 from tinycore.schedule import create_schedule
-from tinycore.schedule.scalars import ScalarBindings, is_python_scalar, scalar_placeholder
+from tinycore.schedule.scalars import ScalarBindings, python_scalars, scalar_placeholder
 
 MAX_ENTRIES = 4096
 MAX_BAKED_VARIANTS = 64   # schedules kept per key for different values of baked-in scalars (oldest dropped first)
@@ -46,7 +46,7 @@ def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   sink = UOp(Ops.SINK, None, tuple(roots))
   nodes = sink.toposort()
   inputs = [n for n in nodes if n.op is Ops.BUFFER]
-  scalars = [n for n in nodes if is_python_scalar(n)]
+  scalars = python_scalars(nodes)
   placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
   scalar_slots = [scalar_placeholder(i, c) for i, c in enumerate(scalars)]
   key = sink.substitute(dict(zip(inputs, placeholders)) | dict(zip(scalars, scalar_slots)))

@@ -4,12 +4,13 @@ The schedule cache keys a realize by its graph with the Python scalars in it rep
 (`scalar_placeholder`), as it does with input buffers; lowering turns each placeholder into a scalar parameter of
 the kernel that reads it (`tinycore.uop.scalars`), and binding the cached schedule puts the value back in the CALL.
 Values whose folding matters stay literals: 0, 1 and -1 (identities and sign flips the simplifier removes), inf
-and nan (masks and reduction identities), and bools. A kernel takes at most MAX_KERNEL_ARGS arguments: scalars past
+and nan (masks and reduction identities), bools, and integer divisors and shift counts (`x // 4` compiles to a
+multiply and folds with index-like math; a shift count is checked when compiled). A kernel takes at most MAX_KERNEL_ARGS arguments: scalars past
 that are baked in as literals, and the schedule is cached per value of those (`ScalarBindings.baked`).
 """
 from __future__ import annotations
 import math
-from typing import Any
+from typing import Any, Iterable
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import kernel_scalars, scalar_bounds
@@ -25,6 +26,23 @@ def is_python_scalar(u: UOp) -> bool:
   if u.op is not Ops.CONST or not u.src or not (dtypes.is_float(u.dtype) or dtypes.is_int(u.dtype)): return False
   value = u.arg
   return value not in (0, 1, -1) and not (isinstance(value, float) and not math.isfinite(value))
+
+
+def python_scalars(nodes: Iterable[UOp]) -> list[UOp]:
+  """The Python scalars of a tensor graph (its nodes in order), each once: the constants that become kernel
+  arguments, less those used as divisors or shift counts."""
+  nodes = list(nodes)
+  steering = {_const_below(n.src[1]) for n in nodes if n.op in STEERING_OPS}
+  return [n for n in nodes if is_python_scalar(n) and n not in steering]
+
+
+STEERING_OPS = (Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR)  # ops whose second operand is kept a literal
+
+
+def _const_below(u: UOp) -> UOp:
+  """The node under the reshapes, expands and casts that broadcast a scalar."""
+  while u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.CAST): u = u.src[0]
+  return u
 
 
 def scalar_placeholder(i: int, const: UOp) -> UOp:
