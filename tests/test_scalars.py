@@ -182,3 +182,18 @@ def test_scalars_reach_a_kernel_split_across_threads(device):
   xt = Tensor(x, device=device).realize()
   for lr in (0.3, -1.7):
     np.testing.assert_array_equal((xt * lr + 2.5).numpy(), x * np.float32(lr) + np.float32(2.5))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sgd_step_with_a_schedule_of_learning_rates(device):
+  rng = np.random.default_rng(3)
+  w0, g = rng.standard_normal(50).astype(np.float32), rng.standard_normal(50).astype(np.float32)
+  w, gt = Tensor(w0.copy(), device=device).realize(), Tensor(g, device=device).realize()
+  ref = w0.copy()
+  for step in range(12):
+    lr = 0.5 * 0.9 ** step
+    w.assign(w - gt * lr).realize()
+    if step == 0: first = compiles()
+    ref = ref - g * np.float32(lr)
+  np.testing.assert_array_equal(w.numpy(), ref)
+  assert compiles() == first

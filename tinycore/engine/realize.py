@@ -24,7 +24,8 @@ class GlobalCounters:
 
 
 def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
-  """Execute each CALL of a LINEAR in order: kernels through their device's Program, copies through the copy path,
+  """Execute each CALL of a LINEAR in order: kernels through their device's Program (buffers, then the CALL's scalar
+  arguments as 64-bit words), copies through the copy path,
   and calls on queue devices (HCQ2) as compiled command batches that run while Python goes on. When it returns,
   every non-queue device it wrote to is synchronized (so a write to DISK is durable). `count=False` leaves
   GlobalCounters alone (runtime copies such as Buffer.copy_from)."""

@@ -5,8 +5,9 @@ The schedule cache keys a realize by its graph with the Python scalars in it rep
 the kernel that reads it (`tinycore.uop.scalars`), and binding the cached schedule puts the value back in the CALL.
 Values whose folding matters stay literals: 0, 1 and -1 (identities and sign flips the simplifier removes), inf
 and nan (masks and reduction identities), bools, and integer divisors and shift counts (`x // 4` compiles to a
-multiply and folds with index-like math; a shift count is checked when compiled). A kernel takes at most MAX_KERNEL_ARGS arguments: scalars past
-that are baked in as literals, and the schedule is cached per value of those (`ScalarBindings.baked`).
+multiply and folds with index-like math; a shift count is checked when compiled). A kernel takes at most
+MAX_KERNEL_ARGS arguments: scalars past that are baked in as literals, and the schedule is cached per value of those
+(`ScalarBindings.baked`).
 """
 from __future__ import annotations
 import math

@@ -10,6 +10,7 @@ from typing import Callable
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp, pretty
 from tinycore.uop.pattern import UPat
+from tinycore.uop.scalars import kernel_scalars
 
 Predicate = Callable[..., bool]
 
@@ -34,7 +35,9 @@ def _call_arguments(call: UOp) -> bool:
   """A CALL's arguments are buffers, then (for a kernel) scalars: values (CONST, BIND) or placeholders (DEFINE_VAR)."""
   kinds = [0 if a.op in (Ops.BUFFER, Ops.BUFFER_VIEW) else 1 if a.op in (Ops.CONST, Ops.BIND, Ops.DEFINE_VAR) else 2
            for a in call.src[1:]]
-  return kinds == sorted(kinds) and 2 not in kinds and (1 not in kinds or call.src[0].op is not Ops.COPY)
+  if kinds != sorted(kinds) or 2 in kinds: return False
+  if call.src[0].op is Ops.SINK: return kinds.count(1) == len(kernel_scalars(call.src[0]))  # one per parameter
+  return 1 not in kinds or call.src[0].op is Ops.PROGRAM
 
 
 def _same_shapes(x: UOp) -> bool: return len({s.shape for s in x.src if s.shape is not None}) <= 1
