@@ -143,6 +143,11 @@ def test_too_many_scalars_are_baked_in(device, monkeypatch):
     ref = np.float32(coeffs[0]) + x * np.float32(0.0)
     for c in coeffs[1:]: ref = ref * x + np.float32(c)
     np.testing.assert_array_equal(poly(coeffs).numpy(), ref)
+  hits, misses = ScheduleCacheStats.hits, ScheduleCacheStats.misses
+  poly([1.5, 2.25, 2.5, 3.5, -4.5, 6.5]).schedule_linear()          # the same baked values: the cached schedule
+  assert (ScheduleCacheStats.hits, ScheduleCacheStats.misses) == (hits + 1, misses)
+  poly([1.25, 2.75, 3.25, 4.25, -5.25, 7.25]).schedule_linear()     # other baked values: another schedule
+  assert ScheduleCacheStats.misses == misses + 1
 
 
 @pytest.mark.skipif(not _has("SIM"), reason="tests/hcq_sim not installed")

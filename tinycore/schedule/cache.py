@@ -8,25 +8,14 @@ A schedule whose kernels had to bake some scalars in as literals (`schedule.scal
 value of those scalars.
 """
 from __future__ import annotations
-import attrs
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import scalar_word
 from tinycore.schedule import create_schedule
 from tinycore.schedule.scalars import ScalarBindings, python_scalars, scalar_placeholder
 
 MAX_ENTRIES = 4096
-MAX_BAKED_VARIANTS = 64   # schedules kept per key for different values of baked-in scalars (oldest dropped first)
-
-
-@attrs.define
-class CacheEntry:
-  """The schedules of one key: `baked` are the placeholders its kernels bake in as literals (the same for every
-  build of the key); `templates` holds (template, fresh buffers) per value of those."""
-  baked: tuple[UOp, ...]
-  templates: dict[tuple, tuple[UOp, tuple[UOp, ...]]] = attrs.field(factory=dict)
-
-
-_cache: dict[UOp, CacheEntry] = {}
+_cache: dict[tuple, tuple[UOp, tuple[UOp, ...]]] = {}   # (key, values of its baked scalars) -> (template, fresh)
+_baked: dict[UOp, tuple[UOp, ...]] = {}  # key -> the placeholders its kernels bake in (the same for every build)
 
 
 class ScheduleCacheStats:
@@ -61,8 +50,7 @@ def _baked_values(baked: tuple[UOp, ...], values: dict[UOp, UOp]) -> tuple:
 
 
 def _cached(key: UOp, values: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, ...]]:
-  entry = _cache.get(key)
-  if entry is not None and (hit := entry.templates.get(_baked_values(entry.baked, values))) is not None:
+  if (hit := _cache.get((key, _baked_values(_baked.get(key, ()), values)))) is not None:
     ScheduleCacheStats.hits += 1
     return hit
   ScheduleCacheStats.misses += 1
@@ -71,11 +59,10 @@ def _cached(key: UOp, values: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, ...]]:
   keys, bound = tuple(becomes.keys()), tuple(becomes.values())
   template = UOp(Ops.SINK, None, (linear, UOp(Ops.SINK, None, keys), UOp(Ops.SINK, None, bound)))
   fresh = tuple(n for n in template.toposort() if n.op is Ops.BUFFER and n.src[0].arg > 0)
-  if entry is None:
-    if len(_cache) >= MAX_ENTRIES: _cache.pop(next(iter(_cache)))
-    entry = _cache[key] = CacheEntry(tuple(sorted(bindings.baked, key=lambda p: p.arg[0])))
-  if len(entry.templates) >= MAX_BAKED_VARIANTS: entry.templates.pop(next(iter(entry.templates)))
-  entry.templates[_baked_values(entry.baked, values)] = (template, fresh)
+  baked = _baked[key] = tuple(sorted(bindings.baked, key=lambda p: p.arg[0]))
+  if len(_baked) > MAX_ENTRIES: _baked.pop(next(iter(_baked)))
+  if len(_cache) >= MAX_ENTRIES: _cache.pop(next(iter(_cache)))
+  _cache[(key, _baked_values(baked, values))] = (template, fresh)
   return template, fresh
 
 
