@@ -14,6 +14,7 @@ from tinycore.device.registry import Device
 from tinycore.engine.buffers import buffer_of
 from tinycore.engine.realize import run_linear
 from tinycore.hcq.runtime import compile_linear
+from tinycore.uop.scalars import call_buffers
 from timing import median_time
 
 
@@ -30,7 +31,7 @@ def main() -> None:
   args = parser.parse_args()
   n, cpu = args.kernels, Device["CPU"]
   linear = chain(n).schedule_linear()
-  calls = [(compile_kernel("CPU", c.src[0]), [buffer_of(b).ensure_allocated()._buf for b in c.src[1:]])
+  calls = [(compile_kernel("CPU", c.src[0]), [buffer_of(b).ensure_allocated()._buf for b in call_buffers(c)])
            for c in linear.src]
 
   def direct():

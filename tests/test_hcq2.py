@@ -9,7 +9,7 @@ from tinycore import GlobalCounters, Tensor
 from tinycore.device.buffer import Buffer
 from tinycore.device.registry import Device
 from tinycore.dtype import dtypes
-from tinycore.engine.buffers import attach_buffer
+from tinycore.engine.buffers import attach_buffer, linear_buffers
 from tinycore.engine.realize import run_linear
 from tinycore.hcq import HCQTimeoutError, SignalWait, staging
 from tinycore.hcq.commands import InputAddress, Variable
@@ -94,8 +94,7 @@ def chain(device: str, n: int) -> tuple[Tensor, UOp, list[UOp]]:
   y = x
   for _ in range(n): y = (y + 1).contiguous()
   linear = y.schedule_linear()
-  inputs = list({b.src[0] if b.op is Ops.BUFFER_VIEW else b: None for c in linear.src for b in c.src[1:]})
-  return y, linear, inputs
+  return y, linear, linear_buffers(linear)
 
 
 @pytest.mark.parametrize("device", ["CPU", pytest.param("SIM", marks=needs_sim)])
@@ -153,8 +152,7 @@ def test_kernel_waits_for_a_copy_queue_write_and_the_reverse():
   b = (a * 2).contiguous()       # a kernel on SIM's compute queue reads a
   c = Tensor.empty(64, device="CPU").assign(b)  # the copy queue reads what the kernel wrote
   linear = c.schedule_linear()
-  inputs = list({bb.src[0] if bb.op is Ops.BUFFER_VIEW else bb: None for call in linear.src for bb in call.src[1:]})
-  compiled = compile_linear(linear, input_uops=inputs)
+  compiled = compile_linear(linear, input_uops=linear_buffers(linear))
   batch = next(call.src[0].arg for call in compiled.src if call_is_hcq(call))
   plan = batch.plan
   compute_waits = [cmd for cmd in plan[(Device["SIM"], "compute")] if isinstance(cmd, SignalWait)]

@@ -10,6 +10,7 @@ import pathlib
 from typing import Any
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.scalars import kernel_scalars
 from tinycore.codegen.optimize import optimize_kernel
 
 
@@ -21,6 +22,7 @@ class CompiledKernel:
     self.global_size, self.local_size = global_size, local_size
 
   def __call__(self, *handles: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    """Run with these buffer handles and scalar arguments (64-bit words, `tinycore.uop.scalars.scalar_word`)."""
     return self.program(*handles, global_size=self.global_size, local_size=self.local_size, vals=vals, wait=wait)
 
 
@@ -52,6 +54,8 @@ def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
                        "device first, e.g. .to(Device.DEFAULT)")
   check_dtypes(dev.renderer, sink, device)
   optimized = optimize_kernel(sink)
+  if kernel_scalars(optimized) != kernel_scalars(sink):
+    raise AssertionError("optimizing a kernel changed its scalar parameters: its CALL's arguments would not match")
   name = kernel_name(optimized)
   rendered = dev.renderer.render(name, optimized)
   source = rendered.source

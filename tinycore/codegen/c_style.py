@@ -13,6 +13,7 @@ import attrs
 from tinycore.dtype import DType, dtypes, ALL
 from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
 from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop, linearize, value_sources
+from tinycore.uop.scalars import kernel_scalars
 
 HALF_HELPERS = r"""
 static inline float tc_half_to_float(unsigned short h) {
@@ -66,7 +67,8 @@ class RenderedKernel:
 
 
 class CStyleRenderer:
-  """Renders a kernel SINK as one C function `void name(T* restrict data0, ..., long long var0, ...)`.
+  """Renders a kernel SINK as one C function `void name(T* restrict data0, ..., long long var0, ...)`: the buffers,
+  then the scalar parameters as 64-bit words (`tinycore.uop.scalars`), then any `extra_params`.
 
   A renderer holds configuration only: `render` linearizes the kernel once and writes it on a private copy of the
   renderer (the `_`-prefixed attributes are that one kernel's names and arrays), so renders never share state."""
@@ -145,6 +147,12 @@ class CStyleRenderer:
     if dtype is dtypes.bfloat16: return f"tc_bf16_to_float({buffer}[{offset}])"
     return f"{buffer}[{offset}]"
 
+  def scalar_parameter(self, word: str, dtype: DType) -> str:
+    """A scalar parameter's value from its 64-bit word: an integer's value, or a float's bits in its format."""
+    if not dtypes.is_float(dtype): return f"({self.value_type(dtype)})({word})"
+    bits = {2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dtype.itemsize]
+    return self.bitcast(word, bits, dtype)  # the bitcast narrows the word to the float's size first
+
   def store_value(self, expr: str, dtype: DType) -> str:
     if dtype is dtypes.float16: return f"tc_float_to_half({expr})"
     if dtype is dtypes.bfloat16: return f"tc_float_to_bf16({expr})"
@@ -197,12 +205,13 @@ class CStyleRenderer:
     return [] if any(u.reduce in self._vector for u in updates) else updates
 
   # ------------------------------------------------------------------ the function
-  def signature(self, name: str, params: list[UOp], written: set[int]) -> str:
+  def signature(self, name: str, params: list[UOp], written: set[int], scalars: list[UOp] | None = None) -> str:
     args = []
     for p in params:
       const = "" if p.arg in written else "const "
       args.append(f"{self.buffer_qualifier}{' ' if self.buffer_qualifier else ''}{const}{self.storage_type(p.dtype)}* "
                   f"{self.restrict} data{p.arg}")
+    args.extend(f"{self.value_type(dtypes.int64)} var{i}" for i in range(len(scalars or ())))
     args.extend(self.extra_params())
     return f"{self.kernel_qualifier}{' ' if self.kernel_qualifier else ''}void {name}({', '.join(args)})"
 
@@ -261,7 +270,9 @@ class CStyleRenderer:
     parallel = self.parallel_loops(kernel) if self.global_dims else []
     self._grid_dims = {id(loop): len(parallel) - 1 - i for i, loop in enumerate(parallel)}
     self._prepare_upcast(kernel)
-    lines = [self.signature(name, kernel.params, written) + " {"]
+    scalars = kernel_scalars(sink)
+    self._scalar_words = {u: f"var{i}" for i, u in enumerate(scalars)}
+    lines = [self.signature(name, kernel.params, written, scalars) + " {"]
     self._emit_block(kernel.body, lines, 1)
     lines.append("}")
     needs_half = any(p.dtype in (dtypes.float16, dtypes.bfloat16) for p in sink.toposort())
@@ -406,6 +417,7 @@ class CStyleRenderer:
       if gate: expr = f"({gate} ? {expr} : {self.literal(0, u.dtype)})"
     elif u.op is Ops.CAST: expr = self.cast(self._name(u.src[0]), u.src[0].dtype, u.dtype)
     elif u.op is Ops.BITCAST: expr = self.bitcast(self._name(u.src[0]), u.src[0].dtype, u.dtype)
+    elif u.op is Ops.DEFINE_VAR: expr = self.scalar_parameter(self._scalar_words[u], u.dtype)
     elif u.op in GroupOp.ALU: expr = self.alu(u, [self._name(s) for s in u.src])
     else: raise NotImplementedError(f"the C renderer cannot render {u.op}")
     name = self._names[u] = self._fresh("v")

@@ -41,8 +41,9 @@ class Compiler:
 
 
 class Program(Protocol):
-  """A loaded kernel. Called with the buffers' device handles (destination first) and the symbolic variable values;
-  `wait=True` blocks until it finished and returns the elapsed seconds."""
+  """A loaded kernel. Called with the buffers' device handles (destination first) and its scalar arguments `vals`, each
+  a 64-bit word (`tinycore.uop.scalars.scalar_word`); `wait=True` blocks until it finished and returns the elapsed
+  seconds."""
   def __call__(self, *bufs: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] = (1, 1, 1),
                vals: Sequence[int] = (), wait: bool = False) -> float | None: ...
 

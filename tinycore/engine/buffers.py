@@ -3,6 +3,7 @@ from __future__ import annotations
 import weakref
 from tinycore.device.buffer import Buffer
 from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.scalars import call_buffers
 
 # keyed weakly: a buffer lives as long as some graph (a tensor) still names it
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
@@ -28,7 +29,7 @@ def linear_buffers(linear: UOp) -> list[UOp]:
   """The distinct BUFFERs a LINEAR's calls use (a BUFFER_VIEW counts as its buffer), in order of first use."""
   seen: dict[UOp, None] = {}
   for call in linear.src:
-    for b in call.src[1:]: seen[b.src[0] if b.op is Ops.BUFFER_VIEW else b] = None
+    for b in call_buffers(call): seen[b.src[0] if b.op is Ops.BUFFER_VIEW else b] = None
   return list(seen)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 from typing import TYPE_CHECKING
 from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 from tinycore.engine.buffers import buffer_of, linear_buffers
 from tinycore.engine.jit import is_capturing, record_linear
 from tinycore.schedule.cache import cached_schedule, schedule_template
@@ -24,7 +25,8 @@ class GlobalCounters:
 
 
 def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
-  """Execute each CALL of a LINEAR in order: kernels through their device's Program, copies through the copy path,
+  """Execute each CALL of a LINEAR in order: kernels through their device's Program (buffers, then the CALL's scalar
+  arguments as 64-bit words), copies through the copy path,
   and calls on queue devices (HCQ2) as compiled command batches that run while Python goes on. When it returns,
   every non-queue device it wrote to is synchronized (so a write to DISK is durable). `count=False` leaves
   GlobalCounters alone (runtime copies such as Buffer.copy_from)."""
@@ -37,10 +39,10 @@ def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
     linear = compile_linear(linear, input_uops=linear_buffers(linear))
   written: dict[str, None] = {}
   for call in linear.src:
-    callee, buffer_uops = call.src[0], call.src[1:]
+    callee, buffer_uops, scalars = call.src[0], call_buffers(call), call_scalars(call)
     buffers = [buffer_of(b) for b in buffer_uops]
     if call_is_hcq(call):
-      callee.arg.run(buffers)
+      callee.arg.run(buffers, callee.arg.scalar_values(scalars))
       if count: GlobalCounters.kernel_count += callee.arg.commands
       continue
     written[buffer_uops[0].device] = None
@@ -51,7 +53,8 @@ def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
     elif callee.op is Ops.SINK:
       kernel = compile_kernel(buffers[0].device, callee)
       handles = [b.ensure_allocated()._buf for b in buffers]
-      elapsed = kernel(*handles, wait=wait)
+      words = tuple(scalar_word(scalar_value(s), s.dtype) for s in scalars)
+      elapsed = kernel(*handles, vals=words, wait=wait)
       if elapsed and count: GlobalCounters.time_sum_s += elapsed
     else: raise RuntimeError(f"cannot run a call to {callee.op}")
     if count: GlobalCounters.kernel_count += 1

@@ -19,7 +19,8 @@ class InputAddress:
 
 @attrs.frozen
 class Variable:
-  """The value of a symbolic variable, written at run time."""
+  """The value of a variable (a kernel's scalar parameter, see `tinycore.uop.scalars`), written at run time as one
+  64-bit word."""
   name: str
 
 
@@ -28,7 +29,8 @@ Value = Union[int, InputAddress, Variable]
 
 @attrs.frozen
 class Exec:
-  """Run `program` (a compiled kernel) with buffer addresses `buffers` and integer `vals`."""
+  """Run `program` (a compiled kernel) with buffer addresses `buffers` and its scalar parameters `vals` (64-bit
+  words), passed after the buffers."""
   program: Any
   buffers: tuple[Value, ...]
   vals: tuple[Value, ...] = ()

@@ -6,7 +6,8 @@ one encoded command buffer per (device, queue). Dependencies are tracked by buff
 reads what another queue wrote (or writes what another queue read or wrote) waits for that queue's signal to reach
 the producer's sequence number; only the latest edge per producer queue is kept, and a producer stores its
 sequence number only if someone waits on it. Buffer addresses are patched in at run time, so one compiled batch
-serves every call with new buffers of the same shapes.
+serves every call with new buffers of the same shapes. Kernels' scalar arguments (Python scalars, see
+`tinycore.uop.scalars`) are patched in the same way: a new learning rate replays the batch with one new word.
 """
 from __future__ import annotations
 import itertools
@@ -14,7 +15,8 @@ from typing import Any, Sequence
 import attrs
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
-from tinycore.hcq.commands import Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Value
+from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
+from tinycore.hcq.commands import Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Value, Variable
 from tinycore.hcq.device import Encoded, HCQDevice, is_hcq_device
 from tinycore.hcq.signal import Signal, signal_pool
 from tinycore.hcq import staging
@@ -116,8 +118,10 @@ class Ordering:
   last_seq: dict[Queue, int]
 
 
-def place_call(call: UOp, slots: Sequence[UOp], slot_of: dict[UOp, int], baked: frozenset[int]) -> PlacedCommand:
-  """A queue call as an Exec or Copy on its queue; a baked slot's address is written now, others are patched."""
+def place_call(call: UOp, slots: Sequence[UOp], slot_of: dict[UOp, int], baked: frozenset[int],
+               scalar_names: dict[UOp, str]) -> PlacedCommand:
+  """A queue call as an Exec or Copy on its queue; a baked slot's address is written now, others are patched, and
+  each scalar argument is the run-time variable named in `scalar_names`."""
   from tinycore.codegen import compile_kernel
   from tinycore.engine.buffers import buffer_of
   queue = queue_of(call)
@@ -130,11 +134,12 @@ def place_call(call: UOp, slots: Sequence[UOp], slot_of: dict[UOp, int], baked: 
     if slot in baked: return dev.device_address(buffer_of(slots[slot]).ensure_allocated()) + offset
     return InputAddress(slot, dev.device, offset)
 
-  buffers = call.src[1:]
+  buffers = call_buffers(call)
   accesses = tuple(Access(*_base_and_range(b), i == 0) for i, b in enumerate(buffers))
   if call.src[0].op is Ops.SINK:
     kernel = compile_kernel(buffers[0].device, call.src[0])
-    command: Command = Exec(kernel, tuple(value(b) for b in buffers), (), kernel.global_size, kernel.local_size)
+    vals = tuple(Variable(scalar_names[s]) for s in call_scalars(call))
+    command: Command = Exec(kernel, tuple(value(b) for b in buffers), vals, kernel.global_size, kernel.local_size)
   else:
     command = Copy(value(buffers[0]), value(buffers[1]), accesses[0].end - accesses[0].start)
   return PlacedCommand(queue, command, accesses)
@@ -176,12 +181,17 @@ def queue_commands(placed: Sequence[PlacedCommand], ordering: Ordering,
 
 class CompiledBatch:
   """Command buffers for a run of queue calls. `slots` are the buffers, by the CALL's argument order; slots in
-  `baked` had their addresses written at compile time, the rest are patched in on every run."""
+  `baked` had their addresses written at compile time, the rest are patched in on every run. `scalars` are the
+  kernels' scalar arguments (the CALL's arguments after the buffers): each is patched in on every run as the
+  variable `scalar<i>`."""
 
-  def __init__(self, calls: Sequence[UOp], slots: Sequence[UOp], baked: frozenset[int] = frozenset()):
+  def __init__(self, calls: Sequence[UOp], slots: Sequence[UOp], baked: frozenset[int] = frozenset(),
+               scalars: Sequence[UOp] = ()):
     self.slot_count = len(slots)
     slot_of = {s: i for i, s in enumerate(slots)}
-    placed = [place_call(call, slots, slot_of, baked) for call in calls]
+    self.scalar_names = [f"scalar{i}" for i in range(len(scalars))]
+    scalar_names = dict(zip(scalars, self.scalar_names))
+    placed = [place_call(call, slots, slot_of, baked, scalar_names) for call in calls]
     self.devices: list[HCQDevice] = list(dict.fromkeys(item.queue[0] for item in placed))
     self.queues: list[Queue] = list(dict.fromkeys(item.queue for item in placed))
     self.commands = len(placed)
@@ -198,8 +208,12 @@ class CompiledBatch:
       {q: q[0].queues[q[1]].encode(cmds) for q, cmds in plan.items()} for plan in plans]
     self.patches = [ref for enc in self.encoded[0].values() for _, ref in enc.patches]
 
+  def scalar_values(self, scalars: Sequence[UOp]) -> dict[str, int]:
+    """The variable values (64-bit words) of a run whose CALL passes these scalar arguments."""
+    return {name: scalar_word(scalar_value(s), s.dtype) for name, s in zip(self.scalar_names, scalars)}
+
   def run(self, buffers: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
-    """Submit the batch with these buffers (by slot) and variable values."""
+    """Submit the batch with these buffers (by slot) and variable values (64-bit words, by name)."""
     which = next(self.next_set) % SIGNAL_SETS
     signals, encoded = self.signal_sets[which], self.encoded[which]
     # host fence: the last run that used this signal set must be done before its signals are reset
@@ -278,7 +292,7 @@ def cached_template(template: UOp, placeholders: Sequence[UOp], profile: bool) -
 def compile_settings(linear: UOp) -> tuple:
   """What else a compiled batch depends on: the devices' host_devs and the staging ring (a staged copy bakes the
   ring's address and chunking)."""
-  devices = sorted({b.device for call in linear.src for b in call.src[1:]})
+  devices = sorted({b.device for call in linear.src for b in call_buffers(call)})
   host_devs = tuple(getattr(_device(d), "host_devs", None) for d in devices)
   return host_devs, staging.STAGING_SIZE, staging.STAGING_SLOTS, staging._staging
 
@@ -286,14 +300,18 @@ def compile_settings(linear: UOp) -> tuple:
 def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile: bool = False) -> UOp:
   """A LINEAR whose queue calls are grouped into compiled batches. `input_uops` (eager use) are the buffers whose
   addresses are patched in at every run; None (JIT use) bakes every address. Compiling a compiled LINEAR returns
-  it unchanged; small eager schedules are cached as templates keyed by their buffer-free form."""
+  it unchanged; small eager schedules are cached as templates keyed by their buffer-free and value-free form."""
   from tinycore.schedule.cache import buffer_placeholder
+  from tinycore.schedule.scalars import scalar_placeholder
   if any(call_is_hcq(call) for call in linear.src): return linear
   if input_uops is not None and len(linear.src) <= MAX_CACHED_CALLS:
     inputs = list(input_uops)
     placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
-    template = cached_template(linear.substitute(dict(zip(inputs, placeholders))), placeholders, profile)
-    return template.substitute(dict(zip(placeholders, inputs)))
+    values = list(dict.fromkeys(s for call in linear.src for s in call_scalars(call) if s.op is Ops.CONST))
+    scalar_slots = [scalar_placeholder(i, v) for i, v in enumerate(values)]
+    binding = dict(zip(placeholders, inputs)) | dict(zip(scalar_slots, values))
+    template = cached_template(linear.substitute({v: k for k, v in binding.items()}), placeholders, profile)
+    return template.substitute(binding)
   return _compile(linear, list(input_uops) if input_uops is not None else [])
 
 
@@ -311,8 +329,9 @@ def _compile(linear: UOp, inputs: Sequence[UOp]) -> UOp:
     slots = linear_buffers(UOp(Ops.LINEAR, None, tuple(batch)))
     input_set = set(inputs)
     baked = frozenset(i for i, s in enumerate(slots) if s not in input_set)
-    compiled = CompiledBatch(batch, slots, baked)
-    out.append(UOp(Ops.CALL, None, (UOp(Ops.PROGRAM, None, (), compiled), *slots)))
+    scalars = list(dict.fromkeys(s for call in batch for s in call_scalars(call)))
+    compiled = CompiledBatch(batch, slots, baked, scalars)
+    out.append(UOp(Ops.CALL, None, (UOp(Ops.PROGRAM, None, (), compiled), *slots, *scalars)))
     batch.clear()
 
   for call in expanded:

@@ -1,6 +1,6 @@
 """The scheduler: a lazy tensor graph -> LINEAR of CALLs (kernels and copies) plus how live tensors rebind.
 
-    create_schedule(roots) -> (LINEAR(CALL(SINK kernel | COPY, dst, *srcs), ...), becomes)
+    create_schedule(roots) -> (LINEAR(CALL(SINK kernel | COPY, dst, *srcs, *scalars), ...), becomes)
 
 `becomes` maps every realized node to the buffer view that now holds it, so no tensor recomputes it.
 """
@@ -9,6 +9,7 @@ from tinycore.uop.ops import Ops, UOp, prod
 from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
 from tinycore.schedule.context import ScheduleContext
+from tinycore.schedule.scalars import ScalarBindings, bind_kernel_scalars
 from tinycore.schedule.rangeify import KernelBuilder, NeedsRealize, build_store_kernel, build_value_kernel
 from tinycore.uop.spec import check_spec, spec_enabled
 from tinycore.schedule.copies import (contiguous_region, has_buffer_identity, is_storage_only, lower_copies,
@@ -74,10 +75,10 @@ def build_jobs(ctx: ScheduleContext) -> list[Job]:
           continue
         kb = build_store_kernel(ctx, effect, ctx.buffer_for(node))
         check_store_hazard(kb, effect)
-        jobs.append(Job(node, kernel_call(kb), kb.reads, after_prev=node.src[0]))
+        jobs.append(Job(node, kernel_call(kb, ctx.scalars), kb.reads, after_prev=node.src[0]))
       continue
     kb = build_value_kernel(ctx, node, ctx.buffer_for(node))
-    jobs.append(Job(node, kernel_call(kb), kb.reads))
+    jobs.append(Job(node, kernel_call(kb, ctx.scalars), kb.reads))
   return jobs
 
 
@@ -107,16 +108,20 @@ def check_store_hazard(kb: KernelBuilder, store: UOp) -> None:
       raise NeedsRealize(store.src[1], "the stored value reads its own destination at other addresses")
 
 
-def kernel_call(kb: KernelBuilder) -> UOp:
-  """CALL(kernel, *buffers). Simplification can remove every load of a buffer (the empty side of a cat): such
-  buffers leave the call and the remaining parameters are renumbered, so slots and buffers always line up."""
+def kernel_call(kb: KernelBuilder, scalars: ScalarBindings) -> UOp:
+  """CALL(kernel, *buffers, *scalars). Simplification can remove every load of a buffer (the empty side of a cat):
+  such buffers leave the call and the remaining parameters are renumbered, so slots and buffers always line up.
+  The scalars are the placeholders of the Python scalars the kernel takes as arguments."""
   sink = graph_rewrite(kb.sink, symbolic)
   used = sorted({u.arg for u in sink.toposort() if u.op is Ops.PARAM})
+  buffers = kb.buffers
   if used != list(range(len(kb.buffers))):
     renumber = {UOp(Ops.PARAM, kb.buffers[slot].dtype, (), slot): UOp(Ops.PARAM, kb.buffers[slot].dtype, (), i)
                 for i, slot in enumerate(used)}
-    return UOp(Ops.CALL, None, (sink.substitute(renumber), *[kb.buffers[slot] for slot in used]))
-  return UOp(Ops.CALL, None, (sink, *kb.buffers))
+    sink, buffers = sink.substitute(renumber), [kb.buffers[slot] for slot in used]
+  bound, placeholders = bind_kernel_scalars(sink, kb.scalar_sources, len(buffers), scalars)
+  if bound is not sink: sink = graph_rewrite(bound, symbolic)  # baked-in literals may fold
+  return UOp(Ops.CALL, None, (sink, *buffers, *placeholders))
 
 
 def order_jobs(ctx: ScheduleContext, jobs: list[Job]) -> list[Job]:
@@ -160,17 +165,20 @@ def order_jobs(ctx: ScheduleContext, jobs: list[Job]) -> list[Job]:
   return order
 
 
-def create_schedule(original_roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
+def create_schedule(original_roots: list[UOp], scalars: ScalarBindings | None = None) -> tuple[UOp, dict[UOp, UOp]]:
+  """Schedule the roots. Python scalars replaced by placeholders (the schedule cache does that) become kernel
+  arguments; `scalars` holds their values in case a kernel has too many arguments and bakes some in."""
   original = UOp(Ops.SINK, None, tuple(original_roots))
   if spec_enabled(): check_spec(original, "tensor")
   lowered = lower_copies(original)
   sink = lowered[original]
   roots = list(sink.src)
   graph = sink.toposort()
-  ctx = ScheduleContext()
+  ctx = ScheduleContext(scalars)
   mark_realized(ctx, roots, graph)
   for _ in range(1000):
     try:
+      ctx.scalars.baked.clear()  # what an abandoned attempt baked in does not count
       jobs = build_jobs(ctx)
       break
     except NeedsRealize as e:

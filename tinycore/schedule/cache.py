@@ -1,16 +1,24 @@
 """The schedule cache: a realize whose graph has the same shape as an earlier one reuses that schedule.
 
-The key is the graph with its input buffers replaced by numbered placeholders (the graph's shape); the value is
-the schedule built for that key. A hit binds the placeholders to this call's buffers and gives every buffer the
-schedule creates fresh storage, so scheduling work is done once per graph shape.
+The key is the graph with its input buffers and its Python scalars replaced by numbered placeholders (the graph's
+shape); the value is the schedule built for that key. A hit binds the placeholders to this call's buffers and
+scalar values and gives every buffer the schedule creates fresh storage, so scheduling work is done once per graph
+shape, and a new scalar value (a learning rate per step) is a new kernel argument, not a new schedule or program.
+A schedule whose kernels had to bake some scalars in as literals (`schedule.scalars.MAX_KERNEL_ARGS`) is kept per
+value of those scalars.
 """
 from __future__ import annotations
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.scalars import scalar_word
 from tinycore.schedule import create_schedule
+from tinycore.schedule.scalars import ScalarBindings, python_scalars, scalar_placeholder
 
 MAX_ENTRIES = 4096
+# (key, values of its baked scalars) -> (template, fresh buffers)
 schedules: BoundedCache[tuple[UOp, tuple[UOp, ...]]] = BoundedCache("schedule templates by graph shape", MAX_ENTRIES)
+# key -> the scalar placeholders its kernels bake in as literals (the same for every build of that key)
+baked_scalars: BoundedCache[tuple[UOp, ...]] = BoundedCache("baked scalars by graph shape", MAX_ENTRIES)
 
 
 class ScheduleCacheStats:
@@ -25,27 +33,41 @@ def buffer_placeholder(i: int, buf: UOp) -> UOp:
 
 def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   """The cached schedule for these roots' graph shape, as SINK(linear, SINK(*realized), SINK(*their buffers)) over
-  placeholder buffers, and the mapping that binds it to this call: placeholders to the graph's buffers, and every
-  buffer the schedule creates to fresh storage."""
+  placeholder buffers and scalars, and the mapping that binds it to this call: placeholders to the graph's buffers
+  and scalars (CONSTs), and every buffer the schedule creates to fresh storage."""
   sink = UOp(Ops.SINK, None, tuple(roots))
-  inputs = [n for n in sink.toposort() if n.op is Ops.BUFFER]
+  nodes = sink.toposort()
+  inputs = [n for n in nodes if n.op is Ops.BUFFER]
+  scalars = python_scalars(nodes)
   placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
-  key = sink.substitute(dict(zip(inputs, placeholders)))
-  entry = schedules.get(key)
-  if entry is None:
-    ScheduleCacheStats.misses += 1
-    linear, becomes = create_schedule(list(key.src))
-    keys, values = tuple(becomes.keys()), tuple(becomes.values())
-    template = UOp(Ops.SINK, None, (linear, UOp(Ops.SINK, None, keys), UOp(Ops.SINK, None, values)))
-    fresh = tuple(n for n in template.toposort() if n.op is Ops.BUFFER and n.src[0].arg > 0)
-    entry = schedules.put(key, (template, fresh))
-  else: ScheduleCacheStats.hits += 1
-  template, fresh = entry
-  return template, dict(zip(placeholders, inputs)) | {f: UOp.new_buffer(f.device, f.arg, f.dtype) for f in fresh}
+  scalar_slots = [scalar_placeholder(i, c) for i, c in enumerate(scalars)]
+  key = sink.substitute(dict(zip(inputs, placeholders)) | dict(zip(scalars, scalar_slots)))
+  values = dict(zip(scalar_slots, scalars))
+  template, fresh = _cached(key, values)
+  return template, (dict(zip(placeholders, inputs)) | values |
+                    {f: UOp.new_buffer(f.device, f.arg, f.dtype) for f in fresh})
+
+
+def _baked_values(baked: tuple[UOp, ...], values: dict[UOp, UOp]) -> tuple:
+  return tuple(scalar_word(values[p].arg, p.dtype) for p in baked)
+
+
+def _cached(key: UOp, values: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, ...]]:
+  if (hit := schedules.get((key, _baked_values(baked_scalars.get(key) or (), values)))) is not None:
+    ScheduleCacheStats.hits += 1
+    return hit
+  ScheduleCacheStats.misses += 1
+  bindings = ScalarBindings(values)
+  linear, becomes = create_schedule(list(key.src), bindings)
+  keys, bound = tuple(becomes.keys()), tuple(becomes.values())
+  template = UOp(Ops.SINK, None, (linear, UOp(Ops.SINK, None, keys), UOp(Ops.SINK, None, bound)))
+  fresh = tuple(n for n in template.toposort() if n.op is Ops.BUFFER and n.src[0].arg > 0)
+  baked = baked_scalars.put(key, tuple(sorted(bindings.baked, key=lambda p: p.arg[0])))
+  return schedules.put((key, _baked_values(baked, values)), (template, fresh))
 
 
 def cached_schedule(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
-  """(LINEAR, becomes) for these roots, from the schedule cache, bound to their buffers."""
+  """(LINEAR, becomes) for these roots, from the schedule cache, bound to their buffers and scalar values."""
   template, mapping = schedule_template(roots)
   linear, keys, values = template.substitute(mapping).src
   return linear, dict(zip(keys.src, values.src))

@@ -1,10 +1,12 @@
 """What the scheduler knows about one realize: which nodes get buffers, and which buffer each one gets."""
 from __future__ import annotations
 from tinycore.uop.ops import Ops, UOp, prod
+from tinycore.schedule.scalars import ScalarBindings
 
 
 class ScheduleContext:
-  def __init__(self) -> None:
+  def __init__(self, scalars: ScalarBindings | None = None) -> None:
+    self.scalars = scalars if scalars is not None else ScalarBindings()  # the Python scalars' placeholders
     self.realized: dict[UOp, None] = {}      # nodes materialized into a buffer of their own (ordered set)
     self.buffers: dict[UOp, UOp] = {}        # realized node -> the BUFFER uop that holds it
     self.reduce_owner: dict[UOp, UOp] = {}   # fused reduce -> the kernel (by its owner node) computing it

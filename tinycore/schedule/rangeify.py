@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.schedule.indexing import Index, and_valid, const_index, flat_index, source_index
+from tinycore.schedule.scalars import kernel_parameter
 
 if TYPE_CHECKING:
   from tinycore.schedule.context import ScheduleContext
@@ -32,6 +33,7 @@ class KernelBuilder:
   def __init__(self, ctx: ScheduleContext, owner: UOp):
     self.ctx, self.owner = ctx, owner
     self.buffers: list[UOp] = []          # BUFFER uops, by param slot
+    self.scalar_sources: dict[UOp, UOp] = {}  # scalar parameter (kernel DEFINE_VAR) -> the placeholder it reads
     self.reads: list[UOp] = []            # the value nodes this kernel loads (for ordering)
     self.output_ranges: list[UOp] = []
     self.range_count = 0
@@ -42,6 +44,12 @@ class KernelBuilder:
   def param(self, buf: UOp) -> UOp:
     if buf not in self.buffers: self.buffers.append(buf)
     return UOp(Ops.PARAM, buf.dtype, (), self.buffers.index(buf))
+
+  def scalar(self, placeholder: UOp) -> UOp:
+    """A Python scalar's placeholder read in this kernel: a scalar parameter."""
+    param = kernel_parameter(placeholder)
+    self.scalar_sources[param] = placeholder
+    return param
 
   def new_range(self, size: int, kind: str) -> UOp:
     if size == 1: return const_index(0)
@@ -70,6 +78,7 @@ class KernelBuilder:
       inner = self.lower(u.src[0], src_idx, and_valid(valid, cond))
       return inner if cond is None else UOp(Ops.WHERE, u.dtype, (cond, inner, UOp.const(u.dtype, 0)))
     if op is Ops.CONST: return UOp.const(u.dtype, u.arg)
+    if op is Ops.DEFINE_VAR: return self.scalar(u)
     if op is Ops.ARANGE: return idx[0].cast(u.dtype)
     if op in (Ops.CONTIGUOUS, Ops.DETACH): return self.lower(u.src[0], idx, valid)
     if op is Ops.REDUCE_AXIS: return self.lower_reduce(u, idx, valid)

@@ -302,7 +302,7 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
   op = u.op
   if op is Ops.BUFFER: return (u.arg,)
   if op is Ops.BUFFER_VIEW: return (u.arg[0],)
-  if op is Ops.CONST: return () if u.src else None
+  if op in (Ops.CONST, Ops.DEFINE_VAR): return () if u.src else None  # a scalar on a device (tensor level)
   if op is Ops.ARANGE: return (u.arg,)
   if op in (Ops.RESHAPE, Ops.EXPAND): return tuple(u.arg)
   if op is Ops.PERMUTE:

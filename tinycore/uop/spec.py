@@ -10,6 +10,7 @@ from typing import Callable
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp, pretty
 from tinycore.uop.pattern import UPat
+from tinycore.uop.scalars import kernel_scalars
 
 Predicate = Callable[..., bool]
 
@@ -23,6 +24,20 @@ def _same_dtype_alu(x: UOp) -> bool:
   if x.op is Ops.WHERE: return x.src[0].dtype is dtypes.bool and x.src[1].dtype is x.dtype and x.src[2].dtype is x.dtype
   if x.op in (Ops.SHL, Ops.SHR): return x.src[0].dtype is x.dtype
   return all(s.dtype is x.dtype for s in x.src)
+
+
+def _is_variable(x: UOp) -> bool:
+  """A DEFINE_VAR names a scalar: arg (name, min, max) and a dtype."""
+  return x.dtype is not None and isinstance(x.arg, tuple) and len(x.arg) == 3 and isinstance(x.arg[0], str)
+
+
+def _call_arguments(call: UOp) -> bool:
+  """A CALL's arguments are buffers, then (for a kernel) scalars: values (CONST, BIND) or placeholders (DEFINE_VAR)."""
+  kinds = [0 if a.op in (Ops.BUFFER, Ops.BUFFER_VIEW) else 1 if a.op in (Ops.CONST, Ops.BIND, Ops.DEFINE_VAR) else 2
+           for a in call.src[1:]]
+  if kinds != sorted(kinds) or 2 in kinds: return False
+  if call.src[0].op is Ops.SINK: return kinds.count(1) == len(kernel_scalars(call.src[0]))  # one per parameter
+  return 1 not in kinds or call.src[0].op is Ops.PROGRAM
 
 
 def _same_shapes(x: UOp) -> bool: return len({s.shape for s in x.src if s.shape is not None}) <= 1
@@ -40,6 +55,7 @@ _common: list[tuple[UPat, Predicate]] = [
 tensor_spec: list[tuple[UPat, Predicate]] = _common + [
   (UPat(Ops.CONST, name="x"), lambda x: x.dtype is not None and len(x.src) <= 1),
   (UPat(Ops.ARANGE, src=(UPat(Ops.DEVICE),), name="x"), lambda x: isinstance(x.arg, int) and x.arg >= 0),
+  (UPat(Ops.DEFINE_VAR, src=(UPat(Ops.DEVICE),), name="x"), lambda x: _is_variable(x)),
   (UPat(GroupOp.Movement, name="x"),
    lambda x: len(x.src) == 1 and isinstance(x.arg, tuple) and x.dtype is x.src[0].dtype),
   (UPat(GroupOp.ALU, name="x"), lambda x: _same_dtype_alu(x) and _same_shapes(x)),
@@ -56,6 +72,7 @@ tensor_spec: list[tuple[UPat, Predicate]] = _common + [
 kernel_spec: list[tuple[UPat, Predicate]] = _common + [
   (UPat(Ops.CONST, name="x"), lambda x: x.dtype is not None and not x.src),
   (UPat(Ops.PARAM, name="x"), lambda x: isinstance(x.arg, int) and x.dtype is not None),
+  (UPat(Ops.DEFINE_VAR, src=(), name="x"), lambda x: _is_variable(x)),
   (UPat(Ops.RANGE, src=(UPat(Ops.CONST),), name="x"),
    lambda x: x.dtype is dtypes.index and isinstance(x.arg, tuple) and x.arg[1] in ("loop", "reduce")),
   (UPat(Ops.INDEX, name="x"), lambda x: x.src[0].op is Ops.PARAM and x.src[1].dtype is dtypes.index and
@@ -70,9 +87,7 @@ kernel_spec: list[tuple[UPat, Predicate]] = _common + [
 
 linear_spec: list[tuple[UPat, Predicate]] = [
   (UPat(Ops.LINEAR, name="x"), lambda x: all(s.op is Ops.CALL for s in x.src)),
-  (UPat(Ops.CALL, name="x"),
-   lambda x: (x.src[0].op in (Ops.SINK, Ops.COPY, Ops.PROGRAM) and
-              all(b.op in (Ops.BUFFER, Ops.BUFFER_VIEW) for b in x.src[1:]))),
+  (UPat(Ops.CALL, name="x"), lambda x: x.src[0].op in (Ops.SINK, Ops.COPY, Ops.PROGRAM) and _call_arguments(x)),
 ]
 
 SPECS = {"tensor": tensor_spec, "kernel": kernel_spec, "linear": linear_spec}

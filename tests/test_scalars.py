@@ -1,0 +1,204 @@
+"""Python scalars are kernel arguments: a new value (a learning rate per step) is a new argument, not a new program.
+
+Checked here on the CPU and on the simulated queue device (SIM: the HCQ2 path, where a replayed batch patches the
+new value in): one compile for a loop of distinct values, values exact at the kernel's dtype, the kernel and its
+source free of the value, special values still folded, fusion kept, and kernels with too many scalars baking the
+rest in. The device-generic version (every plugin runs it) is tinycore/testing/test_scalars.py.
+"""
+import numpy as np
+import pytest
+from tinycore import Tensor, dtypes
+from tinycore.codegen import CodegenStats, compile_kernel
+from tinycore.device.registry import Device
+from tinycore.engine.realize import run_linear
+from tinycore.hcq.commands import Variable
+from tinycore.hcq.runtime import _by_template, call_is_hcq, compile_template
+from tinycore.schedule import scalars as schedule_scalars
+from tinycore.schedule.cache import ScheduleCacheStats, schedule_template
+from tinycore.uop.ops import Ops
+from tinycore.uop.scalars import call_scalars, kernel_scalars, scalar_word
+
+
+def _has(prefix: str) -> bool: return any(spec.prefix == prefix for spec in Device.specs())
+
+
+DEVICES = ["CPU", pytest.param("SIM", marks=pytest.mark.skipif(not _has("SIM"), reason="tests/hcq_sim not installed"))]
+
+
+def compiles() -> tuple[int, int]: return CodegenStats.rendered, CodegenStats.compiled
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_learning_rate_loop_compiles_one_program(device):
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((13, 29)).astype(np.float32)
+  xt = Tensor(x, device=device).realize()
+  steps = [(float(lr), float(b)) for lr, b in zip(rng.uniform(1e-4, 0.5, 20), rng.uniform(-2, 2, 20))]
+  assert len({v for step in steps for v in step}) == 40
+  before = compiles()
+  for i, (lr, b) in enumerate(steps):
+    out = (xt * lr + b).realize()
+    if i == 0: after_first = compiles()
+    np.testing.assert_array_equal(out.numpy(), x * np.float32(lr) + np.float32(b))
+  assert after_first[1] - before[1] <= 1                 # the first step compiles (at most) one program
+  assert compiles() == after_first                        # and no later step renders or compiles anything
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_integer_scalars_and_a_value_used_twice(device):
+  rng = np.random.default_rng(1)
+  a, b = rng.integers(-1000, 1000, (7, 11), dtype=np.int32), rng.integers(-1000, 1000, (7, 11), dtype=np.int32)
+  at, bt = Tensor(a, device=device).realize(), Tensor(b, device=device).realize()
+  (at * 2 + bt * 2 + 5).realize()  # warm up with other values
+  before = compiles()
+  for k, m in zip(range(3, 63, 3), range(-52, 48, 5)):
+    out = at * k + bt * k + m      # k is one node: one scalar parameter read twice
+    linear = out.schedule_linear()
+    assert [len(call_scalars(call)) for call in linear.src] == [2]
+    np.testing.assert_array_equal(out.numpy(), a * np.int32(k) + b * np.int32(k) + np.int32(m))
+  assert compiles()[1] == before[1]
+
+
+def test_kernel_and_schedule_do_not_depend_on_the_value():
+  x = Tensor(np.arange(6, dtype=np.float32)).realize()
+  first, second = (x * 0.25 + 3.5).schedule_linear(), (x * 0.75 + -9.5).schedule_linear()
+  assert first.src[0].src[0] is second.src[0].src[0]                    # the same kernel AST
+  assert [s.arg for s in call_scalars(first.src[0])] == [0.25, 3.5]     # the values are the CALL's arguments
+  assert [s.arg for s in call_scalars(second.src[0])] == [0.75, -9.5]
+  source = compile_kernel("CPU", first.src[0].src[0]).source
+  assert "0.25" not in source and "3.5" not in source and "long long var1" in source
+  hits = ScheduleCacheStats.hits
+  schedule_template([(x * 0.125 + 1.5).uop])
+  assert ScheduleCacheStats.hits == hits + 1
+
+
+def test_values_whose_folding_matters_stay_literals():
+  x = Tensor(np.arange(6, dtype=np.float32)).realize()
+  xi = Tensor(np.arange(-6, 6, dtype=np.int32)).realize()
+  for out in (x * 1 + 0, x * -1, (x > 0).where(x, 0), x.maximum(-np.inf), Tensor.ones(6) + x, xi // 3, xi % 5,
+              xi << 2, xi >> 3):
+    assert all(not call_scalars(call) for call in out.schedule_linear().src)  # divisors and shift counts too
+  np.testing.assert_array_equal((xi // 3 + xi % 5).numpy(), np.arange(-6, 6) // 3 + np.arange(-6, 6) % 5)
+  linear = (Tensor.arange(12).reshape(3, 4)[1:, ::2] * 5 + 7).schedule_linear()
+  kernel = linear.src[0].src[0]
+  # index math (from movement ops) is folded constants; only the two values are parameters
+  assert len(kernel_scalars(kernel)) == 2
+  index_math = [u for u in kernel.toposort() if u.op is Ops.INDEX]
+  assert all(not any(n.op is Ops.DEFINE_VAR for n in index.toposort()) for index in index_math)
+  np.testing.assert_array_equal((Tensor.arange(12).reshape(3, 4)[1:, ::2] * 5 + 7).numpy(),
+                                np.arange(12).reshape(3, 4)[1:, ::2] * 5 + 7)
+
+
+def test_fused_kernels_stay_fused():
+  x = Tensor(np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)).realize()
+  out = ((x * 0.3 + 0.7).exp() * 1.7).sum(axis=1) * 0.01
+  assert len(out.schedule_linear().src) == 1
+  ref = (np.exp(x.numpy().astype(np.float64) * 0.3 + 0.7) * 1.7).sum(axis=1) * 0.01
+  np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype, value", [(dtypes.float16, 0.1), (dtypes.float16, 70000.0), (dtypes.float64, 1 / 3),
+                                          (dtypes.float64, -0.3), (dtypes.int64, 2 ** 40 + 3),
+                                          (dtypes.int64, -(2 ** 62) - 7), (dtypes.uint64, 2 ** 63 + 5),
+                                          (dtypes.int8, -100), (dtypes.uint32, 2 ** 32 - 2)])
+def test_values_are_exact_at_the_kernel_dtype(dtype, value):
+  npdt = np.dtype(dtype.name)
+  data = (np.arange(5) + 1).astype(npdt)
+  out = (Tensor(data) + value).numpy()
+  with np.errstate(all="ignore"):
+    np.testing.assert_array_equal(out, data + np.array(value).astype(npdt))
+
+
+def test_bfloat16_scalar_is_rounded_to_bfloat16():
+  x = Tensor(np.ones(3, dtype=np.float32)).cast(dtypes.bfloat16)
+  out = (x * 1.00390625).cast(dtypes.float32).numpy()  # halfway between two bfloat16s: rounds to even (1.0)
+  np.testing.assert_array_equal(out, np.ones(3, np.float32))
+  out = (x * 1.01171875).cast(dtypes.float32).numpy()  # halfway, rounds up to even (1.015625)
+  np.testing.assert_array_equal(out, np.full(3, 1.015625, np.float32))
+
+
+def test_scalar_words():
+  assert scalar_word(1.5, dtypes.float32) == 0x3FC00000
+  assert scalar_word(-2.0, dtypes.float64) == -(1 << 62)  # sign bit set: a negative int64
+  assert scalar_word(0.1, dtypes.float16) == 0x2E66
+  assert scalar_word(1e10, dtypes.float16) == 0x7C00      # past float16's range: inf, as a store rounds it
+  assert scalar_word(1.0, dtypes.bfloat16) == 0x3F80
+  assert scalar_word(-5, dtypes.int32) == -5 and scalar_word(2 ** 64 - 1, dtypes.uint64) == -1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_too_many_scalars_are_baked_in(device, monkeypatch):
+  monkeypatch.setattr(schedule_scalars, "MAX_KERNEL_ARGS", 4)
+  x = np.linspace(-1, 1, 17, dtype=np.float32)
+  xt = Tensor(x, device=device).realize()
+
+  def poly(coeffs):
+    out = xt * 0.0 + coeffs[0]
+    for c in coeffs[1:]: out = out * xt + c
+    return out
+
+  for coeffs in ([0.5, -0.25, 2.5, 3.5, -4.5, 5.5], [0.5, -0.25, 2.5, 3.5, -4.5, 6.5], [1.5, 2.25, 2.5, 3.5, -4.5, 6.5]):
+    linear = poly(coeffs).schedule_linear()
+    assert all(len(call.src) - 1 <= 4 for call in linear.src)   # two buffers, two scalars, the rest baked in
+    ref = np.float32(coeffs[0]) + x * np.float32(0.0)
+    for c in coeffs[1:]: ref = ref * x + np.float32(c)
+    np.testing.assert_array_equal(poly(coeffs).numpy(), ref)
+  hits, misses = ScheduleCacheStats.hits, ScheduleCacheStats.misses
+  poly([1.5, 2.25, 2.5, 3.5, -4.5, 6.5]).schedule_linear()          # the same baked values: the cached schedule
+  assert (ScheduleCacheStats.hits, ScheduleCacheStats.misses) == (hits + 1, misses)
+  poly([1.25, 2.75, 3.25, 4.25, -5.25, 7.25]).schedule_linear()     # other baked values: another schedule
+  assert ScheduleCacheStats.misses == misses + 1
+
+
+@pytest.mark.skipif(not _has("SIM"), reason="tests/hcq_sim not installed")
+def test_replayed_batch_patches_the_new_value():
+  x = np.arange(10, dtype=np.float32)
+  xt = Tensor(x, device="SIM").realize()
+  template, _ = schedule_template([(xt * 0.5 + 0.25).uop])
+  compiled = compile_template(template.src[0])
+  batch = next(call.src[0].arg for call in compiled.src if call_is_hcq(call))
+  assert {ref for ref in batch.patches if isinstance(ref, Variable)} == {Variable("scalar0"), Variable("scalar1")}
+  for i, lr in enumerate((0.125, 3.0, -7.5, 11.0)):
+    np.testing.assert_array_equal((xt * lr + 0.25).numpy(), x * np.float32(lr) + np.float32(0.25))
+    assert compile_template(schedule_template([(xt * lr + 0.25).uop])[0].src[0]) is compiled   # replayed, not rebuilt
+    if i == 0: templates = len(_by_template)  # (after the first read-back compiled its copy)
+  assert len(_by_template) == templates
+
+
+def test_an_unbound_template_is_a_clear_error():
+  x = Tensor(np.arange(4, dtype=np.float32)).realize()
+  template, _ = schedule_template([(x * 0.5).uop])
+  with pytest.raises(ValueError, match="scalar0 has no value"):
+    run_linear(template.src[0])
+
+
+def test_schedule_linear_runs_with_its_values():
+  x = np.arange(8, dtype=np.float32)
+  xt = Tensor(x).realize()
+  for lr in (0.3, 0.7):
+    out = xt * lr
+    run_linear(out.schedule_linear())
+    np.testing.assert_array_equal(out.numpy(), x * np.float32(lr))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scalars_reach_a_kernel_split_across_threads(device):
+  x = np.linspace(-3, 3, 1 << 17, dtype=np.float32)
+  xt = Tensor(x, device=device).realize()
+  for lr in (0.3, -1.7):
+    np.testing.assert_array_equal((xt * lr + 2.5).numpy(), x * np.float32(lr) + np.float32(2.5))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sgd_step_with_a_schedule_of_learning_rates(device):
+  rng = np.random.default_rng(3)
+  w0, g = rng.standard_normal(50).astype(np.float32), rng.standard_normal(50).astype(np.float32)
+  w, gt = Tensor(w0.copy(), device=device).realize(), Tensor(g, device=device).realize()
+  ref = w0.copy()
+  for step in range(12):
+    lr = 0.5 * 0.9 ** step
+    w.assign(w - gt * lr).realize()
+    if step == 0: first = compiles()
+    ref = ref - g * np.float32(lr)
+  np.testing.assert_array_equal(w.numpy(), ref)
+  assert compiles() == first

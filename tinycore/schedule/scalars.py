@@ -1,0 +1,83 @@
+"""Python scalars are kernel arguments, so a new value (a learning rate per step) is not a new program.
+
+The schedule cache keys a realize by its graph with the Python scalars in it replaced by numbered placeholders
+(`scalar_placeholder`), as it does with input buffers; lowering turns each placeholder into a scalar parameter of
+the kernel that reads it (`tinycore.uop.scalars`), and binding the cached schedule puts the value back in the CALL.
+Values whose folding matters stay literals: 0, 1 and -1 (identities and sign flips the simplifier removes), inf
+and nan (masks and reduction identities), bools, and integer divisors and shift counts (`x // 4` compiles to a
+multiply and folds with index-like math; a shift count is checked when compiled). A kernel takes at most
+MAX_KERNEL_ARGS arguments: scalars past that are baked in as literals, and the schedule is cached per value of those
+(`ScalarBindings.baked`).
+"""
+from __future__ import annotations
+import math
+from typing import Any, Iterable
+from tinycore.dtype import dtypes
+from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.scalars import kernel_scalars, scalar_bounds
+from tinycore.uop.symbolic import round_to_dtype
+
+# the most arguments (buffers and scalars) a kernel takes: every device accepts this many (the smallest limit among
+# the devices shipped is a CPU queue entry's: 28 kernel arguments next to a threaded kernel's share)
+MAX_KERNEL_ARGS = 28
+
+
+def is_python_scalar(u: UOp) -> bool:
+  """A tensor-level constant that becomes a kernel argument: a number whose value does not steer simplification."""
+  if u.op is not Ops.CONST or not u.src or not (dtypes.is_float(u.dtype) or dtypes.is_int(u.dtype)): return False
+  value = u.arg
+  return value not in (0, 1, -1) and not (isinstance(value, float) and not math.isfinite(value))
+
+
+def python_scalars(nodes: Iterable[UOp]) -> list[UOp]:
+  """The Python scalars of a tensor graph (its nodes in order), each once: the constants that become kernel
+  arguments, less those used as divisors or shift counts."""
+  nodes = list(nodes)
+  steering = {_const_below(n.src[1]) for n in nodes if n.op in STEERING_OPS}
+  return [n for n in nodes if is_python_scalar(n) and n not in steering]
+
+
+STEERING_OPS = (Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR)  # ops whose second operand is kept a literal
+
+
+def _const_below(u: UOp) -> UOp:
+  """The node under the reshapes, expands and casts that broadcast a scalar."""
+  while u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.CAST): u = u.src[0]
+  return u
+
+
+def scalar_placeholder(i: int, const: UOp) -> UOp:
+  """Slot i standing in for a Python scalar in a cache key: DEFINE_VAR of its dtype on its device."""
+  return UOp(Ops.DEFINE_VAR, const.dtype, const.src, (f"scalar{i}", *scalar_bounds(const.dtype)))
+
+
+def kernel_parameter(placeholder: UOp) -> UOp:
+  """The scalar parameter a kernel reads for a placeholder: the same DEFINE_VAR without its device."""
+  return UOp(Ops.DEFINE_VAR, placeholder.dtype, (), placeholder.arg)
+
+
+class ScalarBindings:
+  """What lowering knows about the placeholders of one schedule: `values` (placeholder -> the CONST it stands for,
+  for baking) and `baked`, the placeholders it had to bake in as literals."""
+
+  def __init__(self, values: dict[UOp, UOp] | None = None):
+    self.values: dict[UOp, UOp] = values or {}
+    self.baked: set[UOp] = set()
+
+  def literal(self, placeholder: UOp) -> UOp:
+    if placeholder not in self.values: raise RuntimeError(f"no value for {placeholder.arg[0]} to bake into a kernel")
+    self.baked.add(placeholder)
+    return UOp.const(placeholder.dtype, round_to_dtype(self.values[placeholder].arg, placeholder.dtype))
+
+
+def bind_kernel_scalars(sink: UOp, sources: dict[UOp, UOp], buffer_count: int,
+                        bindings: ScalarBindings) -> tuple[UOp, list[UOp]]:
+  """The kernel with the scalar parameters that do not fit MAX_KERNEL_ARGS baked in as literals, and the
+  placeholders (`sources`: parameter -> placeholder) of the parameters it keeps, in argument order: what its CALL
+  passes after the buffers."""
+  params = kernel_scalars(sink)
+  room = max(0, MAX_KERNEL_ARGS - buffer_count)
+  if len(params) > room:
+    sink = sink.substitute({p: bindings.literal(sources[p]) for p in params[room:]})
+    params = params[:room]
+  return sink, [sources[p] for p in params]
