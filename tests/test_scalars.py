@@ -12,7 +12,7 @@ from tinycore.codegen import CodegenStats, compile_kernel
 from tinycore.device.registry import Device
 from tinycore.engine.realize import run_linear
 from tinycore.hcq.commands import Variable
-from tinycore.hcq.runtime import _by_template, call_is_hcq, compile_template
+from tinycore.hcq.runtime import call_is_hcq, compile_template, compiled_templates
 from tinycore.schedule import scalars as schedule_scalars
 from tinycore.schedule.cache import ScheduleCacheStats, schedule_template
 from tinycore.uop.ops import Ops
@@ -161,8 +161,8 @@ def test_replayed_batch_patches_the_new_value():
   for i, lr in enumerate((0.125, 3.0, -7.5, 11.0)):
     np.testing.assert_array_equal((xt * lr + 0.25).numpy(), x * np.float32(lr) + np.float32(0.25))
     assert compile_template(schedule_template([(xt * lr + 0.25).uop])[0].src[0]) is compiled   # replayed, not rebuilt
-    if i == 0: templates = len(_by_template)  # (after the first read-back compiled its copy)
-  assert len(_by_template) == templates
+    if i == 0: templates = len(compiled_templates)  # (after the first read-back compiled its copy)
+  assert len(compiled_templates) == templates
 
 
 def test_an_unbound_template_is_a_clear_error():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Sequence
 from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 
 _captured: list[list[UOp]] = []   # a stack: the LINEARs recorded by each active capture
 
@@ -45,13 +46,17 @@ class ReplayStep:
     self.kind = "batch" if call_is_hcq(call) else "copy" if self.callee.op is Ops.COPY else "kernel"
     self.buffers: list[Any] = []
     self.inputs: list[tuple[int, int, tuple | None]] = []   # (position, input index, view)
-    for pos, b in enumerate(call.src[1:]):
+    for pos, b in enumerate(call_buffers(call)):
       base = b.src[0] if b.op is Ops.BUFFER_VIEW else b
       if base in input_slots:
         self.inputs.append((pos, input_slots[base], (b.arg[0], b.dtype, b.arg[1]) if b is not base else None))
         self.buffers.append(None)
       else: self.buffers.append(buffer_of(b))
     self.device = call.src[1].device
+    # the kernels' scalar arguments are the values captured: a Python scalar in a jitted function is a constant
+    scalars = call_scalars(call)
+    self.scalar_words = tuple(scalar_word(scalar_value(s), s.dtype) for s in scalars)
+    self.var_vals = self.callee.arg.scalar_values(scalars) if self.kind == "batch" else {}
     if self.kind == "kernel":
       from tinycore.codegen import compile_kernel
       self.kernel = compile_kernel(self.device, self.callee)
@@ -85,13 +90,13 @@ class ReplayPlan:
     for step in self.steps:
       buffers = step.bind(inputs)
       if step.kind == "batch":
-        step.callee.arg.run(buffers)
+        step.callee.arg.run(buffers, step.var_vals)
         continue
       written[step.device] = None
       if step.kind == "copy":
         wait_for_queues()
         run_copy(buffers[0], buffers[1])
-      else: step.kernel(*[b.ensure_allocated()._buf for b in buffers])
+      else: step.kernel(*[b.ensure_allocated()._buf for b in buffers], vals=step.scalar_words)
     for device in written:
       if not is_hcq_device(Device[device]): Device[device].synchronize()
     GlobalCounters.kernel_count += self.kernel_count
