@@ -55,6 +55,9 @@ static inline float tc_round_bf16(float f) { return tc_bf16_to_float(tc_float_to
 """
 
 
+UNSIGNED_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
 class CStyleRenderer:
   """Renders a kernel SINK as one C function `void name(T* restrict data0, ..., long long var0, ...)`."""
   device: str = ""
@@ -143,27 +146,67 @@ class CStyleRenderer:
     if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.POW):
       return self.round_16bit(self.math_call(op, dtype, args), dtype)
     if op is Ops.RECIPROCAL: return self.round_16bit(f"(1/{args[0]})", dtype)
-    if op is Ops.NEG: return f"(!{args[0]})" if dtype is dtypes.bool else self.round_16bit(f"(-{args[0]})", dtype)
+    if op is Ops.NEG:
+      if dtype is dtypes.bool: return f"(!{args[0]})"
+      return self.wrapping_neg(args[0], dtype) if dtypes.is_int(dtype) else self.round_16bit(f"(-{args[0]})", dtype)
     if op is Ops.WHERE: return f"({args[0]} ? {args[1]} : {args[2]})"
     if op is Ops.MULACC: return self.round_16bit(f"(({args[0]}*{args[1]})+{args[2]})", dtype)
     a, b = args
-    if op is Ops.MAX: return f"({a} > {b} ? {a} : {b})"
-    if op in (Ops.IDIV, Ops.MOD):
-      symbol = "/" if op is Ops.IDIV else "%"
-      divisor = u.src[1]
-      if divisor.op is Ops.CONST and divisor.arg not in (0, -1): return f"({a}{symbol}{b})"
-      # integer division by zero traps on x86 (and MIN/-1 overflows): numpy gives 0
-      if dtypes.is_unsigned(dtype): return f"({b} == 0 ? 0 : {a}{symbol}{b})"
-      minus_one = f"(-{a})" if op is Ops.IDIV else "0"
-      return f"({b} == 0 ? 0 : {b} == -1 ? {minus_one} : {a}{symbol}{b})"
+    if op is Ops.MAX: return self.max_expr(a, b, dtype)
+    if op in (Ops.IDIV, Ops.MOD): return self.int_division(op, a, b, u.src[1], dtype)
     if dtype is dtypes.bool and op in (Ops.ADD, Ops.MUL): return f"({a}{'|' if op is Ops.ADD else '&'}{b})"
+    if op in (Ops.SHL, Ops.SHR) and dtypes.is_int(dtype): return self.shift(op, a, b, dtype)
     symbols = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=",
                Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+    if op in (Ops.ADD, Ops.SUB, Ops.MUL) and dtypes.is_int(dtype):
+      return self.wrapping_arithmetic(f"{a}", symbols[op], f"{b}", dtype)
     expr = f"({a}{symbols[op]}{b})"
-    if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL) and dtypes.is_int(dtype) and dtype.itemsize < 4:
-      return f"(({self.value_type(dtype)}){expr})"  # C promotes small ints to int: wrap back
     if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV): return self.round_16bit(expr, dtype)
     return expr
+
+  # Integer arithmetic wraps (two's complement) like numpy's. Signed overflow is undefined behaviour in C and OpenCL
+  # C, and small types are promoted to int (uint16 * uint16 can overflow int), so add, subtract, multiply and negate
+  # run in the unsigned type of at least 32 bits, where wrapping is defined, and convert back.
+  def _wide_unsigned(self, dtype: DType) -> str:
+    return self.value_type(dtypes.uint64 if dtype.itemsize == 8 else dtypes.uint32)
+
+  def wrapping_arithmetic(self, a: str, symbol: str, b: str, dtype: DType) -> str:
+    """a (+ - *) b in `dtype`, wrapping on overflow."""
+    if dtype in (dtypes.uint32, dtypes.uint64): return f"({a}{symbol}{b})"  # unsigned arithmetic already wraps
+    wide = self._wide_unsigned(dtype)
+    return f"(({self.value_type(dtype)})(({wide}){a}{symbol}({wide}){b}))"
+
+  def wrapping_neg(self, a: str, dtype: DType) -> str:
+    """-a in `dtype`, wrapping (-INT_MIN is INT_MIN)."""
+    return f"(({self.value_type(dtype)})(0-({self._wide_unsigned(dtype)}){a}))"
+
+  def shift(self, op: Ops, a: str, b: str, dtype: DType) -> str:
+    """a << b or a >> b with numpy's results on x86 for every count: the count is read as unsigned, and a count of
+    at least the bit width shifts everything out (0, or -1 for a negative value shifted right). C leaves such counts
+    undefined and OpenCL takes them modulo the width."""
+    bits = dtype.itemsize * 8
+    count_type = self.value_type(UNSIGNED_OF_SIZE[dtype.itemsize])
+    too_far = f"(({count_type}){b} >= {bits})"
+    if op is Ops.SHL:
+      shifted = f"(({self.value_type(dtype)})(({self._wide_unsigned(dtype)}){a}<<{b}))"
+      return f"({too_far} ? {self.literal(0, dtype)} : {shifted})"
+    shifted_out = self.literal(0, dtype) if dtypes.is_unsigned(dtype) else f"({a} < 0 ? {self.literal(-1, dtype)} : 0)"
+    return f"({too_far} ? {shifted_out} : ({self.value_type(dtype)})({a}>>{b}))"
+
+  def int_division(self, op: Ops, a: str, b: str, divisor: UOp, dtype: DType) -> str:
+    """Truncating integer a / b or a % b. Division by zero traps on x86 and MIN / -1 overflows; like numpy, x / 0 and
+    x % 0 are 0 and MIN / -1 wraps to MIN (MIN % -1 is 0)."""
+    symbol = "/" if op is Ops.IDIV else "%"
+    cast = f"({self.value_type(dtype)})"
+    if divisor.op is Ops.CONST and divisor.arg not in (0, -1): return f"({cast}({a}{symbol}{b}))"
+    if dtypes.is_unsigned(dtype): return f"({b} == 0 ? 0 : {cast}({a}{symbol}{b}))"
+    minus_one = self.wrapping_neg(a, dtype) if op is Ops.IDIV else "0"
+    return f"({b} == 0 ? 0 : {b} == -1 ? {minus_one} : {cast}({a}{symbol}{b}))"
+
+  def max_expr(self, a: str, b: str, dtype: DType) -> str:
+    """The larger of a and b; for floats NaN wins (numpy's maximum propagates NaN)."""
+    if dtypes.is_float(dtype): return f"(({a} != {a} || {a} > {b}) ? {a} : {b})"
+    return f"({a} > {b} ? {a} : {b})"
 
   def loop_pragma(self, loop: Loop) -> str:
     """A line placed before a loop (e.g. a vectorization hint); none by default."""
@@ -360,7 +403,7 @@ class CStyleRenderer:
       elif isinstance(item, AccUpdate):
         x = item.reduce
         acc, value = self._name(x), self._name(x.src[0])
-        if x.arg is Ops.MAX: update = f"({value} > {acc} ? {value} : {acc})"
+        if x.arg is Ops.MAX: update = self.max_expr(value, acc, x.dtype)
         else: update = self.alu(UOp(x.arg, x.dtype, (x, x.src[0])), [acc, value])
         lines.append(f"{pad}{acc} = {update};")
       else: self._emit_node(item, lines, pad)
