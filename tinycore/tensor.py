@@ -617,7 +617,8 @@ class Tensor:
     return self.isnan().where(self, signs) if dtypes.is_float(self.dtype) else signs
   def abs(self) -> Tensor:
     if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool: return self
-    return (self > 0).logical_not().where(-self, self)  # -0.0 becomes 0.0, like numpy
+    if not dtypes.is_float(self.dtype): return (self < 0).where(-self, self)
+    return (self > 0).logical_not().where(0.0 - self, self)  # 0.0 - x: both zeros become 0.0, like numpy
   def relu(self) -> Tensor: return (self > 0)._or_nan(self).where(self, 0)  # NaN stays NaN, -0.0 becomes 0.0
   def sigmoid(self) -> Tensor: return (1 + (-self).exp()).reciprocal()
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self).sigmoid() - 1.0
