@@ -222,3 +222,17 @@ class TestNaN:
   def test_folded_max_propagates(self):
     assert math.isnan(exec_alu(Ops.MAX, dtypes.float32, [math.nan, 1.0]))
     assert math.isnan(exec_alu(Ops.MAX, dtypes.float32, [1.0, math.nan]))
+
+
+# ---------------------------------------------------------------------------- folding constants
+@pytest.mark.parametrize("op, args, expected", [
+  (Ops.CMPLT, (3, 5), True), (Ops.CMPLT, (5, 3), False), (Ops.CMPNE, (3, 3), False), (Ops.CMPEQ, (3, 3), True),
+  (Ops.CMPLT, (math.nan, 1.0), False), (Ops.CMPNE, (math.nan, math.nan), True), (Ops.MAX, (-1, 2), 2),
+  (Ops.MAX, (1.0, math.nan), math.nan), (Ops.ADD, (2**31 - 1, 1), -2**31), (Ops.NEG, (-2**31,), -2**31)])
+def test_constants_fold_like_the_device(op, args, expected):
+  dtype = dtypes.float32 if isinstance(args[0], float) else dtypes.int32
+  out_dtype = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else dtype
+  folded = graph_rewrite(UOp(op, out_dtype, tuple(UOp.const(dtype, a) for a in args)), symbolic)
+  assert folded.op is Ops.CONST
+  assert (math.isnan(folded.arg) if isinstance(expected, float) and math.isnan(expected) else
+          folded.arg == expected and type(folded.arg) is type(expected))

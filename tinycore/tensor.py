@@ -417,7 +417,8 @@ class Tensor:
     x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pairs) else self
     positive = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
     padded = x._apply(x.uop.pad(positive))
-    if value == 0 or all(p == (0, 0) for p in positive): return padded
+    is_plus_zero = value == 0 and math.copysign(1.0, value) > 0  # the PAD op fills with +0; -0.0 needs a where
+    if is_plus_zero or all(p == (0, 0) for p in positive): return padded
     inside = Tensor.full(x.shape, True, device=self.device, dtype=dtypes.bool)
     inside = inside._apply(inside.uop.pad(positive))
     return inside.where(padded, value)
@@ -468,7 +469,8 @@ class Tensor:
       padding = [(0, 0)] * self.ndim
       padding[dim] = (offset, total - offset - t.shape[dim])
       offset += t.shape[dim]
-      piece = t.cast(dtype).pad(padding)
+      # float pieces pad with -0.0, the exact identity of +: with 0.0 a -0.0 in the data would come out as 0.0
+      piece = t.cast(dtype).pad(padding, value=-0.0 if dtypes.is_float(dtype) else 0)
       out = piece if out is None else (out | piece if dtype is dtypes.bool else out + piece)
     return out
 

@@ -43,8 +43,10 @@ def _safe(fn):
 
 PYTHON_ALU: dict[Ops, Any] = {
   Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul, Ops.FDIV: _safe_fdiv, Ops.IDIV: _c_div,
-  Ops.MOD: _c_mod, Ops.MAX: lambda a, b: a if a != a or a > b else b,  # NaN wins, as in the renderer Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
-  Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor, Ops.NEG: operator.neg, Ops.WHERE: lambda c, a, b: a if c else b,
+  Ops.MOD: _c_mod, Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
+  Ops.MAX: lambda a, b: a if a != a or a > b else b,  # NaN wins, as in the renderer
+  Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor, Ops.NEG: operator.neg,
+  Ops.WHERE: lambda c, a, b: a if c else b,
   Ops.EXP2: _safe(lambda x: 2.0 ** x),
   Ops.LOG2: _safe(lambda x: math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)),
   Ops.SIN: _safe(math.sin), Ops.SQRT: _safe(lambda x: math.sqrt(x) if x >= 0 else math.nan),
