@@ -3,7 +3,8 @@
 Subclasses for other C dialects (OpenCL C, CUDA C) override the type names, the function signature, the math
 function names and how loops over the outermost dims map to work-items; the statement structure is shared.
 float16 and bfloat16 are stored as 16-bit words and computed in float, rounded back after every op, so results
-match numpy's per-op float16 rounding on any compiler.
+match numpy's per-op float16 rounding on any compiler (float has 24 >= 2*11+2 bits, so rounding an op's result to
+float and then to 16 bits equals rounding it once); casts from double go through round-to-odd for the same reason.
 """
 from __future__ import annotations
 import math
@@ -52,6 +53,13 @@ static inline unsigned short tc_float_to_bf16(float f) {
   return (unsigned short)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 static inline float tc_round_bf16(float f) { return tc_bf16_to_float(tc_float_to_bf16(f)); }
+static inline float tc_float_round_odd(double d) {
+  float f = (float)d;
+  if ((double)f == d || d != d) return f;
+  unsigned int bits; __builtin_memcpy(&bits, &f, 4);
+  if (fabs((double)f) > fabs(d)) bits -= 1u;
+  bits |= 1u; __builtin_memcpy(&f, &bits, 4); return f;
+}
 """
 
 
@@ -124,11 +132,19 @@ class CStyleRenderer:
 
   def cast(self, expr: str, src: DType, dst: DType) -> str:
     if dst is dtypes.bool: return f"({expr} != 0)"
-    if dst in (dtypes.float16, dtypes.bfloat16): return self.round_16bit(f"(float)({expr})", dst)
+    if dst in (dtypes.float16, dtypes.bfloat16): return self.round_16bit(self.float_for_16bit(expr, src), dst)
     if dtypes.is_float(src) and dtypes.is_unsigned(dst) and dst.itemsize < 8:
       # negative floats wrap like numpy instead of being undefined
       return f"({self.value_type(dst)})({self.value_type(dtypes.int64)})({expr})"
     return f"({self.value_type(dst)})({expr})"
+
+  def float_for_16bit(self, expr: str, src: DType) -> str:
+    """expr as the float a 16-bit float is rounded from. A double (or a 32/64-bit int, through double) is first
+    rounded to float by round-to-odd: rounding it to float to nearest and then to 16 bits could round twice (a value
+    just off a 16-bit tie would land on the tie); round-to-odd keeps the second rounding exact."""
+    if src is dtypes.float64 or (dtypes.is_int(src) and src.itemsize >= 4):
+      return f"tc_float_round_odd((double)({expr}))"
+    return f"(float)({expr})"
 
   def load(self, buffer: str, offset: str, dtype: DType) -> str:
     if dtype is dtypes.float16: return f"tc_half_to_float({buffer}[{offset}])"

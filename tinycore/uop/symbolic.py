@@ -56,14 +56,23 @@ PYTHON_ALU: dict[Ops, Any] = {
 }
 
 
+def _float32_bits_round_odd(value: float) -> int:
+  """The float32 bits of a double rounded by round-to-odd (so rounding them on to bfloat16 rounds only once)."""
+  try: single = struct.unpack("f", struct.pack("f", value))[0]
+  except OverflowError: single = math.copysign(math.inf, value)
+  bits = struct.unpack("I", struct.pack("f", single))[0]
+  if single == value: return bits
+  if abs(single) > abs(value): bits -= 1  # rounded away from zero: step back toward it
+  return bits | 1
+
+
 def round_to_dtype(value: Any, dtype: DType) -> Any:
   """A Python value as `dtype` would hold it (ints wrap, float32/float16 round)."""
   if dtype in (dtypes.float32, dtypes.float16) and isinstance(value, float) and math.isfinite(value):
     try: return struct.unpack(dtype.fmt, struct.pack(dtype.fmt, value))[0]
     except OverflowError: return math.copysign(math.inf, value)
   if dtype is dtypes.bfloat16 and isinstance(value, float) and math.isfinite(value):
-    try: bits = struct.unpack("I", struct.pack("f", value))[0]
-    except OverflowError: return math.copysign(math.inf, value)
+    bits = _float32_bits_round_odd(value)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return struct.unpack("f", struct.pack("I", bits))[0]
   return dtypes.as_const(value, dtype)
