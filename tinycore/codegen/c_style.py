@@ -166,7 +166,10 @@ class CStyleRenderer:
       if dtype is dtypes.bool: return f"(!{args[0]})"
       return self.wrapping_neg(args[0], dtype) if dtypes.is_int(dtype) else self.round_16bit(f"(-{args[0]})", dtype)
     if op is Ops.WHERE: return f"({args[0]} ? {args[1]} : {args[2]})"
-    if op is Ops.MULACC: return self.round_16bit(f"(({args[0]}*{args[1]})+{args[2]})", dtype)
+    if op is Ops.MULACC:
+      if dtypes.is_int(dtype):
+        return self.wrapping_arithmetic(self.wrapping_arithmetic(args[0], "*", args[1], dtype), "+", args[2], dtype)
+      return self.round_16bit(f"(({args[0]}*{args[1]})+{args[2]})", dtype)
     a, b = args
     if op is Ops.MAX: return self.max_expr(a, b, dtype)
     if op in (Ops.IDIV, Ops.MOD): return self.int_division(op, a, b, u.src[1], dtype)
