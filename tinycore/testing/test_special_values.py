@@ -125,9 +125,15 @@ def test_argmax_argmin_special_values(rng, op, axis):
 
 
 # ---------------------------------------------------------------------------- register-tile remainders
+# Register tiles split an output dim by the largest of 64/32/16/8/4 dividing it (codegen/optimize.py): sizes that no
+# width divides take the untiled path, and multiples of 4 but not 8, of 8 but not 16, ... take each width, next to
+# dims that are not tiled.
 REMAINDER_SIZES = [1, 3, 5, 7, 9, 17, 33]
-MATMUL_SHAPES = [(s, s, s) for s in REMAINDER_SIZES] + [(1, 33, 7), (33, 5, 17), (9, 17, 3), (5, 7, 9), (17, 1, 33),
-                                                        (7, 9, 1), (3, 33, 5), (33, 17, 9)]
+TILED_SIZES = [4, 12, 24, 48, 96]
+MATMUL_SHAPES = ([(s, s, s) for s in REMAINDER_SIZES] +
+                 [(1, 33, 7), (33, 5, 17), (9, 17, 3), (5, 7, 9), (17, 1, 33), (7, 9, 1), (3, 33, 5), (33, 17, 9)] +
+                 [(12, 7, 20), (24, 9, 40), (48, 5, 12), (20, 33, 24), (7, 12, 48), (4, 3, 4), (16, 17, 64),
+                  (12, 12, 12), (33, 8, 96)])
 
 
 def integral_floats(rng, shape) -> np.ndarray:
@@ -144,7 +150,7 @@ def test_matmul_tile_remainders(rng, m, k, n):
 
 
 @pytest.mark.parametrize("rows", REMAINDER_SIZES)
-@pytest.mark.parametrize("cols", [1, 7, 9, 33])
+@pytest.mark.parametrize("cols", [1, 7, 9, 33] + TILED_SIZES)
 def test_reduce_tile_remainders(rng, rows, cols):
   x = integral_floats(rng, (rows, cols))
   for axis in (0, 1):
