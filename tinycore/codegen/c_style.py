@@ -133,10 +133,26 @@ class CStyleRenderer:
   def cast(self, expr: str, src: DType, dst: DType) -> str:
     if dst is dtypes.bool: return f"({expr} != 0)"
     if dst in (dtypes.float16, dtypes.bfloat16): return self.round_16bit(self.float_for_16bit(expr, src), dst)
-    if dtypes.is_float(src) and dtypes.is_unsigned(dst) and dst.itemsize < 8:
-      # negative floats wrap like numpy instead of being undefined
-      return f"({self.value_type(dst)})({self.value_type(dtypes.int64)})({expr})"
+    if dtypes.is_float(src) and dtypes.is_int(dst): return self.float_to_int(expr, dst)
     return f"({self.value_type(dst)})({expr})"
+
+  def _float_to_signed(self, x: str, bits: int) -> str:
+    """x truncated to a signed int of `bits` (32 or 64), NaN and out-of-range values giving the minimum (x86's
+    "integer indefinite", which numpy returns): C leaves them undefined."""
+    limit, dtype = float(2 ** (bits - 1)), dtypes.int32 if bits == 32 else dtypes.int64
+    return (f"(({x} != {x} || {x} >= {limit!r} || {x} < {-limit!r}) ? {self.literal(dtypes.min(dtype), dtype)} : "
+            f"({self.value_type(dtype)})({x}))")
+
+  def float_to_int(self, x: str, dst: DType) -> str:
+    """A float cast to an int dtype with numpy's results on x86 for every input: signed targets and 8/16-bit ones
+    truncate through int32 (int64 for 64-bit), uint32 through int64 (so negative values wrap); uint64 covers
+    [2**63, 2**64) itself; values outside the range give the minimum of the intermediate type."""
+    if dst is dtypes.uint64:
+      top, wrap = 2.0 ** 63, f"{2 ** 63}{'UL' if self.value_type(dst) == 'ulong' else 'ull'}"
+      high = f"({x} >= {2.0 ** 64!r} ? 0 : ({self.value_type(dst)})({x} - {top!r}) + {wrap})"
+      return f"({x} >= {top!r} ? {high} : ({self.value_type(dst)}){self._float_to_signed(x, 64)})"
+    bits = 64 if dst.itemsize == 8 or dst is dtypes.uint32 else 32
+    return f"(({self.value_type(dst)}){self._float_to_signed(x, bits)})"
 
   def float_for_16bit(self, expr: str, src: DType) -> str:
     """expr as the float a 16-bit float is rounded from. A double (or a 32/64-bit int, through double) is first

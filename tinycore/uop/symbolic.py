@@ -234,11 +234,18 @@ def fold_constants(x: UOp) -> UOp | None:
   return UOp.const(x.dtype, exec_alu(x.op, x.dtype, [s.arg for s in x.src]))
 
 
+def float_to_int_value(v: float, dtype: DType) -> int:
+  """A float cast to an int dtype as the renderer does it (numpy's results on x86; see CStyleRenderer.float_to_int)."""
+  def truncated(bits: int) -> int:
+    limit = 2 ** (bits - 1)
+    return -limit if v != v or v >= limit or v < -limit else math.trunc(v)
+  if dtype is dtypes.uint64 and v >= 2 ** 63: return 0 if v >= 2 ** 64 else math.trunc(v)
+  return dtypes.as_const(truncated(64 if dtype.itemsize == 8 or dtype is dtypes.uint32 else 32), dtype)
+
+
 def _cast_value(v: Any, dtype: DType) -> Any:
   if dtype is dtypes.bool: return bool(v)
-  if dtypes.is_int(dtype) and isinstance(v, float):
-    if not math.isfinite(v): return 0
-    return dtypes.as_const(math.trunc(v), dtype)
+  if dtypes.is_int(dtype) and isinstance(v, float): return float_to_int_value(v, dtype)
   return dtypes.as_const(v, dtype)
 
 
