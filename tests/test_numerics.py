@@ -262,3 +262,26 @@ class TestFloatToInt:
       folded = Tensor.full((1,), float(value), dtype=dtypes.float64).cast(getattr(dtypes, dtype)).numpy()
       computed = Tensor(np.array([value])).cast(getattr(dtypes, dtype)).numpy()
       np.testing.assert_array_equal(folded, computed, err_msg=f"{value}")
+
+
+# ---------------------------------------------------------------------------- signed zeros through data movement
+def test_cat_and_pad_keep_negative_zero():
+  a, b = np.array([1.0, -0.0], np.float32), np.array([-0.0, 2.0, -0.0], np.float32)
+  np.testing.assert_equal(bits_of(Tensor(a).cat(Tensor(b)).numpy()), bits_of(np.concatenate([a, b])))
+  padded = Tensor(b).pad(((1, 1),), value=-0.0).numpy()
+  np.testing.assert_equal(bits_of(padded), bits_of(np.pad(b, 1, constant_values=-0.0)))
+
+
+def test_int32_to_bfloat16_rounds_once():
+  # 0x01010001 is just above the bfloat16 tie 0x01010000; rounding it to float first lands on the tie, which then
+  # rounds down to even: it must round up
+  x = np.array([0x01010001, -0x01010001, 0x01030001, 0x01010000, 0x7FFFFFFF, 257, 0x0100C000], np.int32)
+  exact = [float(v) for v in x]  # int32 is exact in double; round to 8 significant bits, ties to even
+  def bf16(v: float) -> float:
+    if v == 0: return 0.0
+    exponent = math.floor(math.log2(abs(v))) - 7
+    q, r = divmod(abs(v), 2.0 ** exponent)
+    q += 1 if r > 2.0 ** (exponent - 1) or (r == 2.0 ** (exponent - 1) and q % 2) else 0
+    return math.copysign(q * 2.0 ** exponent, v)
+  np.testing.assert_array_equal(Tensor(x).cast(dtypes.bfloat16).cast(dtypes.float32).numpy(),
+                                np.array([bf16(v) for v in exact], np.float32))
