@@ -285,3 +285,24 @@ def test_int32_to_bfloat16_rounds_once():
     return math.copysign(q * 2.0 ** exponent, v)
   np.testing.assert_array_equal(Tensor(x).cast(dtypes.bfloat16).cast(dtypes.float32).numpy(),
                                 np.array([bf16(v) for v in exact], np.float32))
+
+
+def test_division_by_zero_and_min_over_minus_one_do_not_kill_the_process(tmp_path):
+  # integer division traps (SIGFPE) on x86 for x / 0 and MIN / -1: run it in a child and require a clean exit
+  import subprocess
+  import sys
+  script = """
+import numpy as np
+from tinycore import Tensor
+for dt in ("int8", "int16", "int32", "int64", "uint32", "uint64"):
+  info = np.iinfo(dt)
+  a = Tensor(np.array([info.min, 7, info.max, info.min], dt))
+  b = Tensor(np.array([-1 if info.min else 1, 0, 0, 0], dt))
+  print(dt, (a // b).tolist(), (a % b).tolist(), a.idiv(b).tolist())
+"""
+  result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, f"exit status {result.returncode} (a negative status is a signal): {result.stderr}"
+  lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
+  assert lines["int32"] == f"[{-2**31}, 0, 0, 0] [0, 0, 0, 0] [{-2**31}, 0, 0, 0]"
+  assert lines["int8"] == "[-128, 0, 0, 0] [0, 0, 0, 0] [-128, 0, 0, 0]"
+  assert lines["uint64"] == "[0, 0, 0, 0] [0, 0, 0, 0] [0, 0, 0, 0]"
