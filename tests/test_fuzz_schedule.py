@@ -132,7 +132,7 @@ def int_values(rng: random.Random, shape: tuple[int, ...], dtype: str) -> np.nda
   return np.where(kind == 0, wide, np.where(kind == 1, small, edges)).astype(dtype)
 
 
-def int_binary_ops(bits: int):
+def int_binary_ops():
   """(name, tinycore op, numpy op, how to draw the second operand) for integer programs."""
   return [("add", lambda a, b: a + b, np.add, "any"), ("sub", lambda a, b: a - b, np.subtract, "any"),
           ("mul", lambda a, b: a * b, np.multiply, "any"), ("and", lambda a, b: a & b, np.bitwise_and, "any"),
@@ -174,12 +174,12 @@ class IntProgram(Program):
         self.t, self.ref = fn(t), npfn(ref)
         return name
       if op == "binary":
-        name, fn, npfn, kind = r.choice(int_binary_ops(ref.dtype.itemsize * 8))
+        name, fn, npfn, kind = r.choice(int_binary_ops())
         other = self.operand(kind)
         self.t, self.ref = fn(t, Tensor(other)), npfn(ref, other)
         return name
       if op == "scalar":  # a Python int takes the tensor's dtype, as numpy's NEP 50 does
-        name, fn, npfn, _ = r.choice(int_binary_ops(ref.dtype.itemsize * 8))
+        name, fn, npfn, _ = r.choice(int_binary_ops())
         value = r.choice([0, 1, 3, 7])
         self.t, self.ref = fn(t, value), npfn(ref, ref.dtype.type(value))
         return f"{name}_scalar{value}"
