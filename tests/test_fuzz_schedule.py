@@ -1,7 +1,11 @@
 """Random tensor programs (movement ops, elementwise ops, reductions, assigns into views) against numpy.
 
+Float programs start from random data that is sometimes salted with NaN, inf and -0.0; integer programs run in every
+integer dtype with values across the whole range, so adds and multiplies overflow (and must wrap like numpy's),
+shift counts reach past the bit width or are negative, and divisors include 0 and -1.
+
 Each run draws a fresh seed (printed on failure; rerun with TINYCORE_FUZZ_SEED=<seed>); TINYCORE_FUZZ_PROGRAMS sets
-how many programs (default 60, a few seconds once kernels are cached).
+how many programs of each kind (default 60 float and 40 integer, about 30 s with a cold kernel cache).
 """
 import os
 import random
@@ -10,6 +14,16 @@ import pytest
 from tinycore import Tensor
 
 PROGRAMS = int(os.environ.get("TINYCORE_FUZZ_PROGRAMS", "60"))
+INT_PROGRAMS = int(os.environ.get("TINYCORE_FUZZ_PROGRAMS", "40"))
+SPECIAL_FLOATS = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0], np.float32)
+
+
+def salted(rng: random.Random, values: np.ndarray) -> np.ndarray:
+  """values with about a quarter of the elements replaced by NaN, +-inf or +-0.0, in a third of the calls."""
+  if rng.random() > 1 / 3 or not values.size: return values
+  picker = np.random.default_rng(rng.randrange(1 << 30))
+  where = picker.random(values.shape) < 0.25
+  return np.where(where, picker.choice(SPECIAL_FLOATS, values.shape), values).astype(np.float32)
 
 
 class Program:
@@ -17,14 +31,17 @@ class Program:
 
   def __init__(self, rng: random.Random, shape: tuple[int, ...]):
     self.rng = rng
-    self.ref = np.random.default_rng(rng.randrange(1 << 30)).uniform(-2, 2, shape).astype(np.float32)
+    self.ref = salted(rng, np.random.default_rng(rng.randrange(1 << 30)).uniform(-2, 2, shape).astype(np.float32))
     self.t = Tensor(self.ref.copy())
+    self.reduced = False  # after a reduction the sign of a zero depends on the summation order: not compared
 
-  def step(self) -> str:
+  OPS = ["permute", "reshape", "pad", "shrink", "flip", "expand", "unary", "binary", "reduce", "slice", "contiguous",
+         "move", "cat", "where"]
+
+  def step(self) -> str: return self.apply(self.rng.choice(self.OPS))
+
+  def apply(self, op: str) -> str:
     r, t, ref = self.rng, self.t, self.ref
-    ops = ["permute", "reshape", "pad", "shrink", "flip", "expand", "unary", "binary", "reduce", "slice", "contiguous",
-           "move", "cat", "where"]
-    op = r.choice(ops)
     if op == "permute" and ref.ndim > 1:
       order = list(range(ref.ndim))
       r.shuffle(order)
@@ -54,20 +71,26 @@ class Program:
                                  ("relu", lambda x: x.relu(), lambda x: np.maximum(x, 0)),
                                  ("sin", lambda x: x.sin(), np.sin),
                                  ("exp2", lambda x: (x * 0.5).exp2(), lambda x: np.exp2(x * 0.5)),
-                                 ("square", lambda x: x * x, np.square)])
-      self.t, self.ref = fn(t), npfn(ref).astype(np.float32)
+                                 ("square", lambda x: x * x, np.square),
+                                 ("abs", lambda x: x.abs(), np.abs),
+                                 ("clip", lambda x: x.clip(-1, 1), lambda x: np.clip(x, -1, 1)),
+                                 ("plus_zero", lambda x: x + 0, lambda x: x + np.float32(0)),
+                                 ("times_one", lambda x: x * 1, lambda x: x * np.float32(1)),
+                                 ("times_zero", lambda x: x * 0, lambda x: x * np.float32(0))])
+      with np.errstate(all="ignore"): self.t, self.ref = fn(t), npfn(ref).astype(np.float32)
       return name
     elif op == "binary":
       other = self.ref_like()
-      if r.random() < 0.5:
-        self.t, self.ref = t + Tensor(other), (ref + other).astype(np.float32)
-      else:
-        self.t, self.ref = t.maximum(Tensor(other)), np.maximum(ref, other)
+      name, fn, npfn = r.choice([("add", lambda a, b: a + b, np.add), ("sub", lambda a, b: a - b, np.subtract),
+                                 ("mul", lambda a, b: a * b, np.multiply), ("maximum", Tensor.maximum, np.maximum),
+                                 ("minimum", Tensor.minimum, np.minimum)])
+      with np.errstate(all="ignore"): self.t, self.ref = fn(t, Tensor(other)), npfn(ref, other).astype(np.float32)
+      return name
     elif op == "reduce" and ref.ndim and ref.size:
       axis = r.randrange(ref.ndim)
       keep = r.random() < 0.5
-      if r.random() < 0.5: self.t, self.ref = t.sum(axis, keepdim=keep), ref.sum(axis, keepdims=keep, dtype=np.float32)
-      else: self.t, self.ref = t.max(axis, keepdim=keep), ref.max(axis, keepdims=keep)
+      self.reduced = True
+      with np.errstate(all="ignore"): return self.apply_reduce(axis, keep)
     elif op == "slice" and ref.ndim and ref.shape[0] > 1:
       step = r.choice([1, 2, -1, -2])
       self.t, self.ref = t[::step], ref[::step]
@@ -84,8 +107,104 @@ class Program:
       self.t, self.ref = (t > 0).where(t, Tensor(other)), np.where(ref > 0, ref, other)
     return op
 
+  def apply_reduce(self, axis: int, keep: bool) -> str:
+    t, ref = self.t, self.ref
+    if self.rng.random() < 0.5:
+      self.t, self.ref = t.sum(axis, keepdim=keep), ref.sum(axis, keepdims=keep, dtype=np.float32)
+    else: self.t, self.ref = t.max(axis, keepdim=keep), ref.max(axis, keepdims=keep)
+    return "reduce"
+
   def ref_like(self) -> np.ndarray:
-    return np.random.default_rng(self.rng.randrange(1 << 30)).uniform(-2, 2, self.ref.shape).astype(np.float32)
+    return salted(self.rng, np.random.default_rng(self.rng.randrange(1 << 30)).uniform(-2, 2, self.ref.shape)
+                  .astype(np.float32))
+
+
+INT_DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
+
+
+def int_values(rng: random.Random, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+  """Integers of `dtype` across its whole range, small ones, and its extremes, mixed."""
+  picker, info = np.random.default_rng(rng.randrange(1 << 30)), np.iinfo(dtype)
+  wide = picker.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+  small = picker.integers(max(info.min, -9), 10, shape).astype(dtype)
+  edges = picker.choice(np.array([info.min, info.max, info.min + 1, info.max - 1, 0], dtype), shape)
+  kind = picker.integers(0, 3, shape)
+  return np.where(kind == 0, wide, np.where(kind == 1, small, edges)).astype(dtype)
+
+
+def int_binary_ops():
+  """(name, tinycore op, numpy op, how to draw the second operand) for integer programs."""
+  return [("add", lambda a, b: a + b, np.add, "any"), ("sub", lambda a, b: a - b, np.subtract, "any"),
+          ("mul", lambda a, b: a * b, np.multiply, "any"), ("and", lambda a, b: a & b, np.bitwise_and, "any"),
+          ("or", lambda a, b: a | b, np.bitwise_or, "any"), ("xor", lambda a, b: a ^ b, np.bitwise_xor, "any"),
+          ("shl", lambda a, b: a << b, np.left_shift, "count"), ("shr", lambda a, b: a >> b, np.right_shift, "count"),
+          ("floordiv", lambda a, b: a // b, np.floor_divide, "divisor"), ("mod", lambda a, b: a % b, np.mod, "divisor"),
+          ("maximum", Tensor.maximum, np.maximum, "any"), ("minimum", Tensor.minimum, np.minimum, "any")]
+
+
+class IntProgram(Program):
+  """An integer program: wrapping arithmetic, bitwise ops, shifts by any count, floor division and modulo by any
+  divisor (0 gives 0, like numpy), reductions in the dtype tinycore accumulates in."""
+  OPS = ["permute", "reshape", "pad", "shrink", "flip", "slice", "contiguous", "cat", "where", "unary", "binary",
+         "binary", "binary", "scalar", "reduce"]
+
+  def __init__(self, rng: random.Random, shape: tuple[int, ...]):
+    self.rng, self.dtype, self.reduced = rng, rng.choice(INT_DTYPES), True
+    self.ref = int_values(rng, shape, self.dtype)
+    self.t = Tensor(self.ref.copy())
+
+  def ref_like(self) -> np.ndarray: return int_values(self.rng, self.ref.shape, self.ref.dtype.name)
+
+  def operand(self, kind: str) -> np.ndarray:
+    dtype, picker = self.ref.dtype, np.random.default_rng(self.rng.randrange(1 << 30))
+    if kind == "count":  # shift counts past the width, and negative ones (huge when read as unsigned)
+      bits = dtype.itemsize * 8
+      return picker.integers(-2, 2 * bits + 2, self.ref.shape).astype(dtype)
+    if kind == "divisor":  # zeros and -1 among small and wide divisors
+      edges = np.array([0, -1, 1, 2, -3], np.int64).astype(dtype)
+      return np.where(picker.random(self.ref.shape) < 0.5, picker.choice(edges, self.ref.shape), self.ref_like())
+    return self.ref_like()
+
+  def apply(self, op: str) -> str:
+    r, t, ref = self.rng, self.t, self.ref
+    with np.errstate(all="ignore"):
+      if op == "unary":
+        name, fn, npfn = r.choice([("neg", lambda x: -x, np.negative), ("invert", lambda x: ~x, np.invert),
+                                   ("abs", lambda x: x.abs(), np.abs)])
+        self.t, self.ref = fn(t), npfn(ref)
+        return name
+      if op == "binary":
+        name, fn, npfn, kind = r.choice(int_binary_ops())
+        other = self.operand(kind)
+        self.t, self.ref = fn(t, Tensor(other)), npfn(ref, other)
+        return name
+      if op == "scalar":  # a Python int takes the tensor's dtype, as numpy's NEP 50 does
+        name, fn, npfn, _ = r.choice(int_binary_ops())
+        value = r.choice([0, 1, 3, 7])
+        self.t, self.ref = fn(t, value), npfn(ref, ref.dtype.type(value))
+        return f"{name}_scalar{value}"
+      if op == "reduce" and ref.ndim and ref.size:
+        axis, keep = r.randrange(ref.ndim), r.random() < 0.5
+        if r.random() < 0.5:  # wrapping sums are exact in any order
+          out = t.sum(axis, keepdim=keep)
+          self.t, self.ref = out, ref.sum(axis, keepdims=keep, dtype=np.dtype(out.dtype.name))
+        else: self.t, self.ref = t.max(axis, keepdim=keep), ref.max(axis, keepdims=keep)
+        return op
+    return super().apply(op)
+
+
+def test_random_integer_programs_match_numpy():
+  seed = int(os.environ.get("TINYCORE_FUZZ_SEED", random.randrange(1 << 30)))
+  rng = random.Random(seed)
+  for index in range(INT_PROGRAMS):
+    program = IntProgram(rng, tuple(rng.randrange(1, 6) for _ in range(rng.randrange(1, 4))))
+    steps = [program.dtype] + [program.step() for _ in range(rng.randrange(2, 9))]
+    try:
+      actual = program.t.numpy()
+      assert actual.dtype == program.ref.dtype, f"dtype {actual.dtype}, numpy has {program.ref.dtype}"
+      np.testing.assert_array_equal(actual, program.ref)
+    except AssertionError as error:
+      pytest.fail(f"program {index} of seed {seed} (TINYCORE_FUZZ_SEED={seed}): steps {steps}\n{error}")
 
 
 def test_random_programs_match_numpy():
@@ -104,6 +223,10 @@ def test_random_programs_match_numpy():
       program.t, program.ref = base, expected
       steps.append("assign")
     try:
-      np.testing.assert_allclose(program.t.numpy(), program.ref, rtol=1e-4, atol=1e-4)
+      actual = program.t.numpy()
+      np.testing.assert_allclose(actual, program.ref, rtol=1e-4, atol=1e-4)  # NaN where numpy has NaN, inf exact
+      if not program.reduced:
+        zeros = (actual == 0) & (program.ref == 0)
+        np.testing.assert_equal(np.signbit(actual[zeros]), np.signbit(program.ref[zeros]), err_msg="signed zeros")
     except AssertionError as error:
       pytest.fail(f"program {index} of seed {seed} (TINYCORE_FUZZ_SEED={seed}): steps {steps}\n{error}")

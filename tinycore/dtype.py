@@ -61,9 +61,16 @@ class dtypes:
     if isinstance(x, (list, tuple)):
       return max((dtypes.from_py(v) for v in x), default=dtypes.default_float)
     if isinstance(x, bool): return dtypes.bool
-    if isinstance(x, int): return dtypes.default_int
+    if isinstance(x, int): return dtypes.int_for(x)
     if isinstance(x, float): return dtypes.default_float
     raise TypeError(f"cannot infer a dtype for a value of type {type(x).__name__}")
+
+  @staticmethod
+  def int_for(x: int) -> DType:
+    """The dtype a Python int gets: default_int, or int64 when it does not fit (as numpy does)."""
+    if dtypes.min(dtypes.default_int) <= x <= dtypes.max(dtypes.default_int): return dtypes.default_int
+    if dtypes.min(dtypes.int64) <= x <= dtypes.max(dtypes.int64): return dtypes.int64
+    raise OverflowError(f"Python int {x} is outside the int64 range; pass an explicit dtype (e.g. dtypes.uint64)")
 
   @staticmethod
   def as_const(val: Any, dtype: DType) -> bool | int | float:

@@ -103,8 +103,7 @@ class Tensor:
     if not all(isinstance(v, (bool, int, float)) for v in flat):
       bad = next(v for v in flat if not isinstance(v, (bool, int, float)))
       raise TypeError(f"Tensor data must be numbers, got {type(bad).__name__}")
-    inferred = dtypes.from_py(flat) if flat else dtypes.default_float
-    target = dtype or inferred
+    target = dtype or (dtypes.from_py(flat) if flat else dtypes.default_float)
     # build the bytes in the inferred dtype's host form, then cast on the device (casts run on the target)
     host_dtype = target if target is not dtypes.bfloat16 else dtypes.float32
     values = [dtypes.as_const(v, host_dtype) if not dtypes.is_float(host_dtype) else float(v) for v in flat]
@@ -428,7 +427,8 @@ class Tensor:
     x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pairs) else self
     positive = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
     padded = x._apply(x.uop.pad(positive))
-    if value == 0 or all(p == (0, 0) for p in positive): return padded
+    is_plus_zero = value == 0 and math.copysign(1.0, value) > 0  # the PAD op fills with +0; -0.0 needs a where
+    if is_plus_zero or all(p == (0, 0) for p in positive): return padded
     inside = Tensor.full(x.shape, True, device=self.device, dtype=dtypes.bool)
     inside = inside._apply(inside.uop.pad(positive))
     return inside.where(padded, value)
@@ -479,7 +479,8 @@ class Tensor:
       padding = [(0, 0)] * self.ndim
       padding[dim] = (offset, total - offset - t.shape[dim])
       offset += t.shape[dim]
-      piece = t.cast(dtype).pad(padding)
+      # float pieces pad with -0.0, the exact identity of +: with 0.0 a -0.0 in the data would come out as 0.0
+      piece = t.cast(dtype).pad(padding, value=-0.0 if dtypes.is_float(dtype) else 0)
       out = piece if out is None else (out | piece if dtype is dtypes.bool else out + piece)
     return out
 
@@ -512,7 +513,11 @@ class Tensor:
   def _scalar_dtype(self, value: Any) -> DType:
     """The dtype a Python scalar takes when it meets this tensor (a weak type, as in tinygrad)."""
     if isinstance(value, bool): return self.dtype
-    if isinstance(value, int): return self.dtype if not dtypes.is_bool(self.dtype) else dtypes.default_int
+    if isinstance(value, int):
+      if not dtypes.min(dtypes.int64) <= value <= dtypes.max(dtypes.uint64):
+        raise OverflowError(f"Python int {value} does not fit in any integer dtype (int64 or uint64)")
+      # an int tensor keeps its dtype (the scalar wraps to it, as in tinygrad); a bool tensor takes the int's dtype
+      return self.dtype if not dtypes.is_bool(self.dtype) else dtypes.from_py(value)
     if isinstance(value, float): return self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
     raise TypeError(f"unsupported operand type {type(value).__name__}")
 
@@ -619,11 +624,14 @@ class Tensor:
     is_half = (nearest - self) == 0.5
     odd = (nearest - (nearest * 0.5).floor() * 2) != 0
     return (is_half & odd).where(nearest - 1, nearest)
-  def sign(self) -> Tensor: return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+  def sign(self) -> Tensor:
+    signs = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+    return self.isnan().where(self, signs) if dtypes.is_float(self.dtype) else signs
   def abs(self) -> Tensor:
     if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool: return self
-    return (self < 0).where(-self, self)
-  def relu(self) -> Tensor: return (self > 0).where(self, 0)
+    if not dtypes.is_float(self.dtype): return (self < 0).where(-self, self)
+    return (self > 0).logical_not().where(0.0 - self, self)  # 0.0 - x: both zeros become 0.0, like numpy
+  def relu(self) -> Tensor: return (self > 0)._or_nan(self).where(self, 0)  # NaN stays NaN, -0.0 becomes 0.0
   def sigmoid(self) -> Tensor: return (1 + (-self).exp()).reciprocal()
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self).sigmoid() - 1.0
   def square(self) -> Tensor: return self * self
@@ -639,12 +647,16 @@ class Tensor:
     return ((self == math.inf) & detect_positive) | ((self == -math.inf) & detect_negative)
   def lerp(self, end: Tensor, weight: Tensor | float) -> Tensor: return self + (end - self) * weight
 
+  def _or_nan(self, x: Tensor) -> Tensor:
+    """This bool tensor, or-ed with "x is NaN" when x is a float tensor."""
+    return self | x.isnan() if dtypes.is_float(x.dtype) else self
+  # NaN in either operand gives NaN, and of two equal values (0.0 and -0.0) the second, as numpy's do on x86
   def maximum(self, x) -> Tensor:
     a, b = self._broadcasted(x)
-    return (a < b).where(b, a)
+    return (a > b)._or_nan(a).where(a, b)
   def minimum(self, x) -> Tensor:
     a, b = self._broadcasted(x)
-    return (a < b).where(a, b)
+    return (a < b)._or_nan(a).where(a, b)
   def clip(self, min_=None, max_=None) -> Tensor:
     if min_ is None and max_ is None: raise ValueError("clip needs at least one of min_ or max_")
     out = self
@@ -846,7 +858,7 @@ class Tensor:
     axis = _normalize_axis(axis, self.ndim)
     self._check_nonempty_reduce(axis, "argmax")
     n = self.shape[axis]
-    is_max = self == self.max(axis, keepdim=True)
+    is_max = (self == self.max(axis, keepdim=True))._or_nan(self)  # the first NaN, when there is one, like numpy
     countdown = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32)
     countdown = countdown.reshape((n,) + (1,) * (self.ndim - axis - 1))
     return (n - (is_max * countdown).max(axis, keepdim)).cast(dtypes.int32)

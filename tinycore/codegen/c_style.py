@@ -3,7 +3,8 @@
 Subclasses for other C dialects (OpenCL C, CUDA C) override the type names, the function signature, the math
 function names and how loops over the outermost dims map to work-items; the statement structure is shared.
 float16 and bfloat16 are stored as 16-bit words and computed in float, rounded back after every op, so results
-match numpy's per-op float16 rounding on any compiler.
+match numpy's per-op float16 rounding on any compiler (float has 24 >= 2*11+2 bits, so rounding an op's result to
+float and then to 16 bits equals rounding it once); casts from double go through round-to-odd for the same reason.
 """
 from __future__ import annotations
 import copy
@@ -55,7 +56,17 @@ static inline unsigned short tc_float_to_bf16(float f) {
   return (unsigned short)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 static inline float tc_round_bf16(float f) { return tc_bf16_to_float(tc_float_to_bf16(f)); }
+static inline float tc_float_round_odd(double d) {
+  float f = (float)d;
+  if ((double)f == d || d != d) return f;
+  unsigned int bits; __builtin_memcpy(&bits, &f, 4);
+  if (fabs((double)f) > fabs(d)) bits -= 1u;
+  bits |= 1u; __builtin_memcpy(&f, &bits, 4); return f;
+}
 """
+
+
+UNSIGNED_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
 
 @attrs.frozen
@@ -136,11 +147,35 @@ class CStyleRenderer:
 
   def cast(self, expr: str, src: DType, dst: DType) -> str:
     if dst is dtypes.bool: return f"({expr} != 0)"
-    if dst in (dtypes.float16, dtypes.bfloat16): return self.round_16bit(f"(float)({expr})", dst)
-    if dtypes.is_float(src) and dtypes.is_unsigned(dst) and dst.itemsize < 8:
-      # negative floats wrap like numpy instead of being undefined
-      return f"({self.value_type(dst)})({self.value_type(dtypes.int64)})({expr})"
+    if dst in (dtypes.float16, dtypes.bfloat16): return self.round_16bit(self.float_for_16bit(expr, src), dst)
+    if dtypes.is_float(src) and dtypes.is_int(dst): return self.float_to_int(expr, dst)
     return f"({self.value_type(dst)})({expr})"
+
+  def _float_to_signed(self, x: str, bits: int) -> str:
+    """x truncated to a signed int of `bits` (32 or 64), NaN and out-of-range values giving the minimum (x86's
+    "integer indefinite", which numpy returns): C leaves them undefined."""
+    limit, dtype = float(2 ** (bits - 1)), dtypes.int32 if bits == 32 else dtypes.int64
+    return (f"(({x} != {x} || {x} >= {limit!r} || {x} < {-limit!r}) ? {self.literal(dtypes.min(dtype), dtype)} : "
+            f"({self.value_type(dtype)})({x}))")
+
+  def float_to_int(self, x: str, dst: DType) -> str:
+    """A float cast to an int dtype with numpy's results on x86 for every input: signed targets and 8/16-bit ones
+    truncate through int32 (int64 for 64-bit), uint32 through int64 (so negative values wrap); uint64 covers
+    [2**63, 2**64) itself; values outside the range give the minimum of the intermediate type."""
+    if dst is dtypes.uint64:
+      top, wrap = 2.0 ** 63, f"{2 ** 63}{'UL' if self.value_type(dst) == 'ulong' else 'ull'}"
+      high = f"({x} >= {2.0 ** 64!r} ? 0 : ({self.value_type(dst)})({x} - {top!r}) + {wrap})"
+      return f"({x} >= {top!r} ? {high} : ({self.value_type(dst)}){self._float_to_signed(x, 64)})"
+    bits = 64 if dst.itemsize == 8 or dst is dtypes.uint32 else 32
+    return f"(({self.value_type(dst)}){self._float_to_signed(x, bits)})"
+
+  def float_for_16bit(self, expr: str, src: DType) -> str:
+    """expr as the float a 16-bit float is rounded from. A double (or a 32/64-bit int, through double) is first
+    rounded to float by round-to-odd: rounding it to float to nearest and then to 16 bits could round twice (a value
+    just off a 16-bit tie would land on the tie); round-to-odd keeps the second rounding exact."""
+    if src is dtypes.float64 or (dtypes.is_int(src) and src.itemsize >= 4):
+      return f"tc_float_round_odd((double)({expr}))"
+    return f"(float)({expr})"
 
   def load(self, buffer: str, offset: str, dtype: DType) -> str:
     if dtype is dtypes.float16: return f"tc_half_to_float({buffer}[{offset}])"
@@ -164,27 +199,70 @@ class CStyleRenderer:
     if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.POW):
       return self.round_16bit(self.math_call(op, dtype, args), dtype)
     if op is Ops.RECIPROCAL: return self.round_16bit(f"(1/{args[0]})", dtype)
-    if op is Ops.NEG: return f"(!{args[0]})" if dtype is dtypes.bool else self.round_16bit(f"(-{args[0]})", dtype)
+    if op is Ops.NEG:
+      if dtype is dtypes.bool: return f"(!{args[0]})"
+      return self.wrapping_neg(args[0], dtype) if dtypes.is_int(dtype) else self.round_16bit(f"(-{args[0]})", dtype)
     if op is Ops.WHERE: return f"({args[0]} ? {args[1]} : {args[2]})"
-    if op is Ops.MULACC: return self.round_16bit(f"(({args[0]}*{args[1]})+{args[2]})", dtype)
+    if op is Ops.MULACC:
+      if dtypes.is_int(dtype):
+        return self.wrapping_arithmetic(self.wrapping_arithmetic(args[0], "*", args[1], dtype), "+", args[2], dtype)
+      return self.round_16bit(f"(({args[0]}*{args[1]})+{args[2]})", dtype)
     a, b = args
-    if op is Ops.MAX: return f"({a} > {b} ? {a} : {b})"
-    if op in (Ops.IDIV, Ops.MOD):
-      symbol = "/" if op is Ops.IDIV else "%"
-      divisor = u.src[1]
-      if divisor.op is Ops.CONST and divisor.arg not in (0, -1): return f"({a}{symbol}{b})"
-      # integer division by zero traps on x86 (and MIN/-1 overflows): numpy gives 0
-      if dtypes.is_unsigned(dtype): return f"({b} == 0 ? 0 : {a}{symbol}{b})"
-      minus_one = f"(-{a})" if op is Ops.IDIV else "0"
-      return f"({b} == 0 ? 0 : {b} == -1 ? {minus_one} : {a}{symbol}{b})"
+    if op is Ops.MAX: return self.max_expr(a, b, dtype)
+    if op in (Ops.IDIV, Ops.MOD): return self.int_division(op, a, b, u.src[1], dtype)
     if dtype is dtypes.bool and op in (Ops.ADD, Ops.MUL): return f"({a}{'|' if op is Ops.ADD else '&'}{b})"
+    if op in (Ops.SHL, Ops.SHR) and dtypes.is_int(dtype): return self.shift(op, a, b, dtype)
     symbols = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.CMPLT: "<", Ops.CMPNE: "!=",
                Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+    if op in (Ops.ADD, Ops.SUB, Ops.MUL) and dtypes.is_int(dtype):
+      return self.wrapping_arithmetic(f"{a}", symbols[op], f"{b}", dtype)
     expr = f"({a}{symbols[op]}{b})"
-    if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL) and dtypes.is_int(dtype) and dtype.itemsize < 4:
-      return f"(({self.value_type(dtype)}){expr})"  # C promotes small ints to int: wrap back
     if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV): return self.round_16bit(expr, dtype)
     return expr
+
+  # Integer arithmetic wraps (two's complement) like numpy's. Signed overflow is undefined behaviour in C and OpenCL
+  # C, and small types are promoted to int (uint16 * uint16 can overflow int), so add, subtract, multiply and negate
+  # run in the unsigned type of at least 32 bits, where wrapping is defined, and convert back.
+  def _wide_unsigned(self, dtype: DType) -> str:
+    return self.value_type(dtypes.uint64 if dtype.itemsize == 8 else dtypes.uint32)
+
+  def wrapping_arithmetic(self, a: str, symbol: str, b: str, dtype: DType) -> str:
+    """a (+ - *) b in `dtype`, wrapping on overflow."""
+    if dtype in (dtypes.uint32, dtypes.uint64): return f"({a}{symbol}{b})"  # unsigned arithmetic already wraps
+    wide = self._wide_unsigned(dtype)
+    return f"(({self.value_type(dtype)})(({wide}){a}{symbol}({wide}){b}))"
+
+  def wrapping_neg(self, a: str, dtype: DType) -> str:
+    """-a in `dtype`, wrapping (-INT_MIN is INT_MIN)."""
+    return f"(({self.value_type(dtype)})(0-({self._wide_unsigned(dtype)}){a}))"
+
+  def shift(self, op: Ops, a: str, b: str, dtype: DType) -> str:
+    """a << b or a >> b with numpy's results on x86 for every count: the count is read as unsigned, and a count of
+    at least the bit width shifts everything out (0, or -1 for a negative value shifted right). C leaves such counts
+    undefined and OpenCL takes them modulo the width."""
+    bits = dtype.itemsize * 8
+    count_type = self.value_type(UNSIGNED_OF_SIZE[dtype.itemsize])
+    too_far = f"(({count_type}){b} >= {bits})"
+    if op is Ops.SHL:
+      shifted = f"(({self.value_type(dtype)})(({self._wide_unsigned(dtype)}){a}<<{b}))"
+      return f"({too_far} ? {self.literal(0, dtype)} : {shifted})"
+    shifted_out = self.literal(0, dtype) if dtypes.is_unsigned(dtype) else f"({a} < 0 ? {self.literal(-1, dtype)} : 0)"
+    return f"({too_far} ? {shifted_out} : ({self.value_type(dtype)})({a}>>{b}))"
+
+  def int_division(self, op: Ops, a: str, b: str, divisor: UOp, dtype: DType) -> str:
+    """Truncating integer a / b or a % b. Division by zero traps on x86 and MIN / -1 overflows; like numpy, x / 0 and
+    x % 0 are 0 and MIN / -1 wraps to MIN (MIN % -1 is 0)."""
+    symbol = "/" if op is Ops.IDIV else "%"
+    cast = f"({self.value_type(dtype)})"
+    if divisor.op is Ops.CONST and divisor.arg not in (0, -1): return f"({cast}({a}{symbol}{b}))"
+    if dtypes.is_unsigned(dtype): return f"({b} == 0 ? 0 : {cast}({a}{symbol}{b}))"
+    minus_one = self.wrapping_neg(a, dtype) if op is Ops.IDIV else "0"
+    return f"({b} == 0 ? 0 : {b} == -1 ? {minus_one} : {cast}({a}{symbol}{b}))"
+
+  def max_expr(self, a: str, b: str, dtype: DType) -> str:
+    """The larger of a and b; for floats NaN wins (numpy's maximum propagates NaN)."""
+    if dtypes.is_float(dtype): return f"(({a} != {a} || {a} > {b}) ? {a} : {b})"
+    return f"({a} > {b} ? {a} : {b})"
 
   def loop_pragma(self, loop: Loop) -> str:
     """A line placed before a loop (e.g. a vectorization hint); none by default."""
@@ -394,7 +472,7 @@ class CStyleRenderer:
       elif isinstance(item, AccUpdate):
         x = item.reduce
         acc, value = self._name(x), self._name(x.src[0])
-        if x.arg is Ops.MAX: update = f"({value} > {acc} ? {value} : {acc})"
+        if x.arg is Ops.MAX: update = self.max_expr(value, acc, x.dtype)
         else: update = self.alu(UOp(x.arg, x.dtype, (x, x.src[0])), [acc, value])
         lines.append(f"{pad}{acc} = {update};")
       else: self._emit_node(item, lines, pad)

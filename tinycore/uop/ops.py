@@ -7,6 +7,7 @@ its own cache key.
 from __future__ import annotations
 import functools
 import math
+import struct
 import weakref
 from enum import Enum, auto
 from typing import Any, Callable, Iterator
@@ -116,7 +117,8 @@ class _UOpCache(type):
   cache: dict[tuple, weakref.ReferenceType] = {}
 
   def __call__(cls, op: Ops, dtype: DType | None = None, src: tuple = (), arg: Any = None, tag: Any = None):
-    key = (op, dtype, src, arg, tag)
+    # a float arg is keyed by its bits: -0.0 == 0.0 in Python, but they are different constants
+    key = (op, dtype, src, ("float", struct.pack("<d", arg)) if type(arg) is float else arg, tag)
     if (ref := _UOpCache.cache.get(key)) is not None and (live := ref()) is not None: return live
     node = super().__call__(op, dtype, src, arg, tag)
     _UOpCache.cache[key] = weakref.ref(node, lambda _, key=key: _UOpCache.cache.pop(key, None))
@@ -328,6 +330,14 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
 
 # ---------------------------------------------------------------------------- bounds of index expressions
 def _bounds(u: UOp) -> tuple[Any, Any]:
+  lo, hi = _unwrapped_bounds(u)
+  # integer arithmetic wraps: bounds past the dtype's range say nothing about the wrapped value
+  if dtypes.is_int(u.dtype) and (lo < dtypes.min(u.dtype) or hi > dtypes.max(u.dtype)):
+    return dtypes.min(u.dtype), dtypes.max(u.dtype)
+  return lo, hi
+
+
+def _unwrapped_bounds(u: UOp) -> tuple[Any, Any]:
   if u.dtype is None or u.dtype not in (dtypes.index, dtypes.int32, dtypes.int64, dtypes.bool):
     return (-math.inf, math.inf)
   op = u.op

@@ -7,6 +7,7 @@ until nothing changes.
 from __future__ import annotations
 import inspect
 import itertools
+import math
 from typing import Any, Callable, Iterable
 from tinycore.dtype import DType
 from tinycore.uop.ops import Ops, UOp
@@ -36,7 +37,7 @@ class UPat:
   def match(self, node: UOp, bindings: dict[str, UOp]) -> bool:
     if self.ops is not None and node.op not in self.ops: return False
     if self.dtypes is not None and node.dtype not in self.dtypes: return False
-    if self.arg is not None and node.arg != self.arg: return False
+    if self.arg is not None and not same_arg(node.arg, self.arg): return False
     if self.name is not None:
       if (bound := bindings.get(self.name)) is not None and bound is not node: return False
     if self.custom is not None and not self.custom(node): return False
@@ -59,6 +60,17 @@ class UPat:
   def __repr__(self) -> str:
     ops = "any" if self.ops is None else "|".join(sorted(o.name for o in self.ops))
     return f"UPat({ops}{', name=' + self.name if self.name else ''})"
+
+
+def same_arg(a: Any, b: Any) -> bool:
+  """Whether two args are the same value of the same kind: a constant pattern for True does not match the int 1,
+  0 does not match 0.0, +0.0 does not match -0.0 (x + -0.0 is x but x + 0.0 is not), and NaN matches NaN."""
+  if isinstance(a, (bool, int, float)) or isinstance(b, (bool, int, float)):
+    if type(a) is not type(b): return False
+    if isinstance(a, float):
+      if math.isnan(a) or math.isnan(b): return math.isnan(a) and math.isnan(b)
+      return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+  return a == b
 
 
 Rule = tuple[UPat, Callable[..., UOp | None]]

@@ -43,9 +43,10 @@ def _safe(fn):
 
 PYTHON_ALU: dict[Ops, Any] = {
   Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul, Ops.FDIV: _safe_fdiv, Ops.IDIV: _c_div,
-  Ops.MOD: _c_mod, Ops.MAX: max, Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
-  Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor, Ops.SHL: lambda a, b: a << b,
-  Ops.SHR: lambda a, b: a >> b, Ops.NEG: operator.neg, Ops.WHERE: lambda c, a, b: a if c else b,
+  Ops.MOD: _c_mod, Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq,
+  Ops.MAX: lambda a, b: a if a != a or a > b else b,  # NaN wins, as in the renderer
+  Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor, Ops.NEG: operator.neg,
+  Ops.WHERE: lambda c, a, b: a if c else b,
   Ops.EXP2: _safe(lambda x: 2.0 ** x),
   Ops.LOG2: _safe(lambda x: math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)),
   Ops.SIN: _safe(math.sin), Ops.SQRT: _safe(lambda x: math.sqrt(x) if x >= 0 else math.nan),
@@ -55,19 +56,39 @@ PYTHON_ALU: dict[Ops, Any] = {
 }
 
 
+def _float32_bits_round_odd(value: float) -> int:
+  """The float32 bits of a double rounded by round-to-odd (so rounding them on to bfloat16 rounds only once)."""
+  try: single = struct.unpack("f", struct.pack("f", value))[0]
+  except OverflowError: single = math.copysign(math.inf, value)
+  bits = struct.unpack("I", struct.pack("f", single))[0]
+  if single == value: return bits
+  if abs(single) > abs(value): bits -= 1  # rounded away from zero: step back toward it
+  return bits | 1
+
+
 def round_to_dtype(value: Any, dtype: DType) -> Any:
   """A Python value as `dtype` would hold it (ints wrap, float32/float16 round)."""
   if dtype in (dtypes.float32, dtypes.float16) and isinstance(value, float) and math.isfinite(value):
     try: return struct.unpack(dtype.fmt, struct.pack(dtype.fmt, value))[0]
     except OverflowError: return math.copysign(math.inf, value)
   if dtype is dtypes.bfloat16 and isinstance(value, float) and math.isfinite(value):
-    bits = struct.unpack("I", struct.pack("f", value))[0]
+    bits = _float32_bits_round_odd(value)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return struct.unpack("f", struct.pack("I", bits))[0]
   return dtypes.as_const(value, dtype)
 
 
+def shift_value(op: Ops, value: int, count: int, dtype: DType) -> int:
+  """value << count or value >> count as the renderer computes it (numpy's results on x86): the count is read as
+  unsigned, and a count of at least the bit width shifts every bit out."""
+  bits = dtype.itemsize * 8
+  if count % (1 << bits) >= bits: return 0 if op is Ops.SHL or value >= 0 else -1
+  return value << count if op is Ops.SHL else value >> count
+
+
 def exec_alu(op: Ops, dtype: DType, args: list[Any]) -> Any:
+  """The value of op on Python constants, as a device computes it in `dtype` (ints wrap, floats round)."""
+  if op in (Ops.SHL, Ops.SHR) and dtypes.is_int(dtype): return round_to_dtype(shift_value(op, *args, dtype), dtype)
   return round_to_dtype(PYTHON_ALU[op](*args), dtype)
 
 
@@ -207,32 +228,44 @@ def fold_constants(x: UOp) -> UOp | None:
   if not x.src or any(s.op is not Ops.CONST for s in x.src): return None
   if x.op is Ops.CAST: return UOp.const(x.dtype, round_to_dtype(x.src[0].arg, x.dtype) if dtypes.is_float(x.dtype)
                                         else _cast_value(x.src[0].arg, x.dtype))
-  if x.op not in PYTHON_ALU: return None
+  if x.op not in PYTHON_ALU and x.op not in (Ops.SHL, Ops.SHR): return None
+  if x.op in (Ops.SHL, Ops.SHR) and not dtypes.is_int(x.dtype): return None
   if x.op in (Ops.IDIV, Ops.MOD) and x.src[1].arg == 0: return None  # division by zero is left to the device
   return UOp.const(x.dtype, exec_alu(x.op, x.dtype, [s.arg for s in x.src]))
 
 
+def float_to_int_value(v: float, dtype: DType) -> int:
+  """A float cast to an int dtype as the renderer does it (numpy's results on x86; see CStyleRenderer.float_to_int)."""
+  def truncated(bits: int) -> int:
+    limit = 2 ** (bits - 1)
+    return -limit if v != v or v >= limit or v < -limit else math.trunc(v)
+  if dtype is dtypes.uint64 and v >= 2 ** 63: return 0 if v >= 2 ** 64 else math.trunc(v)
+  return dtypes.as_const(truncated(64 if dtype.itemsize == 8 or dtype is dtypes.uint32 else 32), dtype)
+
+
 def _cast_value(v: Any, dtype: DType) -> Any:
   if dtype is dtypes.bool: return bool(v)
-  if dtypes.is_int(dtype) and isinstance(v, float):
-    if not math.isfinite(v): return 0
-    return dtypes.as_const(math.trunc(v), dtype)
+  if dtypes.is_int(dtype) and isinstance(v, float): return float_to_int_value(v, dtype)
   return dtypes.as_const(v, dtype)
 
 
-def _zero_if_int(x: UOp) -> UOp | None: return UOp.const(x.dtype, 0) if _is_int(x) else None
-
-
+# Constant patterns match by kind (see `same_arg`): an int pattern never matches a bool or float constant, and
+# +0.0 never matches -0.0. Each identity below is exact for its dtypes, NaN, inf and signed zeros included.
 symbolic = PatternMatcher([
   # an ALU op on constants is a constant
   (UPat(GroupOp.ALU | {Ops.CAST}, name="x"), fold_constants),
-  # adding zero, multiplying by one, and the like change nothing
+  # integers: adding or subtracting zero, multiplying or dividing by one change nothing; times zero is zero
   (UPat(Ops.ADD, src=[UPat.var("x"), UPat.const(0)]), lambda x: x),
   (UPat(Ops.SUB, src=(UPat.var("x"), UPat.const(0))), lambda x: x),
   (UPat(Ops.MUL, src=[UPat.var("x"), UPat.const(1)]), lambda x: x),
-  (UPat((Ops.IDIV, Ops.FDIV), src=(UPat.var("x"), UPat.const(1))), lambda x: x),
-  # an integer times zero is zero (not for floats: inf*0 is nan)
-  (UPat(Ops.MUL, src=[UPat.var("x"), UPat.const(0)], name="m"), lambda x, m: _zero_if_int(m)),
+  (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.const(1))), lambda x: x),
+  (UPat(Ops.MUL, src=[UPat.var("x"), UPat.const(0)], name="m"), lambda x, m: m.const_like(0)),
+  # floats: x + -0.0, x - +0.0, x * 1.0 and x / 1.0 are x (but x + 0.0 is +0.0 for x = -0.0, and x * 0.0 is NaN
+  # for inf and NaN, so neither folds)
+  (UPat(Ops.ADD, src=[UPat.var("x"), UPat.const(-0.0)]), lambda x: x),
+  (UPat(Ops.SUB, src=(UPat.var("x"), UPat.const(0.0))), lambda x: x),
+  (UPat(Ops.MUL, src=[UPat.var("x"), UPat.const(1.0)]), lambda x: x),
+  (UPat(Ops.FDIV, src=(UPat.var("x"), UPat.const(1.0))), lambda x: x),
   # a cast to the same dtype is nothing
   (UPat(Ops.CAST, name="c", src=(UPat.var("x"),)), lambda c, x: x if c.dtype is x.dtype else None),
   # integer sums are kept in affine normal form, which cancels (y//c)*c + y%c
@@ -243,12 +276,17 @@ symbolic = PatternMatcher([
   (UPat(Ops.MOD, dtype=INT_TYPES, src=(UPat.var("x"), UPat.cvar("d"))), simplify_mod),
   # comparisons decided by bounds are constants
   (UPat(GroupOp.Comparison, name="x"), simplify_compare),
-  # boolean identities
-  (UPat(Ops.AND, src=[UPat.var("x"), UPat.const(True)]), lambda x: x),
-  (UPat(Ops.AND, src=[UPat.var("x"), UPat.const(False)], name="a"), lambda x, a: a.const_like(False)),
-  (UPat(Ops.AND, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
-  (UPat(Ops.OR, src=[UPat.var("x"), UPat.const(False)]), lambda x: x),
-  # a WHERE with a known condition, or equal branches, is one branch
+  # boolean identities (bool constants only: the int 1 is not True, x & 1 keeps only the low bit)
+  (UPat((Ops.MUL, Ops.AND), dtype=dtypes.bool, src=[UPat.var("x"), UPat.const(False)], name="a"),
+   lambda x, a: a.const_like(False)),
+  (UPat((Ops.ADD, Ops.OR), dtype=dtypes.bool, src=[UPat.var("x"), UPat.const(False)]), lambda x: x),
+  (UPat((Ops.MUL, Ops.AND), dtype=dtypes.bool, src=[UPat.var("x"), UPat.const(True)]), lambda x: x),
+  # integer bitwise identities: x & 0 is 0, x | 0 and x ^ 0 are x
+  (UPat(Ops.AND, src=[UPat.var("x"), UPat.const(0)], name="a"), lambda x, a: a.const_like(0)),
+  (UPat((Ops.OR, Ops.XOR), src=[UPat.var("x"), UPat.const(0)]), lambda x: x),
+  # x & x and x | x are x, for bools and ints alike
+  (UPat((Ops.AND, Ops.OR), src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
+  # a WHERE with a known (bool) condition, or equal branches, is one branch
   (UPat(Ops.WHERE, src=(UPat.const(True), UPat.var("a"), UPat.var("b"))), lambda a, b: a),
   (UPat(Ops.WHERE, src=(UPat.const(False), UPat.var("a"), UPat.var("b"))), lambda a, b: b),
   (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("a"), UPat.var("a"))), lambda a: a),

@@ -29,6 +29,17 @@ ushort tc_float_to_bf16(float f) {
 float tc_round_bf16(float f) { return tc_bf16_to_float(tc_float_to_bf16(f)); }
 """
 
+# double -> float by round-to-odd, so that a cast from double to a 16-bit float rounds once (see CStyleRenderer)
+CL_ROUND_ODD_HELPER = r"""
+float tc_float_round_odd(double d) {
+  float f = (float)d;
+  if ((double)f == d || d != d) return f;
+  uint bits = as_uint(f);
+  if (fabs((double)f) > fabs(d)) bits -= 1u;
+  return as_float(bits | 1u);
+}
+"""
+
 SIXTEEN_BIT_FLOATS = (dtypes.float16, dtypes.bfloat16)
 
 
@@ -61,6 +72,7 @@ class CLRenderer(CStyleRenderer):
     pragmas = ["#pragma OPENCL FP_CONTRACT OFF"]
     if fp64: pragmas.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")  # needed before OpenCL C 1.2
     self.prelude = "\n".join(pragmas) + "\n"
+    self.half_helpers = CL_HALF_HELPERS + (CL_ROUND_ODD_HELPER if fp64 else "")
 
   @property
   def unsupported_reasons(self) -> dict[str, str]:
@@ -73,6 +85,10 @@ class CLRenderer(CStyleRenderer):
       if dtypes.is_unsigned(dtype): return f"{value}UL"
       return f"({value + 1}L-1)" if value == dtypes.min(dtypes.int64) else f"{value}L"
     return super()._literal(value, dtype)
+
+  def float_for_16bit(self, expr: str, src: DType) -> str:
+    # without cl_khr_fp64 there is no double: a 32/64-bit int rounds to float to nearest first
+    return super().float_for_16bit(expr, src) if self.fp64 else f"(float)({expr})"
 
   def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
     return f"{self.math_functions[op]}({', '.join(args)})"  # overloaded builtins: no "f" suffix
