@@ -68,7 +68,8 @@ class Buffer:
     # zero-sized buffers get one byte so every buffer has an address
     self._handle = self.allocator.alloc(max(self.nbytes, 1), self.options)
     self._owned = True
-    weakref.finalize(self, _free_handle, self.allocator, self._handle, max(self.nbytes, 1), self.options)
+    # not at exit: a queue device may still run work on this memory then; its finalize decides what is safe to free
+    weakref.finalize(self, _free_handle, self.allocator, self._handle, max(self.nbytes, 1), self.options).atexit = False
     return self
 
   @property

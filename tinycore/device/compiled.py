@@ -8,6 +8,26 @@ from typing import Any, Callable, Protocol, Sequence
 from tinycore.device.allocator import Allocator
 
 
+def seconds_setting(name: str, default: float) -> float:
+  """A timeout in seconds from the environment variable `name` (`default` when unset); anything but a positive
+  number is a ValueError naming the variable."""
+  raw = os.environ.get(name, "").strip()
+  if not raw: return default
+  try: value = float(raw)
+  except ValueError: value = float("nan")
+  if not value > 0: raise ValueError(f"{name}={raw!r} is not a positive number of seconds")
+  return value
+
+
+COMPILE_TIMEOUT_ENV = "TINYCORE_COMPILE_TIMEOUT"
+DEFAULT_COMPILE_TIMEOUT_S = 600.0
+
+
+def compile_timeout_s() -> float:
+  """How long one run of a device's compiler may take: $TINYCORE_COMPILE_TIMEOUT seconds (default 600)."""
+  return seconds_setting(COMPILE_TIMEOUT_ENV, DEFAULT_COMPILE_TIMEOUT_S)
+
+
 def cache_dir() -> pathlib.Path:
   """Where compiled programs are cached on disk: $TINYCORE_CACHE_DIR, else ~/.cache/tinycore."""
   root = os.environ.get("TINYCORE_CACHE_DIR")

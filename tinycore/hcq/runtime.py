@@ -9,8 +9,12 @@ sequence number only if someone waits on it. Buffer addresses are patched in at 
 serves every call with new buffers of the same shapes.
 """
 from __future__ import annotations
+import ctypes
+import functools
 import itertools
-from typing import Any, Sequence
+import os
+import threading
+from typing import Any, Callable, Sequence, TypeVar
 from tinycore.uop.ops import Ops, UOp
 from tinycore.hcq.commands import Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Value
 from tinycore.hcq.device import Encoded, HCQDevice, is_hcq_device
@@ -20,6 +24,21 @@ from tinycore.hcq import staging
 MAX_CACHED_CALLS = 32     # eager schedules with more calls than this bake nothing into the cache
 MAX_TEMPLATES = 4096      # compiled eager templates kept (oldest dropped first)
 SIGNAL_SETS = 2           # a compiled batch may be in flight this many times at once
+
+# One process-wide, re-entrant lock serializes what several Python threads would otherwise race on: realizing
+# (schedule, compile and template caches), submitting to queues (device epochs, batch signal sets, rings) and the
+# list of work in flight. Threads still build tensor graphs in parallel; kernels run on the devices' own workers.
+runtime_lock = threading.RLock()
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def holding_runtime_lock(fn: _Fn) -> _Fn:
+  """`fn` runs while this thread holds `runtime_lock`."""
+  @functools.wraps(fn)
+  def locked(*args: Any, **kwargs: Any) -> Any:
+    with runtime_lock: return fn(*args, **kwargs)
+  return locked  # type: ignore[return-value]
+
 
 _templates: dict[tuple, UOp] = {}
 _in_flight: list[tuple[dict[HCQDevice, int], list[Any]]] = []   # (epochs to reach, buffers kept alive until then)
@@ -154,8 +173,11 @@ class CompiledBatch:
       if not self.plan: self.plan = per_queue
     self.patches = [ref for enc in self.encoded[0].values() for _, ref in enc.patches]
 
+  @holding_runtime_lock
   def run(self, buffers: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
     """Submit the batch with these buffers (by slot) and variable values."""
+    for dev in self.devices:
+      if dev.unusable is not None: raise RuntimeError(dev.unusable)
     which = next(self.next_set) % SIGNAL_SETS
     signals, encoded = self.signal_sets[which], self.encoded[which]
     # host fence: the last run that used this signal set must be done before its signals are reset
@@ -199,12 +221,14 @@ def ref_address(ref: InputAddress, buffers: Sequence[Any]) -> int:
   return _device(ref.device).device_address(buffers[ref.slot].ensure_allocated()) + ref.offset
 
 
+@holding_runtime_lock
 def release_finished() -> None:
   """Drop the references that kept buffers alive while queues still used them."""
   _in_flight[:] = [(epochs, bufs) for epochs, bufs in _in_flight
                    if any(d.timeline.value < e for d, e in epochs.items())]
 
 
+@holding_runtime_lock
 def wait_for_queues() -> None:
   """Host calls run after every queue device finished what it was given (a simple, safe fence)."""
   for epochs, _ in list(_in_flight):
@@ -212,9 +236,57 @@ def wait_for_queues() -> None:
   release_finished()
 
 
+def keep_in_flight_memory(*owners: Any) -> None:
+  """At exit, for a queue whose worker could not be stopped in time: the buffers of the work in flight, every signal
+  and `owners` (say, the device with its allocator's cached memory) are never freed, so the kernel still running
+  never touches unmapped memory while the interpreter shuts down. The process's exit releases them."""
+  for owner in (_in_flight, signal_pool, *owners): ctypes.pythonapi.Py_IncRef(ctypes.py_object(owner))
+
+
+# --- fork: the parent's queues are drained before the fork (the child's copy of memory is then complete), and the
+# child restarts what did not survive it (worker threads), or marks the device unusable with the reason
+_fork_failure: str | None = None
+
+
+def _opened_queue_devices() -> list[HCQDevice]:
+  from tinycore.device.registry import Device
+  return [dev for dev in Device.opened().values() if is_hcq_device(dev)]
+
+
+def _before_fork() -> None:
+  global _fork_failure
+  runtime_lock.acquire()
+  _fork_failure = None
+  try:
+    for dev in _opened_queue_devices(): dev.synchronize()
+    release_finished()
+  except Exception as error:  # the child learns why when it uses the device; the parent goes on
+    _fork_failure = f"its queues were still busy when the process forked ({error})"
+
+
+def _after_fork_in_parent() -> None: runtime_lock.release()
+
+
+def _after_fork_in_child() -> None:
+  runtime_lock.release()
+  for dev in _opened_queue_devices():
+    reason = _fork_failure
+    if reason is None:
+      try: dev.restart_after_fork()
+      except Exception as error: reason = f"{type(error).__name__}: {error}"
+    if reason is not None:
+      dev.unusable = (f"{dev.device} was opened before this process was forked and cannot be used in the child: "
+                      f"{reason}. Use the 'spawn' or 'forkserver' start method "
+                      "(multiprocessing.set_start_method('spawn')), or open the device only in the child")
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
+
+
 _by_template: dict[tuple, UOp] = {}
 
 
+@holding_runtime_lock
 def compile_template(linear: UOp) -> UOp:
   """compile_linear for a cached schedule's template LINEAR (its buffers are placeholders, all patched at run time),
   cached by the template itself: a repeated computation neither compiles nor builds a cache key."""
@@ -236,6 +308,7 @@ def compile_settings(linear: UOp) -> tuple:
   return host_devs, staging.STAGING_SIZE, staging.STAGING_SLOTS, staging._staging
 
 
+@holding_runtime_lock
 def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile: bool = False) -> UOp:
   """A LINEAR whose queue calls are grouped into compiled batches. `input_uops` (eager use) are the buffers whose
   addresses are patched in at every run; None (JIT use) bakes every address. Compiling a compiled LINEAR returns

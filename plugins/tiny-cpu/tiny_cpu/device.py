@@ -5,11 +5,13 @@ import hashlib
 import mmap
 import os
 import tempfile
+import threading
 import time
 from typing import Any, Sequence
 from tinycore.device.allocator import BufferSpec, LRUAllocator
 from tinycore.device.compiled import cache_dir
-from tinycore.hcq.device import HCQDevice
+from tinycore.hcq.device import HCQDevice, queue_timeout_s
+from tinycore.hcq.runtime import keep_in_flight_memory
 from tiny_cpu.compiler import CPUCompiler
 
 
@@ -36,7 +38,8 @@ class CPUAllocator(LRUAllocator[HostMemory]):
       return HostMemory(None, spec.external_ptr, nbytes, view)
     try:
       # large buffers are faulted in up front: one kernel-side pass instead of a page fault per 4 KiB on first touch
-      flags = mmap.MAP_SHARED | mmap.MAP_ANONYMOUS | (POPULATE if nbytes >= 1 << 20 else 0)
+      # private, so a forked child gets a copy of the parent's buffers (and its own LRU reuse never clobbers them)
+      flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | (POPULATE if nbytes >= 1 << 20 else 0)
       mapping = mmap.mmap(-1, nbytes, flags=flags)
     except OSError as error:
       raise MemoryError(f"mmap of {nbytes} bytes failed: {error}") from error
@@ -151,9 +154,17 @@ class CPUDevice(HCQDevice):
     return caps
 
   def finalize(self) -> None:
-    try: self.synchronize(timeout_ms=2000)
-    except Exception: return  # a worker stuck on a wait would never join; process exit ends it
-    for queue in self.queues.values(): queue.close()
+    """At exit: each worker stops after the entry it is running (queued work is dropped: nothing can read it any
+    more), waited for up to TINYCORE_QUEUE_TIMEOUT. A worker still busy after that is left running, and the memory
+    its work may touch is never freed, so it cannot fault while the interpreter shuts down."""
+    timeout = queue_timeout_s()
+    stopped = [queue.close(timeout) for queue in self.queues.values()]
+    if not all(stopped): keep_in_flight_memory(self)
+
+  def restart_after_fork(self) -> None:
+    """In a forked child: new worker threads on the parent's (drained) rings; buffers are the child's copies."""
+    self.allocator.lock = threading.Lock()
+    for queue in self.queues.values(): queue.restart_after_fork()
 
 
 def cpu_threads() -> int:
