@@ -27,7 +27,8 @@ def cache(tmp_path, monkeypatch) -> pathlib.Path:
   return tmp_path / "cache"
 
 
-def entries(cache: pathlib.Path) -> list[pathlib.Path]: return [p for p in (cache / "compiled").rglob("*") if p.is_file()]
+def entries(cache: pathlib.Path) -> list[pathlib.Path]:
+  return [p for p in (cache / "compiled").rglob("*") if p.is_file()]
 
 
 def test_the_cache_directory_is_created_private(cache):

@@ -6,7 +6,7 @@ import time
 import pytest
 
 pytest.importorskip("tiny_cpu", reason="tiny-cpu is not installed")
-needs_sim = pytest.mark.skipif(importlib.util.find_spec("hcq_sim") is None, reason="tinycore-hcq-sim not installed")
+needs_sim = pytest.mark.skipif(importlib.util.find_spec("hcq_sim") is None, reason="tinycore-hcq-sim is not installed")
 
 # a matmul long enough (seconds on one thread) to still run when the interpreter shuts down; TINYCORE_LRU=0 frees
 # buffers at once, so memory still in use would be unmapped under the running kernel
@@ -50,7 +50,8 @@ def in_child(k):
   return parent.numpy().tolist(), fresh.tolist(), pending.numpy().tolist(), float((parent.sum() * k).item())
 
 def expected(k):
-  return (base * 2 + 1).tolist(), (base * 2 + 1 + k).tolist(), np.exp2(base - 5).tolist(), float((base * 2 + 1).sum() * k)
+  doubled = base * 2 + 1
+  return doubled.tolist(), (doubled + k).tolist(), np.exp2(base - 5).tolist(), float(doubled.sum() * k)
 
 pid = os.fork()
 if pid == 0:
