@@ -45,13 +45,17 @@ base = np.arange(12, dtype=np.float32).reshape(3, 4)
 parent = (Tensor(base, device=device) * 2 + 1).realize()       # realized before the fork
 pending = (Tensor(base, device=device) - 5).exp2()             # left lazy: the child computes it
 
+large = np.arange(1 << 18, dtype=np.float32).reshape(512, 512) % 7     # large enough to split across CPU threads
+
 def in_child(k):
   fresh = (Tensor(np.full((3, 4), k, np.float32), device=device) + parent).numpy()
-  return parent.numpy().tolist(), fresh.tolist(), pending.numpy().tolist(), float((parent.sum() * k).item())
+  split = (Tensor(large, device=device) * k).sum(axis=1).numpy().tolist()
+  return parent.numpy().tolist(), fresh.tolist(), pending.numpy().tolist(), float((parent.sum() * k).item()), split
 
 def expected(k):
   doubled = base * 2 + 1
-  return doubled.tolist(), (doubled + k).tolist(), np.exp2(base - 5).tolist(), float(doubled.sum() * k)
+  return (doubled.tolist(), (doubled + k).tolist(), np.exp2(base - 5).tolist(), float(doubled.sum() * k),
+          (large * k).sum(axis=1).tolist())
 
 pid = os.fork()
 if pid == 0:
@@ -68,7 +72,7 @@ print("parent agrees" if in_child(5) == expected(5) else "parent differs", flush
 
 
 def test_forked_children_compute_and_read_the_parents_tensors(run_scenario):
-  result = run_scenario(FORK_SCRIPT, "CPU", timeout=120)
+  result = run_scenario(FORK_SCRIPT, "CPU", timeout=120, env={"TINYCORE_CPU_THREADS": "2"})
   assert result.returncode == 0, f"exit status {result.returncode}\n{result.stdout}\n{result.stderr[-3000:]}"
   assert "os.fork child exit status 0" in result.stdout, result.stdout
   assert "pool agrees" in result.stdout and "parent agrees" in result.stdout
