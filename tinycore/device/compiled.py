@@ -153,7 +153,8 @@ class Compiler:
     if self.cachekey is None or os.environ.get("TINYCORE_DISABLE_COMPILER_CACHE") == "1": return self.compile(src)
     key = hashlib.sha256(f"{self.cachekey}\0{src}".encode()).hexdigest()
     root = trusted_cache_dir()
-    path = root / "compiled" / key[:2] / key
+    # a suffix of its own: a tinycore from before signing, sharing this directory, never reads a signed entry
+    path = root / "compiled" / key[:2] / f"{key}.signed"
     try: secret = cache_key_secret(root)
     except OSError: return self.compile(src)  # a read-only cache is not an error
     if (lib := read_cache_entry(path, secret)) is not None: return lib
@@ -162,7 +163,7 @@ class Compiler:
       (root / "compiled").mkdir(mode=0o700, exist_ok=True)
       path.parent.mkdir(mode=0o700, exist_ok=True)
       # a fresh file renamed into place: a concurrent reader never sees half a binary
-      write_private_file(path, ENTRY_MAGIC + entry_mac(secret, key, lib) + lib)
+      write_private_file(path, ENTRY_MAGIC + entry_mac(secret, path.name, lib) + lib)
     except OSError: pass  # a read-only cache is not an error
     return lib
 
