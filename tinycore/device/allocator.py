@@ -1,6 +1,7 @@
 """Allocators: how a device gets, frees and copies raw memory. Plugins subclass `Allocator` (or `LRUAllocator`)."""
 from __future__ import annotations
 import os
+import threading
 from collections import defaultdict
 from typing import Any, Generic, TypeVar
 import attrs
@@ -119,12 +120,14 @@ class LRUAllocator(Allocator[Handle]):
   def __init__(self, device: Any = None):
     super().__init__(device)
     self.cache: dict[tuple[int, BufferSpec], list[Handle]] = defaultdict(list)
+    self.lock = threading.Lock()  # buffers are freed by the garbage collector in whichever thread drops them
 
   def alloc(self, nbytes: int, spec: BufferSpec | None = None) -> Handle:
     spec = spec or BufferSpec()
-    if (cached := self.cache.get((nbytes, spec))):
-      self.allocated_bytes += nbytes
-      return cached.pop()
+    with self.lock:
+      if (cached := self.cache.get((nbytes, spec))):
+        self.allocated_bytes += nbytes
+        return cached.pop()
     try:
       return super().alloc(nbytes, spec)
     except MemoryError:
@@ -134,12 +137,14 @@ class LRUAllocator(Allocator[Handle]):
   def free(self, handle: Handle, nbytes: int, spec: BufferSpec | None = None) -> None:
     spec = spec or BufferSpec()
     if os.environ.get("TINYCORE_LRU", "1") != "0" and not (spec.nolru or spec.zero or spec.external_ptr is not None):
-      self.allocated_bytes -= nbytes
-      self.cache[(nbytes, spec)].append(handle)
+      with self.lock:
+        self.allocated_bytes -= nbytes
+        self.cache[(nbytes, spec)].append(handle)
     else:
       super().free(handle, nbytes, spec)
 
   def free_cache(self) -> None:
-    for (_, spec), handles in self.cache.items():
+    with self.lock:
+      cached, self.cache = self.cache, defaultdict(list)
+    for (_, spec), handles in cached.items():
       for handle in handles: self._free(handle, spec)
-    self.cache.clear()

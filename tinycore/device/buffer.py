@@ -81,8 +81,10 @@ class Buffer:
     # zero-sized buffers get one byte so every buffer has an address
     self._handle = self.allocator.alloc(max(self.nbytes, 1), self.options)
     self._owned = True
+    # not at exit: a queue device may still run work on this memory then; its finalize decides what is safe to free
     self._finalizer = weakref.finalize(self, _free_handle, self.allocator, self._handle, max(self.nbytes, 1),
                                        self.options)
+    self._finalizer.atexit = False
     return self
 
   def deallocate(self) -> None:

@@ -1,18 +1,142 @@
 """The device object (`Compiled`) and the compile/run interfaces a device plugin implements."""
 from __future__ import annotations
+import atexit
+import contextlib
 import hashlib
+import hmac
 import os
 import pathlib
+import shutil
 import tempfile
+import threading
+import warnings
+from stat import S_ISDIR, S_ISREG
 from typing import Any, Callable, Protocol, Sequence
 from tinycore.device.allocator import Allocator
 
 
+def seconds_setting(name: str, default: float) -> float:
+  """A timeout in seconds from the environment variable `name` (`default` when unset); anything but a positive
+  number is a ValueError naming the variable."""
+  raw = os.environ.get(name, "").strip()
+  if not raw: return default
+  try: value = float(raw)
+  except ValueError: value = float("nan")
+  if not value > 0: raise ValueError(f"{name}={raw!r} is not a positive number of seconds")
+  return value
+
+
+COMPILE_TIMEOUT_ENV = "TINYCORE_COMPILE_TIMEOUT"
+DEFAULT_COMPILE_TIMEOUT_S = 600.0
+
+
+def compile_timeout_s() -> float:
+  """How long one run of a device's compiler may take: $TINYCORE_COMPILE_TIMEOUT seconds (default 600)."""
+  return seconds_setting(COMPILE_TIMEOUT_ENV, DEFAULT_COMPILE_TIMEOUT_S)
+
+
 def cache_dir() -> pathlib.Path:
-  """Where compiled programs are cached on disk: $TINYCORE_CACHE_DIR, else ~/.cache/tinycore."""
+  """Where compiled programs are cached on disk: $TINYCORE_CACHE_DIR, else ~/.cache/tinycore. Use
+  `trusted_cache_dir()` to read or write it."""
   root = os.environ.get("TINYCORE_CACHE_DIR")
   if not root: root = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tinycore")
   return pathlib.Path(root)
+
+
+# --- trust: the cache holds code this process runs, so only the user may be able to write it
+_trusted: dict[str, pathlib.Path] = {}
+_trust_lock = threading.Lock()
+_warned: set[str] = set()
+ENTRY_MAGIC = b"TCC1"  # an entry is MAGIC, then HMAC-SHA256(cache key, name + payload), then the payload
+
+
+def untrusted_reason(stat: os.stat_result, private: bool = False) -> str | None:
+  """Why a file or directory with this stat may not be trusted (another user owns it, or group/others may write
+  it; `private`: or read it), else None."""
+  if stat.st_uid != os.geteuid(): return f"it is owned by uid {stat.st_uid}, not by you (uid {os.geteuid()})"
+  if stat.st_mode & (0o077 if private else 0o022):
+    return f"its mode {stat.st_mode & 0o777:o} lets other users {'use' if private else 'write'} it"
+  return None
+
+
+def trusted_cache_dir() -> pathlib.Path:
+  """The cache directory, created private to the user (0700) when missing. One owned by another user or writable by
+  group or others is refused with a warning (once per process), and a private temporary directory, removed at exit,
+  is used instead."""
+  configured = cache_dir()
+  if (known := _trusted.get(str(configured))) is not None: return known
+  with _trust_lock:
+    if (known := _trusted.get(str(configured))) is not None: return known
+    try:
+      configured.mkdir(mode=0o700, parents=True, exist_ok=True)
+      stat = os.stat(configured)
+      reason = "it is not a directory" if not S_ISDIR(stat.st_mode) else untrusted_reason(stat)
+      if reason is None and stat.st_mode & 0o077: os.chmod(configured, 0o700)  # ours: keep it private too
+    except OSError as error: reason = f"it cannot be created ({error.strerror})"
+    chosen = configured
+    if reason is not None:
+      chosen = pathlib.Path(tempfile.mkdtemp(prefix="tinycore-cache-"))
+      atexit.register(shutil.rmtree, chosen, ignore_errors=True)
+      warnings.warn(f"tinycore does not use the compile cache {configured}: {reason}. Using the private temporary "
+                    f"cache {chosen} instead; make the directory yours and writable only by you (chmod 700), or set "
+                    "TINYCORE_CACHE_DIR to one that is", RuntimeWarning, stacklevel=2)
+    _trusted[str(configured)] = chosen
+    return chosen
+
+
+def warn_once(message: str) -> None:
+  if message in _warned: return
+  _warned.add(message)
+  warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def cache_key_secret(root: pathlib.Path) -> bytes:
+  """The per-cache secret that signs entries (root/key, 0600, created on first use). A missing, foreign or
+  readable-by-others key is replaced: every entry signed with the old one is then recompiled."""
+  path = root / "key"
+  try:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+      if untrusted_reason(os.fstat(f.fileno()), private=True) is None and len(secret := f.read(64)) == 32:
+        return secret
+  except OSError: pass
+  secret = os.urandom(32)
+  write_private_file(path, secret)
+  return secret
+
+
+def write_private_file(path: pathlib.Path, data: bytes) -> None:
+  """Write `data` to `path` atomically through a fresh 0600 file (mkstemp) renamed over it."""
+  fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+  try:
+    with os.fdopen(fd, "wb") as f: f.write(data)
+    os.replace(temporary, path)
+  except BaseException:
+    with contextlib.suppress(OSError): os.unlink(temporary)
+    raise
+
+
+def read_cache_entry(path: pathlib.Path, secret: bytes) -> bytes | None:
+  """The verified payload of a cache entry, or None (recompile): missing, not a regular file of this user that only
+  they can write (warned once), or failing its signature (corrupt, truncated, tampered, or from another cache)."""
+  try: fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+  except OSError: return None
+  with os.fdopen(fd, "rb") as f:
+    stat = os.fstat(f.fileno())
+    reason = "it is not a regular file" if not S_ISREG(stat.st_mode) else untrusted_reason(stat)
+    if reason is not None:
+      warn_once(f"tinycore ignores the compile cache entry {path}: {reason}; the program is compiled again")
+      return None
+    data = f.read()
+  mac, payload = data[len(ENTRY_MAGIC):len(ENTRY_MAGIC) + 32], data[len(ENTRY_MAGIC) + 32:]
+  if not data.startswith(ENTRY_MAGIC) or not hmac.compare_digest(mac, entry_mac(secret, path.name, payload)):
+    return None
+  return payload
+
+
+def entry_mac(secret: bytes, name: str, payload: bytes) -> bytes:
+  """The signature of an entry: it binds the bytes to the entry's name, so a valid entry moved elsewhere fails."""
+  return hmac.new(secret, name.encode() + b"\0" + payload, hashlib.sha256).digest()
 
 
 class Compiler:
@@ -23,19 +147,23 @@ class Compiler:
   def compile(self, src: str) -> bytes: raise NotImplementedError(f"{type(self).__name__} cannot compile")
 
   def compile_cached(self, src: str) -> bytes:
-    """`compile` with an on-disk cache keyed by (cachekey, source). Set TINYCORE_DISABLE_COMPILER_CACHE=1 to skip it."""
+    """`compile` with an on-disk cache keyed by (cachekey, source), in `trusted_cache_dir()`. Each entry is signed
+    with the cache's secret and checked before use; one that fails is compiled again and rewritten, never an error.
+    Set TINYCORE_DISABLE_COMPILER_CACHE=1 to skip the cache."""
     if self.cachekey is None or os.environ.get("TINYCORE_DISABLE_COMPILER_CACHE") == "1": return self.compile(src)
     key = hashlib.sha256(f"{self.cachekey}\0{src}".encode()).hexdigest()
-    path = cache_dir() / "compiled" / key[:2] / key
-    try: return path.read_bytes()
-    except OSError: pass
+    root = trusted_cache_dir()
+    # a suffix of its own: a tinycore from before signing, sharing this directory, never reads a signed entry
+    path = root / "compiled" / key[:2] / f"{key}.signed"
+    try: secret = cache_key_secret(root)
+    except OSError: return self.compile(src)  # a read-only cache is not an error
+    if (lib := read_cache_entry(path, secret)) is not None: return lib
     lib = self.compile(src)
     try:
-      path.parent.mkdir(parents=True, exist_ok=True)
-      # write to a temporary file and rename, so a concurrent reader never sees half a binary
-      with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as f:
-        f.write(lib)
-      os.replace(f.name, path)
+      (root / "compiled").mkdir(mode=0o700, exist_ok=True)
+      path.parent.mkdir(mode=0o700, exist_ok=True)
+      # a fresh file renamed into place: a concurrent reader never sees half a binary
+      write_private_file(path, ENTRY_MAGIC + entry_mac(secret, path.name, lib) + lib)
     except OSError: pass  # a read-only cache is not an error
     return lib
 

@@ -38,7 +38,8 @@ class HostAllocator(LRUAllocator[HostMemory]):
       view = memoryview((ctypes.c_char * nbytes).from_address(spec.external_ptr)).cast("B")
       return HostMemory(None, spec.external_ptr, nbytes, view)
     try:
-      flags = mmap.MAP_SHARED | mmap.MAP_ANONYMOUS | (POPULATE if nbytes >= POPULATE_THRESHOLD else 0)
+      # private, so a forked child gets a copy of the parent's buffers (and its own LRU reuse never clobbers them)
+      flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | (POPULATE if nbytes >= POPULATE_THRESHOLD else 0)
       mapping = mmap.mmap(-1, nbytes, flags=flags)
     except OSError as error:
       raise MemoryError(f"mmap of {nbytes} bytes failed: {error}") from error

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
+from tinycore.hcq.runtime import holding_runtime_lock
 from tinycore.engine.buffers import buffer_of, linear_buffers
 from tinycore.engine.jit import is_capturing, record_linear
 from tinycore.schedule.cache import cached_schedule, schedule_template
@@ -24,6 +25,7 @@ class GlobalCounters:
     GlobalCounters.time_sum_s = 0.0
 
 
+@holding_runtime_lock
 def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
   """Execute each CALL of a LINEAR in order: kernels through their device's Program (buffers, then the CALL's scalar
   arguments as 64-bit words), copies through the copy path,
@@ -63,10 +65,12 @@ def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
   if wait: wait_for_queues()
 
 
+@holding_runtime_lock
 def schedule_tensors(tensors: list[Tensor]) -> tuple[UOp, dict[UOp, UOp]]:
   return cached_schedule([t.uop for t in tensors])
 
 
+@holding_runtime_lock
 def realize_tensors(tensors: list[Tensor]) -> None:
   """Schedule (cached by graph shape), compile queue batches once per cached schedule, bind this call's buffers
   (one substitution), run, and rebind the live tensors."""
@@ -92,6 +96,7 @@ def apply_becomes(becomes: dict[UOp, UOp]) -> None:
     elif any(n in becomes for n in u.toposort(gate=lambda n: n.op is not Ops.BUFFER)): t.uop = u.substitute(becomes)
 
 
+@holding_runtime_lock
 def assign_tensor(target: Tensor, value: Tensor) -> None:
   """target.assign(value): a STORE of value into target's view of its buffer, behind an AFTER that every view of
   that buffer now reads. The buffer never moves."""

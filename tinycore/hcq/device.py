@@ -4,7 +4,7 @@ import struct
 import time
 from typing import Any, Sequence
 import attrs
-from tinycore.device.compiled import Compiled
+from tinycore.device.compiled import Compiled, seconds_setting
 from tinycore.device.python import HOST_DEVICE
 from tinycore.device.registry import Device
 from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
@@ -14,6 +14,22 @@ from tinycore.hcq.signal import Signal, signal_pool
 
 class HCQTimeoutError(RuntimeError):
   """A device made no progress within its wait timeout (a wait on a signal nobody writes, or a hang)."""
+
+
+QUEUE_TIMEOUT_ENV = "TINYCORE_QUEUE_TIMEOUT"
+DEFAULT_QUEUE_TIMEOUT_S = 30.0
+
+
+def queue_timeout_s() -> float:
+  """How long a host wait on a queue device may see no progress (one kernel running longer counts as none) before
+  HCQTimeoutError: $TINYCORE_QUEUE_TIMEOUT seconds (default 30)."""
+  return seconds_setting(QUEUE_TIMEOUT_ENV, DEFAULT_QUEUE_TIMEOUT_S)
+
+
+def raise_timeout_hint() -> str:
+  """The sentence a timeout error ends with: how to allow more time."""
+  return (f"if the work is only slow (a long kernel), allow more time with {QUEUE_TIMEOUT_ENV}=<seconds> "
+          f"(now {queue_timeout_s():g})")
 
 
 @attrs.define
@@ -133,13 +149,13 @@ class HCQDevice(Compiled):
   batch's epoch; `epoch` is the last one the host submitted.
   """
   host_devs: frozenset[str] = frozenset({HOST_DEVICE})
-  wait_timeout_ms: int = 30_000
 
   def __init__(self, device: str, allocator: Any, renderer: Any = None, compiler: Any = None, runtime: Any = None):
     super().__init__(device, allocator, renderer, compiler, runtime)
     self.queues: dict[str, HWQueue] = {}
     self.timeline: Signal = signal_pool.new(f"{device} timeline")
     self.epoch = 0
+    self.unusable: str | None = None  # why this device cannot run work in this process (set in a forked child)
 
   @property
   def has_copy_queue(self) -> bool: return "copy" in self.queues  # type: ignore[override]
@@ -149,6 +165,11 @@ class HCQDevice(Compiled):
     kind in `host_devs`."""
     kind = device.partition(":")[0]
     return kind == HOST_DEVICE or kind in self.host_devs or is_hcq_device(Device[device])
+
+  @property
+  def wait_timeout_ms(self) -> int:
+    """The no-progress limit of host waits, from TINYCORE_QUEUE_TIMEOUT (read at each wait)."""
+    return int(queue_timeout_s() * 1000)
 
   def device_address(self, buf: Any) -> int:
     """The address this device's queues use for `buf`: a Buffer of this device, of another queue device, or of a
@@ -170,6 +191,7 @@ class HCQDevice(Compiled):
     """Wait until the device finished everything submitted. No progress for `timeout_ms` (default
     `wait_timeout_ms`) raises HCQTimeoutError naming the device, its queues and the signal values."""
     from tinycore.hcq.runtime import release_finished
+    if self.unusable is not None and self.in_flight: raise RuntimeError(self.unusable)
     timeout = (self.wait_timeout_ms if timeout_ms is None else timeout_ms) / 1000
     last_seen, last_change, spins = self.timeline.value, time.perf_counter(), 0
     while (current := self.timeline.value) < self.epoch:
@@ -177,10 +199,16 @@ class HCQDevice(Compiled):
       if current != last_seen: last_seen, last_change = current, now
       elif now - last_change > timeout:
         raise HCQTimeoutError(f"{self.device}: no progress for {timeout * 1000:.0f} ms: timeline signal is {current}, "
-                              f"waiting for {self.epoch}; {self.queue_state()}")
+                              f"waiting for {self.epoch}; {self.queue_state()}; {raise_timeout_hint()}")
       spins += 1
       if spins > 64: time.sleep(0.00005)
     release_finished()
+
+  def restart_after_fork(self) -> None:
+    """Called in a forked child (os.fork, multiprocessing's "fork" start method) for a device the parent opened; the
+    parent drained every queue before the fork, so memory is complete. Re-create what did not survive the fork (worker
+    threads, driver contexts). A device that cannot do so raises, and is then refused in the child with the reason."""
+    raise NotImplementedError(f"{type(self).__name__} does not support fork")
 
   def queue_state(self) -> str:
     """A description of each queue's progress, for error messages."""

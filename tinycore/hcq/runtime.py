@@ -10,8 +10,12 @@ serves every call with new buffers of the same shapes. Kernels' scalar arguments
 `tinycore.uop.scalars`) are patched in the same way: a new learning rate replays the batch with one new word.
 """
 from __future__ import annotations
+import ctypes
+import functools
 import itertools
-from typing import Any, Sequence
+import os
+import threading
+from typing import Any, Callable, Sequence, TypeVar
 import attrs
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
@@ -24,6 +28,20 @@ from tinycore.hcq import staging
 MAX_CACHED_CALLS = 32     # eager schedules with more calls than this bake nothing into the cache
 MAX_TEMPLATES = 4096      # compiled eager templates kept (oldest dropped first)
 SIGNAL_SETS = 2           # a compiled batch may be in flight this many times at once
+
+# One process-wide, re-entrant lock serializes what several Python threads would otherwise race on: realizing
+# (schedule, compile and template caches), submitting to queues (device epochs, batch signal sets, rings) and the
+# list of work in flight. Threads still build tensor graphs in parallel; kernels run on the devices' own workers.
+runtime_lock = threading.RLock()
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def holding_runtime_lock(fn: _Fn) -> _Fn:
+  """`fn` runs while this thread holds `runtime_lock`."""
+  @functools.wraps(fn)
+  def locked(*args: Any, **kwargs: Any) -> Any:
+    with runtime_lock: return fn(*args, **kwargs)
+  return locked  # type: ignore[return-value]
 
 _in_flight: list[tuple[dict[HCQDevice, int], list[Any]]] = []   # (epochs to reach, buffers kept alive until then)
 
@@ -212,8 +230,11 @@ class CompiledBatch:
     """The variable values (64-bit words) of a run whose CALL passes these scalar arguments."""
     return {name: scalar_word(scalar_value(s), s.dtype) for name, s in zip(self.scalar_names, scalars)}
 
+  @holding_runtime_lock
   def run(self, buffers: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
     """Submit the batch with these buffers (by slot) and variable values (64-bit words, by name)."""
+    for dev in self.devices:
+      if dev.unusable is not None: raise RuntimeError(dev.unusable)
     which = next(self.next_set) % SIGNAL_SETS
     signals, encoded = self.signal_sets[which], self.encoded[which]
     # host fence: the last run that used this signal set must be done before its signals are reset
@@ -257,12 +278,14 @@ def ref_address(ref: InputAddress, buffers: Sequence[Any]) -> int:
   return _device(ref.device).device_address(buffers[ref.slot].ensure_allocated()) + ref.offset
 
 
+@holding_runtime_lock
 def release_finished() -> None:
   """Drop the references that kept buffers alive while queues still used them."""
   _in_flight[:] = [(epochs, bufs) for epochs, bufs in _in_flight
                    if any(d.timeline.value < e for d, e in epochs.items())]
 
 
+@holding_runtime_lock
 def wait_for_queues() -> None:
   """Host calls run after every queue device finished what it was given (a simple, safe fence)."""
   for epochs, _ in list(_in_flight):
@@ -270,9 +293,58 @@ def wait_for_queues() -> None:
   release_finished()
 
 
+def keep_in_flight_memory(*owners: Any) -> None:
+  """At exit, for a queue whose worker could not be stopped in time: the buffers of the work in flight, every signal
+  and `owners` (say, the device with its allocator's cached memory) are never freed, so the kernel still running
+  never touches unmapped memory while the interpreter shuts down. The process's exit releases them."""
+  for owner in (_in_flight, signal_pool, *owners): ctypes.pythonapi.Py_IncRef(ctypes.py_object(owner))
+
+
+# --- fork: the parent's queues are drained before the fork (the child's copy of memory is then complete), and the
+# child restarts what did not survive it (worker threads), or marks the device unusable with the reason
+_fork_failure: str | None = None
+
+
+def _opened_queue_devices() -> list[HCQDevice]:
+  from tinycore.device.registry import Device
+  return [dev for dev in Device.opened().values() if is_hcq_device(dev)]
+
+
+def _before_fork() -> None:
+  global _fork_failure
+  runtime_lock.acquire()
+  _fork_failure = None
+  try:
+    for dev in _opened_queue_devices(): dev.synchronize()
+    release_finished()
+  except Exception as error:  # the child learns why when it uses the device; the parent goes on
+    _fork_failure = f"its queues were still busy when the process forked ({error})"
+
+
+def _after_fork_in_parent() -> None: runtime_lock.release()
+
+
+def _after_fork_in_child() -> None:
+  runtime_lock.release()
+  for dev in _opened_queue_devices():
+    reason = _fork_failure
+    if reason is None:
+      try: dev.restart_after_fork()
+      except Exception as error: reason = f"{type(error).__name__}: {error}"
+    if reason is not None:
+      dev.unusable = (f"{dev.device} was opened before this process was forked and cannot be used in the child: "
+                      f"{reason}. Use the 'spawn' or 'forkserver' start method "
+                      "(multiprocessing.set_start_method('spawn')), or open the device only in the child")
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
+
+
+
 compiled_templates: BoundedCache[UOp] = BoundedCache("compiled queue templates by buffer-free LINEAR", MAX_TEMPLATES)
 
 
+@holding_runtime_lock
 def compile_template(linear: UOp) -> UOp:
   """compile_linear for a cached schedule's template LINEAR (its buffers are placeholders, all patched at run time),
   cached by the template itself: a repeated computation neither compiles nor builds a cache key."""
@@ -297,6 +369,7 @@ def compile_settings(linear: UOp) -> tuple:
   return host_devs, staging.STAGING_SIZE, staging.STAGING_SLOTS, staging._staging
 
 
+@holding_runtime_lock
 def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile: bool = False) -> UOp:
   """A LINEAR whose queue calls are grouped into compiled batches. `input_uops` (eager use) are the buffers whose
   addresses are patched in at every run; None (JIT use) bakes every address. Compiling a compiled LINEAR returns

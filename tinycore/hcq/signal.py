@@ -2,6 +2,7 @@
 from __future__ import annotations
 import ctypes
 import mmap
+import os
 import threading
 
 _PAGE_WORDS = 512  # one 4 KiB page of signals
@@ -33,7 +34,8 @@ class SignalPool:
   def new(self, name: str = "", value: int = 0) -> Signal:
     with self._lock:
       if self._next == _PAGE_WORDS:
-        self._pages.append(mmap.mmap(-1, _PAGE_WORDS * 8))
+        # private: a forked child gets its own copy of every signal instead of sharing the parent's
+        self._pages.append(mmap.mmap(-1, _PAGE_WORDS * 8, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
         self._next = 0
       page = self._pages[-1]
       index, self._next = self._next, self._next + 1
@@ -44,3 +46,5 @@ class SignalPool:
 
 
 signal_pool = SignalPool()
+# a forked child has only the forking thread: a lock another thread held at the fork would never be released
+os.register_at_fork(after_in_child=lambda: setattr(signal_pool, "_lock", threading.Lock()))

@@ -30,12 +30,14 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.device.buffer import Buffer
   from tinycore.device.host import HostAllocator, HostMemory, view_address
   from tinycore.device.python import HOST_DEVICE
-  from tinycore.device.compiled import Compiled, Compiler, Program, cache_dir
+  from tinycore.device.compiled import (COMPILE_TIMEOUT_ENV, Compiled, Compiler, Program, cache_dir, compile_timeout_s,
+                                        trusted_cache_dir)
   from tinycore.dtype import DType, dtypes
   from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
                                      Value, Variable)
-  from tinycore.hcq.device import CommandWriter, Encoded, HCQDevice, HCQTimeoutError, HWQueue, is_hcq_device
-  from tinycore.hcq.runtime import wait_for_queues
+  from tinycore.hcq.device import (CommandWriter, Encoded, HCQDevice, HCQTimeoutError, HWQueue, is_hcq_device,
+                                   queue_timeout_s, raise_timeout_hint)
+  from tinycore.hcq.runtime import keep_in_flight_memory, wait_for_queues
   from tinycore.hcq.signal import Signal
   from tinycore.plugin.known_failures import KnownFailure
   from tinycore.uop.ops import GroupOp, Ops, UOp
@@ -46,18 +48,19 @@ _LAZY_EXPORTS: dict[str, str] = {
   "Buffer": "tinycore.device.buffer",
   **dict.fromkeys(("HostAllocator", "HostMemory", "view_address"), "tinycore.device.host"),
   "HOST_DEVICE": "tinycore.device.python",
-  **dict.fromkeys(("Compiled", "Compiler", "Program", "cache_dir"), "tinycore.device.compiled"),
+  **dict.fromkeys(("Compiled", "Compiler", "Program", "cache_dir", "trusted_cache_dir", "COMPILE_TIMEOUT_ENV",
+                   "compile_timeout_s"), "tinycore.device.compiled"),
   **dict.fromkeys(("CStyleRenderer", "RenderedKernel"), "tinycore.codegen.c_style"),
   **dict.fromkeys(("AccUpdate", "LinearKernel", "Loop"), "tinycore.codegen.linearize"),
   **dict.fromkeys(("DType", "dtypes"), "tinycore.dtype"),
   **dict.fromkeys(("GroupOp", "Ops", "UOp"), "tinycore.uop.ops"),
   **dict.fromkeys(("Barrier", "Command", "Copy", "Exec", "InputAddress", "SignalStore", "SignalWait", "Timestamp",
                    "Value", "Variable"), "tinycore.hcq.commands"),
-  **dict.fromkeys(("CommandWriter", "Encoded", "HCQDevice", "HCQTimeoutError", "HWQueue", "is_hcq_device"),
-                  "tinycore.hcq.device"),
+  **dict.fromkeys(("CommandWriter", "Encoded", "HCQDevice", "HCQTimeoutError", "HWQueue", "is_hcq_device",
+                   "queue_timeout_s", "raise_timeout_hint"), "tinycore.hcq.device"),
   "KnownFailure": "tinycore.plugin.known_failures",
   "Signal": "tinycore.hcq.signal",
-  "wait_for_queues": "tinycore.hcq.runtime",
+  **dict.fromkeys(("wait_for_queues", "keep_in_flight_memory"), "tinycore.hcq.runtime"),
 }
 
 __all__ = ["API_VERSION", "DeviceSpec", "hookimpl", "hookspec", *sorted(_LAZY_EXPORTS)]

@@ -7,7 +7,9 @@ its own cache key.
 from __future__ import annotations
 import functools
 import math
+import os
 import struct
+import threading
 import weakref
 from enum import Enum, auto
 from typing import Any, Callable, Iterator
@@ -113,16 +115,30 @@ def prod(xs) -> int:
 
 
 class _UOpCache(type):
-  """Hash-consing: constructing a UOp equal to a live one returns that one."""
+  """Hash-consing: constructing a UOp equal to a live one returns that one. Thread-safe: a miss registers the new
+  node under a lock (two threads building the same node get one), and a dead node's entry is dropped only if it is
+  still its own."""
   cache: dict[tuple, weakref.ReferenceType] = {}
+  lock = threading.RLock()  # re-entrant: a weakref callback may run inside the locked section (garbage collection)
 
   def __call__(cls, op: Ops, dtype: DType | None = None, src: tuple = (), arg: Any = None, tag: Any = None):
     # a float arg is keyed by its bits: -0.0 == 0.0 in Python, but they are different constants
     key = (op, dtype, src, ("float", struct.pack("<d", arg)) if type(arg) is float else arg, tag)
     if (ref := _UOpCache.cache.get(key)) is not None and (live := ref()) is not None: return live
     node = super().__call__(op, dtype, src, arg, tag)
-    _UOpCache.cache[key] = weakref.ref(node, lambda _, key=key: _UOpCache.cache.pop(key, None))
+    with _UOpCache.lock:
+      if (ref := _UOpCache.cache.get(key)) is not None and (live := ref()) is not None: return live
+      _UOpCache.cache[key] = weakref.ref(node, functools.partial(_forget_uop, key))
     return node
+
+
+def _forget_uop(key: tuple, ref: weakref.ReferenceType) -> None:
+  with _UOpCache.lock:
+    if _UOpCache.cache.get(key) is ref: del _UOpCache.cache[key]
+
+
+# a forked child has only the forking thread: a lock another thread held at the fork would never be released
+os.register_at_fork(after_in_child=lambda: setattr(_UOpCache, "lock", threading.RLock()))
 
 
 _unique_counter = iter(range(1, 1 << 62))

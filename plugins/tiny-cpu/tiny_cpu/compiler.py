@@ -5,9 +5,10 @@ import os
 import pathlib
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
-from tinycore.plugin import Compiler
+from tinycore.plugin import COMPILE_TIMEOUT_ENV, Compiler, compile_timeout_s
 
 # Results must match IEEE arithmetic as numpy does it: no -ffast-math, and no fused multiply-add contraction (which
 # -march=native would otherwise allow). -fno-math-errno only lets sqrt & co. compile to single instructions.
@@ -38,11 +39,25 @@ def missing_compiler_reason() -> str:
 def compiler_version(command: tuple[str, ...]) -> str:
   """The first line of ``<compiler> --version`` (part of the cache key, so an upgrade recompiles)."""
   try:
-    result = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=30)
+    returncode, output = run_bounded([*command, "--version"], min(30.0, compile_timeout_s()))
   except (OSError, subprocess.TimeoutExpired) as error:
     return f"unknown version ({error})"
-  lines = (result.stdout or result.stderr).splitlines()
+  lines = output.splitlines()
   return lines[0].strip() if lines else "unknown version"
+
+
+def run_bounded(command: list[str], timeout_s: float, cwd: str | None = None) -> tuple[int, str]:
+  """Run a command for at most `timeout_s` seconds: (exit code, stderr + stdout). On timeout the command and every
+  process it started (its own session) are killed and subprocess.TimeoutExpired is raised."""
+  with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                        start_new_session=True) as process:
+    try: stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+      try: os.killpg(process.pid, signal.SIGKILL)
+      except ProcessLookupError: pass
+      process.communicate()
+      raise
+  return process.returncode, stderr + stdout
 
 
 class CPUCompiler(Compiler):
@@ -71,12 +86,17 @@ class CPUCompiler(Compiler):
       source_path, library_path = pathlib.Path(workdir, "kernel.c"), pathlib.Path(workdir, "kernel.so")
       source_path.write_text(src)
       invocation = [*self.command, *self.flags, "-o", str(library_path), str(source_path), *LINK_FLAGS]
+      timeout = compile_timeout_s()
       try:
-        result = subprocess.run(invocation, capture_output=True, text=True, cwd=workdir)
+        returncode, messages = run_bounded(invocation, timeout, cwd=workdir)
       except OSError as error:
         raise RuntimeError(f"cannot run the C compiler {shlex.join(self.command)}: {error}") from error
-      if result.returncode != 0:
-        messages = (result.stderr + result.stdout).strip()
-        raise RuntimeError(f"{self.name} failed to compile a kernel (exit code {result.returncode}):\n{messages}\n"
+      except subprocess.TimeoutExpired as error:
+        raise RuntimeError(f"the C compiler {shlex.join(self.command)} did not finish compiling a kernel within "
+                           f"{timeout:g} s and was killed; if it is only slow, allow more time with "
+                           f"{COMPILE_TIMEOUT_ENV}=<seconds>") from error
+      if returncode != 0:
+        messages = messages.strip()
+        raise RuntimeError(f"{self.name} failed to compile a kernel (exit code {returncode}):\n{messages}\n"
                            f"command: {shlex.join(invocation)}\n--- source ---\n{src}")
       return library_path.read_bytes()

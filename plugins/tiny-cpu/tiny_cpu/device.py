@@ -4,9 +4,11 @@ import ctypes
 import hashlib
 import os
 import tempfile
+import threading
 import time
 from typing import Any, Sequence
-from tinycore.plugin import HCQDevice, HostAllocator, HostMemory, cache_dir
+from tinycore.plugin import (HCQDevice, HostAllocator, HostMemory, keep_in_flight_memory, queue_timeout_s,
+                             trusted_cache_dir)
 from tiny_cpu.compiler import CPUCompiler
 
 
@@ -16,28 +18,27 @@ class CPUAllocator(HostAllocator):
 
 
 def load_shared_object(lib: bytes) -> ctypes.CDLL:
-  """Load shared-object bytes: stored as <cache_dir>/so/<sha256>.so (written once, by atomic rename) and dlopen'ed.
-  Falls back to a temporary file when the cache directory is not writable."""
-  digest = hashlib.sha256(lib).hexdigest()
-  path = cache_dir() / "so" / f"{digest}.so"
-  if not path.exists():
-    try:
-      path.parent.mkdir(parents=True, exist_ok=True)
-      with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".so.tmp", delete=False) as temporary:
-        temporary.write(lib)
-      os.replace(temporary.name, path)
-    except OSError:
-      return _load_from_temporary_file(lib)
-  return ctypes.CDLL(str(path))
-
-
-def _load_from_temporary_file(lib: bytes) -> ctypes.CDLL:
-  with tempfile.NamedTemporaryFile(suffix=".so", delete=False) as temporary:
-    temporary.write(lib)
+  """Load shared-object bytes: written to a fresh private file (mkstemp: mode 0600, an unpredictable name) in the
+  trusted cache directory's so/ (else the temporary directory), dlopen'ed, and unlinked at once (the library stays
+  mapped). No path that another user could write or replace is ever loaded."""
+  prefix = hashlib.sha256(lib).hexdigest()[:16] + "-"
+  directories: list[str | None] = [None]
   try:
-    return ctypes.CDLL(temporary.name)
-  finally:
-    os.unlink(temporary.name)  # the loaded library stays mapped
+    so_dir = trusted_cache_dir() / "so"
+    so_dir.mkdir(mode=0o700, exist_ok=True)
+    directories.insert(0, str(so_dir))
+  except OSError: pass
+  for directory in directories:
+    try: fd, path = tempfile.mkstemp(prefix=prefix, suffix=".so", dir=directory)
+    except OSError:
+      continue
+    try:
+      with os.fdopen(fd, "wb") as f: f.write(lib)
+      return ctypes.CDLL(path)
+    except OSError:
+      if directory is directories[-1]: raise  # a directory mounted noexec: try the next one
+    finally: os.unlink(path)
+  raise OSError("no directory to write a shared object to")
 
 
 class CPUProgram:
@@ -93,9 +94,17 @@ class CPUDevice(HCQDevice):
     return caps
 
   def finalize(self) -> None:
-    try: self.synchronize(timeout_ms=2000)
-    except Exception: return  # a worker stuck on a wait would never join; process exit ends it
-    for queue in self.queues.values(): queue.close()
+    """At exit: each worker stops after the entry it is running (queued work is dropped: nothing can read it any
+    more), waited for up to TINYCORE_QUEUE_TIMEOUT. A worker still busy after that is left running, and the memory
+    its work may touch is never freed, so it cannot fault while the interpreter shuts down."""
+    timeout = queue_timeout_s()
+    stopped = [queue.close(timeout) for queue in self.queues.values()]
+    if not all(stopped): keep_in_flight_memory(self)
+
+  def restart_after_fork(self) -> None:
+    """In a forked child: new worker threads on the parent's (drained) rings; buffers are the child's copies."""
+    self.allocator.lock = threading.Lock()
+    for queue in self.queues.values(): queue.restart_after_fork()
 
 
 def cpu_threads() -> int:

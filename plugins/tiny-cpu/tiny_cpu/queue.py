@@ -7,10 +7,12 @@ one thread runs the entries in order.
 """
 from __future__ import annotations
 import ctypes
+import struct
+import threading
 import time
 from typing import Any, Sequence
 from tinycore.plugin import (Barrier, CommandWriter, Copy, Encoded, Exec, HCQTimeoutError, HWQueue, SignalStore,
-                             SignalWait, Timestamp, Value)
+                             SignalWait, Timestamp, Value, raise_timeout_hint)
 
 ENTRY_WORDS = 64
 RING_ENTRIES = 16 * 1024
@@ -28,7 +30,8 @@ typedef struct {
   volatile uint64_t done;    /* entries the worker finished */
   uint64_t slots;
   uint64_t *ring;
-  volatile int stop;
+  volatile int stop;         /* set by the host: leave after the entry now running (queued entries are dropped) */
+  volatile int exited;       /* set by the worker as it leaves */
   sem_t sem;
   pthread_t thread;
 } tc_queue;
@@ -47,6 +50,7 @@ static void *tc_worker(void *arg) {
                   A(29), A(30));
     __atomic_store_n(&q->done, q->done + 1, __ATOMIC_RELEASE);
   }
+  __atomic_store_n(&q->exited, 1, __ATOMIC_RELEASE);
   return 0;
 }
 tc_queue *tc_queue_new(uint64_t slots) {
@@ -63,14 +67,22 @@ void tc_queue_post(tc_queue *q, uint64_t n) {
 }
 uint64_t tc_queue_done(tc_queue *q) { return __atomic_load_n(&q->done, __ATOMIC_ACQUIRE); }
 uint64_t *tc_queue_ring(tc_queue *q) { return q->ring; }
+/* stopping is asked (tc_queue_stop), watched (tc_queue_exited) and then joined, so the host can bound the wait */
 void tc_queue_stop(tc_queue *q) {
-  q->stop = 1;
+  __atomic_store_n(&q->stop, 1, __ATOMIC_RELEASE);
   sem_post(&q->sem);
-  pthread_join(q->thread, 0);
+}
+int tc_queue_exited(tc_queue *q) { return __atomic_load_n(&q->exited, __ATOMIC_ACQUIRE); }
+void tc_queue_join(tc_queue *q) { pthread_join(q->thread, 0); }
+/* in a forked child only the forking thread exists: start the worker again (the ring and counters are copies) */
+void tc_queue_restart(tc_queue *q) {
+  sem_init(&q->sem, 0, 0);
+  q->stop = 0; q->exited = 0;
+  pthread_create(&q->thread, 0, tc_worker, q);
 }
 void tc_signal_store(uint64_t *signal, uint64_t value) { __atomic_store_n(signal, value, __ATOMIC_RELEASE); }
-void tc_signal_wait(uint64_t *signal, uint64_t value) {
-  for (uint64_t spins = 0; __atomic_load_n(signal, __ATOMIC_ACQUIRE) < value; spins++) {
+void tc_signal_wait(uint64_t *signal, uint64_t value, tc_queue *q) {
+  for (uint64_t spins = 0; __atomic_load_n(signal, __ATOMIC_ACQUIRE) < value && !q->stop; spins++) {
     if (spins < 256) sched_yield();
     else { struct timespec pause = {0, 20000}; nanosleep(&pause, 0); }
   }
@@ -117,6 +129,13 @@ tc_pool *tc_pool_new(uint64_t threads) {
   }
   return p;
 }
+void tc_pool_restart(tc_pool *p) {
+  p->pending = 0;
+  for (uint64_t i = 1; i < p->threads; i++) {
+    sem_init(&p->helpers[i].go, 0, 0);
+    pthread_create(&p->helpers[i].thread, 0, tc_helper_main, &p->helpers[i]);
+  }
+}
 void tc_parallel(tc_pool *p, uint64_t fn, uint64_t nargs, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3,
                  uint64_t a4, uint64_t a5, uint64_t a6, uint64_t a7, uint64_t a8, uint64_t a9, uint64_t a10,
                  uint64_t a11, uint64_t a12, uint64_t a13, uint64_t a14, uint64_t a15, uint64_t a16, uint64_t a17,
@@ -153,14 +172,22 @@ class WorkerLibrary:
     lib.tc_queue_ring.restype = ctypes.c_void_p
     lib.tc_queue_ring.argtypes = [ctypes.c_void_p]
     lib.tc_queue_stop.argtypes = [ctypes.c_void_p]
+    lib.tc_queue_exited.restype = ctypes.c_int
+    lib.tc_queue_exited.argtypes = [ctypes.c_void_p]
+    lib.tc_queue_join.argtypes = [ctypes.c_void_p]
+    lib.tc_queue_restart.argtypes = [ctypes.c_void_p]
     lib.tc_pool_new.restype = ctypes.c_void_p
     lib.tc_pool_new.argtypes = [ctypes.c_uint64]
+    lib.tc_pool_restart.argtypes = [ctypes.c_void_p]
     self.address = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
                     for name in ("tc_signal_store", "tc_signal_wait", "tc_timestamp", "tc_memcpy", "tc_parallel")}
 
+  _lock = threading.Lock()
+
   @classmethod
   def get(cls, compiler: Any) -> WorkerLibrary:
-    if cls._instance is None: cls._instance = WorkerLibrary(compiler)
+    with cls._lock:
+      if cls._instance is None: cls._instance = WorkerLibrary(compiler)
     return cls._instance
 
 
@@ -174,6 +201,8 @@ class CPUQueue(HWQueue):
     self.handle = worker.lib.tc_queue_new(RING_ENTRIES)
     self.ring = worker.lib.tc_queue_ring(self.handle)
     self.put = 0
+    self.lock = threading.Lock()  # the ring's put counter: one submitter at a time
+    self.closed = False
 
   @property
   def done(self) -> int: return self.worker.lib.tc_queue_done(self.handle)
@@ -197,7 +226,7 @@ class CPUQueue(HWQueue):
     self._entry(out, self.worker.address["tc_signal_store"], [command.signal.addr, command.value])
 
   def wait(self, out: CommandWriter, command: SignalWait) -> None:
-    self._entry(out, self.worker.address["tc_signal_wait"], [command.signal.addr, command.value])
+    self._entry(out, self.worker.address["tc_signal_wait"], [command.signal.addr, command.value, self.handle])
 
   def timestamp(self, out: CommandWriter, command: Timestamp) -> None:
     self._entry(out, self.worker.address["tc_timestamp"], [command.signal.addr])
@@ -210,26 +239,44 @@ class CPUQueue(HWQueue):
     if count == 0: return
     if count > RING_ENTRIES: raise ValueError(f"a submission of {count} entries does not fit a ring of {RING_ENTRIES}")
     data = encoded.patched(values)
-    self._wait_for_room(count)
-    entry_bytes = ENTRY_WORDS * 8
-    first = self.put % RING_ENTRIES
-    head = min(count, RING_ENTRIES - first)
-    ctypes.memmove(self.ring + first * entry_bytes, bytes(data[:head * entry_bytes]), head * entry_bytes)
-    if head < count: ctypes.memmove(self.ring, bytes(data[head * entry_bytes:]), (count - head) * entry_bytes)
-    self.put += count
-    self.worker.lib.tc_queue_post(self.handle, count)
+    with self.lock:
+      if self.closed: raise RuntimeError(f"{self.device.device}: the {self.kind} queue was stopped (at exit)")
+      self._wait_for_room(count)
+      entry_bytes = ENTRY_WORDS * 8
+      first = self.put % RING_ENTRIES
+      head = min(count, RING_ENTRIES - first)
+      ctypes.memmove(self.ring + first * entry_bytes, bytes(data[:head * entry_bytes]), head * entry_bytes)
+      if head < count: ctypes.memmove(self.ring, bytes(data[head * entry_bytes:]), (count - head) * entry_bytes)
+      self.put += count
+      self.worker.lib.tc_queue_post(self.handle, count)
 
   def _wait_for_room(self, count: int) -> None:
     start = time.perf_counter()
     while self.put - self.done > RING_ENTRIES - count:
       if time.perf_counter() - start > self.device.wait_timeout_ms / 1000:
         raise HCQTimeoutError(f"{self.device.device}: the {self.kind} ring stayed full ({self.put - self.done} entries "
-                              f"pending) for {self.device.wait_timeout_ms} ms")
+                              f"pending) for {self.device.wait_timeout_ms} ms; {raise_timeout_hint()}")
       time.sleep(0.0001)
 
   def __repr__(self) -> str: return f"put={self.put} done={self.done}"
 
-  def close(self) -> None:
-    if self.handle:
-      self.worker.lib.tc_queue_stop(self.handle)
-      self.handle = None
+  def close(self, timeout_s: float) -> bool:
+    """Stop the worker after the entry it is running (queued entries are dropped). True once it left; False if it
+    was still running an entry after `timeout_s` (it is then left running, never joined)."""
+    with self.lock:
+      if self.closed: return True
+      self.closed = True
+    self.worker.lib.tc_queue_stop(self.handle)
+    deadline = time.perf_counter() + timeout_s
+    while not self.worker.lib.tc_queue_exited(self.handle):
+      if time.perf_counter() > deadline: return False
+      time.sleep(0.001)
+    self.worker.lib.tc_queue_join(self.handle)
+    return True
+
+  def restart_after_fork(self) -> None:
+    """In a forked child: start the worker (and kernel helper) threads again; the ring is the parent's copy, idle."""
+    self.lock = threading.Lock()
+    if self.closed: return
+    self.worker.lib.tc_queue_restart(self.handle)
+    if self.pool is not None: self.worker.lib.tc_pool_restart(self.pool)
