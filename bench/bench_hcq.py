@@ -9,9 +9,9 @@
 from __future__ import annotations
 import argparse
 from tinycore import Tensor
-from tinycore.codegen import compile_kernel
+from tinycore.device.kernels import compile_kernel
 from tinycore.device.registry import Device
-from tinycore.engine.buffers import buffer_of
+from tinycore.device.buffers import buffer_of
 from tinycore.engine.realize import run_linear
 from tinycore.hcq.runtime import compile_linear
 from tinycore.uop.scalars import call_buffers

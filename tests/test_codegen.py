@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 from tinycore import Tensor
-from tinycore.codegen import compile_kernel
+from tinycore.device.kernels import compile_kernel
 from tinycore.device.registry import Device
 
 

@@ -134,7 +134,7 @@ def test_numpy_of_a_value_without_a_buffer_goes_through_clone():
 
 def test_a_plugin_transfer_hook_is_the_first_copy_path():
   """`tinycore_transfer` lets a plugin move bytes directly between a pair of devices; the copy path asks it first."""
-  from tinycore.engine import copy as copy_module
+  from tinycore.device import copy as copy_module
   from tinycore.plugin import hookimpl
   from tinycore.plugin.manager import get_plugin_manager
   moved = []

@@ -15,7 +15,7 @@ def test_docs_name_only_existing_files(doc):
   text = doc.read_text()
   missing = [target for target in LINK.findall(text)
              if "://" not in target and not (doc.parent / target).exists()]
-  # a backticked path may be relative to the repository, the doc, or the core package (`engine/buffers.py`)
+  # a backticked path may be relative to the repository, the doc, or the core package (`device/buffers.py`)
   missing += [path for path in CODE_PATH.findall(text)
               if not any((base / path).exists() for base in (ROOT, doc.parent, ROOT / "tinycore"))]
   assert not missing, f"{doc.relative_to(ROOT)} names files that do not exist: {missing}"

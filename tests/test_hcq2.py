@@ -9,7 +9,7 @@ from tinycore import GlobalCounters, Tensor
 from tinycore.device.buffer import Buffer
 from tinycore.device.registry import Device
 from tinycore.dtype import dtypes
-from tinycore.engine.buffers import attach_buffer, linear_buffers
+from tinycore.device.buffers import attach_buffer, linear_buffers
 from tinycore.engine.realize import run_linear
 from tinycore.hcq import HCQTimeoutError, SignalWait, staging
 from tinycore.hcq.commands import InputAddress, Variable
@@ -53,7 +53,7 @@ def test_host_copies(host_kind, direct, upload, tmp_path):
   host = host_buffer(host_kind, payload if upload else bytes(4), tmp_path)
   gpu = UOp.new_buffer("SIM", 4, dtypes.uint8)
   if not upload:
-    from tinycore.engine.buffers import buffer_of
+    from tinycore.device.buffers import buffer_of
     buffer_of(gpu).ensure_allocated().copyin(memoryview(payload))
   src, dst = (host, gpu) if upload else (gpu, host)
   linear = copy_linear(dst, src)
@@ -62,7 +62,7 @@ def test_host_copies(host_kind, direct, upload, tmp_path):
     assert len(compiled.src) == (1 if direct or host_kind == "CPU" else 2)
     assert sum(call_is_hcq(call) for call in compiled.src) == 1
     run_linear(compiled, wait=True)
-  from tinycore.engine.buffers import buffer_of
+  from tinycore.device.buffers import buffer_of
   assert bytes(buffer_of(dst).as_memoryview()) == payload
 
 
@@ -81,7 +81,7 @@ def test_staged_copy_roundtrip(npdt):
     assert GlobalCounters.copy_count == 10  # ten host memcpys into the ring: nine rotations and the tail
     back = Tensor.empty(n, dtype=on_device.dtype, device="NPY")
     out = np.frombuffer(bytearray(data.nbytes), dtype=npdt)
-    from tinycore.engine.buffers import attach_buffer as attach
+    from tinycore.device.buffers import attach_buffer as attach
     attach(back.uop.base, Buffer("NPY", n, on_device.dtype, opaque=out.view(np.uint8)))
     back.assign(on_device).realize()
     Device["SIM"].synchronize()

@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 from tinycore import Device, Tensor, dtypes
-from tinycore.codegen import compile_kernel
+from tinycore.device.kernels import compile_kernel
 from tinycore.device.buffer import Buffer
 from tinycore.device.interpreter import ListingError, PythonProgram
 from tinycore.device.python import HOST_DEVICE
@@ -98,7 +98,7 @@ def test_host_memory_is_page_aligned_and_zero_copy():
 
 
 def test_the_staging_ring_is_core_host_memory():
-  from tinycore.engine.buffers import buffer_of
+  from tinycore.device.buffers import buffer_of
   from tinycore.hcq.staging import staging_uop
   ring = staging_uop()
   assert ring.device == HOST_DEVICE == "PYTHON"

@@ -8,7 +8,8 @@ rest in. The device-generic version (every plugin runs it) is tinycore/testing/t
 import numpy as np
 import pytest
 from tinycore import Tensor, dtypes
-from tinycore.codegen import CodegenStats, compile_kernel
+from tinycore.codegen import CodegenStats
+from tinycore.device.kernels import compile_kernel
 from tinycore.device.registry import Device
 from tinycore.engine.realize import run_linear
 from tinycore.hcq.commands import Variable

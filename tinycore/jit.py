@@ -14,7 +14,7 @@ random numbers inside the function would freeze those values into the replays.
 """
 from __future__ import annotations
 from typing import Any, Callable, Generic, TypeVar
-from tinycore.engine.buffers import buffer_of
+from tinycore.device.buffers import buffer_of
 from tinycore.engine.jit import JitError, ReplayPlan, capturing
 from tinycore.schedule.copies import has_buffer_identity
 from tinycore.tensor import Tensor

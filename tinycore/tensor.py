@@ -14,8 +14,8 @@ from tinycore.gradient import compute_gradient, full_like, functional
 from tinycore.helpers import Context, TRAINING
 from tinycore.engine.jit import JitError, is_capturing
 
-# every live Tensor, so a realize can rebind all of them to the buffers it produced
-_all_tensors: dict[weakref.ref, None] = {}
+# every live Tensor (weakly), so a realize can rebind all of them to the buffers it produced
+all_tensors: dict[weakref.ref, None] = {}
 
 
 def _canonical_device(device: str | None) -> str:
@@ -93,7 +93,7 @@ class Tensor:
       else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
     if dtype is not None and uop.dtype is not dtype: uop = uop.cast(dtype)
     self.uop = uop
-    _all_tensors[weakref.ref(self, lambda ref: _all_tensors.pop(ref, None))] = None
+    all_tensors[weakref.ref(self, lambda ref: all_tensors.pop(ref, None))] = None
 
   # ------------------------------------------------------------------ construction helpers
   @staticmethod
@@ -115,7 +115,7 @@ class Tensor:
   def _from_numpy(arr, device: str | None) -> UOp:
     import numpy as np
     from tinycore.device.buffer import Buffer
-    from tinycore.engine.buffers import attach_buffer
+    from tinycore.device.buffers import attach_buffer
     shape = arr.shape
     arr = np.ascontiguousarray(arr)  # (this makes 0-d arrays 1-d: the shape is kept above)
     dtype = from_np_dtype(arr.dtype)
@@ -131,7 +131,7 @@ class Tensor:
   def _rebuild(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = Tensor.__new__(Tensor)
     t.uop, t.requires_grad, t.grad = uop, requires_grad, None
-    _all_tensors[weakref.ref(t, lambda ref: _all_tensors.pop(ref, None))] = None
+    all_tensors[weakref.ref(t, lambda ref: all_tensors.pop(ref, None))] = None
     return t
 
   def _apply(self, uop: UOp) -> Tensor: return Tensor._rebuild(uop, self.requires_grad)
@@ -283,13 +283,15 @@ class Tensor:
   # ------------------------------------------------------------------ realization
   def schedule_linear(self, *others: Tensor) -> UOp:
     """The LINEAR of CALLs that would realize these tensors (running it is `run_linear`)."""
-    from tinycore.engine.realize import schedule_tensors
-    linear, _ = schedule_tensors([self, *others])
+    from tinycore.engine.realize import schedule_roots
+    linear, _ = schedule_roots([t.uop for t in (self, *others)])
     return linear
 
   def realize(self, *others: Tensor) -> Tensor:
-    from tinycore.engine.realize import realize_tensors
-    realize_tensors([self, *others])
+    from tinycore.hcq.runtime import runtime_lock
+    from tinycore.engine.realize import realize_roots
+    from tinycore.tensor_assign import apply_becomes
+    with runtime_lock: apply_becomes(realize_roots([t.uop for t in (self, *others)]))
     return self
 
   def contiguous(self) -> Tensor: return self._apply(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
@@ -313,7 +315,8 @@ class Tensor:
 
   def _readable_buffer(self):
     """A realized Buffer holding exactly this tensor's elements in row-major order."""
-    from tinycore.engine.buffers import buffer_of, has_buffer_identity
+    from tinycore.device.buffers import buffer_of
+    from tinycore.schedule.copies import has_buffer_identity
     if is_capturing(): raise JitError("reading tensor data inside a TinyJit function would bake the value into the "
                                       "replays: return the tensor and read it after the call")
     t = self
@@ -347,7 +350,7 @@ class Tensor:
 
   def assign(self, x: Tensor | Any) -> Tensor:
     """Write x into this tensor's storage (or into the view of it that this tensor is). Lazy, like every op."""
-    from tinycore.engine.realize import assign_tensor
+    from tinycore.tensor_assign import assign_tensor
     if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
     assign_tensor(self, x)
     return self
@@ -945,7 +948,7 @@ class Tensor:
       raise RuntimeError("backward of a realized tensor: realizing it (realize, item, numpy) replaced its graph with "
                          "its buffer, so there is nothing to differentiate; call backward() first, realize after")
     graph = self.uop.toposort()
-    live = [t for ref in list(_all_tensors) if (t := ref()) is not None]
+    live = [t for ref in list(all_tensors) if (t := ref()) is not None]
     need = [t for t in live if t.uop in graph and t.requires_grad is not False and t.is_floating_point()]
     if not need: raise RuntimeError("backward: no float tensor in this tensor's graph needs a gradient")
     for t, g in zip(need, self.gradient(*need, gradient=gradient)):

@@ -1,35 +1,11 @@
-"""Codegen: kernel SINK -> optimized kernel -> source (device renderer) -> binary (device compiler) -> Program.
-
-Compiled programs are cached twice: in memory by (device, kernel) so a repeated computation does no codegen at
-all, and on disk by source (Compiler.compile_cached) so a new process does not run the C compiler again.
+"""Codegen: kernel SINK -> optimized kernel (`optimize`) -> linear loop tree (`linearize`) -> source (a renderer:
+`c_style`, `listing`). Compiling the source and loading it is the device layer's (`tinycore.device.kernels`).
 """
 from __future__ import annotations
-import hashlib
-import os
-import pathlib
-from typing import Any
-from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
-from tinycore.uop.scalars import kernel_scalars
 from tinycore.codegen.optimize import optimize_kernel
 
-
-class CompiledKernel:
-  """A kernel ready to run on one device: its Program, the source it came from and its launch dimensions."""
-  def __init__(self, name: str, source: str, program: Any, global_size: tuple[int, ...] = (1, 1, 1),
-               local_size: tuple[int, ...] = (1, 1, 1)):
-    self.name, self.source, self.program = name, source, program
-    self.global_size, self.local_size = global_size, local_size
-
-  def __call__(self, *handles: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
-    """Run with these buffer handles and scalar arguments (64-bit words, `tinycore.uop.scalars.scalar_word`)."""
-    return self.program(*handles, global_size=self.global_size, local_size=self.local_size, vals=vals, wait=wait)
-
-
-MAX_CACHED_KERNELS = 4096
-compiled_kernels: BoundedCache[CompiledKernel] = BoundedCache("compiled kernels by (device, kernel)",
-                                                             MAX_CACHED_KERNELS)
-binaries: BoundedCache[bytes] = BoundedCache("compiled binaries by (compiler, source)", MAX_CACHED_KERNELS)
+__all__ = ["CodegenStats", "kernel_name", "optimize_kernel"]
 
 
 class CodegenStats:
@@ -43,57 +19,3 @@ def kernel_name(sink: UOp) -> str:
   kind = "r" if any(u.op is Ops.REDUCE for u in sink.toposort()) else "E"
   sizes = "_".join(str(r.src[0].arg) for r in ranges) or "1"
   return f"{kind}_{sizes}"
-
-
-def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
-  from tinycore.device.registry import Device
-  if (hit := compiled_kernels.get((device, sink))) is not None: return hit
-  dev = Device[device]
-  if not dev.can_compute:
-    raise RuntimeError(f"device {device} cannot run kernels (it only stores bytes): move the tensor to a compute "
-                       "device first, e.g. .to(Device.DEFAULT)")
-  check_dtypes(dev.renderer, sink, device)
-  optimized = optimize_kernel(sink)
-  if kernel_scalars(optimized) != kernel_scalars(sink):
-    raise AssertionError("optimizing a kernel changed its scalar parameters: its CALL's arguments would not match")
-  name = kernel_name(optimized)
-  rendered = dev.renderer.render(name, optimized)
-  source = rendered.source
-  CodegenStats.rendered += 1
-  key = (type(dev.compiler).__name__ + str(getattr(dev.compiler, "cachekey", "")), source)
-  if (lib := binaries.get(key)) is None:
-    lib = binaries.put(key, dev.compiler.compile_cached(source))
-    CodegenStats.compiled += 1
-  dump_binary(name, lib)
-  kernel = CompiledKernel(name, source, dev.runtime(name, lib), rendered.global_size, rendered.local_size)
-  return compiled_kernels.put((device, sink), kernel)
-
-
-DUMP_BINARIES_ENV = "TINYCORE_DUMP_BINARIES"
-
-
-def dump_binary(name: str, lib: bytes) -> pathlib.Path | None:
-  """With TINYCORE_DUMP_BINARIES=DIR, write a compiled program to DIR/<kernel name>-<sha256 of the binary>.bin
-  (every device's, since every kernel is compiled here); returns the path, or None when the variable is unset."""
-  directory = os.environ.get(DUMP_BINARIES_ENV)
-  if not directory: return None
-  path = pathlib.Path(directory) / f"{name}-{hashlib.sha256(lib).hexdigest()[:16]}.bin"
-  if path.exists(): return path  # the name holds the content's hash: the same bytes are already there
-  try:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".tmp{os.getpid()}")
-    temporary.write_bytes(lib)
-    os.replace(temporary, path)
-  except OSError as error:
-    raise OSError(f"{DUMP_BINARIES_ENV}={directory}: cannot write the compiled program {path.name}: {error}") from error
-  return path
-
-
-def check_dtypes(renderer: Any, sink: UOp, device: str) -> None:
-  """An unsupported dtype is a clear error before anything is compiled."""
-  for u in sink.toposort():
-    if u.dtype is not None and u.dtype not in renderer.supported_dtypes:
-      raise TypeError(f"dtype {u.dtype.name} is not supported on device {device}")
-
-
-def source_digest(source: str) -> str: return hashlib.sha256(source.encode()).hexdigest()[:16]

@@ -4,6 +4,7 @@ import weakref
 from typing import Any
 from tinycore.dtype import DType, dtypes, to_np_dtype
 from tinycore.device.allocator import BufferSpec, BufferStorage
+from tinycore.device.fence import host_fence
 
 
 class Buffer:
@@ -92,7 +93,7 @@ class Buffer:
     the allocator (its views allocate again on next use); a view only drops its own handle and mappings."""
     from tinycore.device.registry import Device
     if self._base is None and self._handle is not None:
-      _wait_for_queues()  # queued work may still use the memory
+      host_fence()  # queued work may still use the memory
       for device, mapping in self._maps.items(): Device[device].allocator.unmap(mapping)
       if self._finalizer is not None: self._finalizer()  # frees once, through the (LRU) allocator
     self._handle, self._finalizer, self._storage, self._maps = None, None, None, {}
@@ -151,14 +152,14 @@ class Buffer:
 
   # --- data movement between host and this buffer
   def copyin(self, mv: memoryview) -> Buffer:
-    _wait_for_queues()
+    host_fence()
     mv = memoryview(mv).cast("B") if memoryview(mv).nbytes else memoryview(b"")
     if mv.nbytes != self.nbytes: raise ValueError(f"copyin of {mv.nbytes} bytes into {self!r} of {self.nbytes} bytes")
     if self.nbytes: self.allocator._copyin(self._buf, mv)
     return self
 
   def copyout(self, mv: memoryview) -> memoryview:
-    _wait_for_queues()
+    host_fence()
     mv = memoryview(mv).cast("B") if memoryview(mv).nbytes else memoryview(bytearray(0))
     if mv.nbytes != self.nbytes: raise ValueError(f"copyout of {self!r} ({self.nbytes} bytes) into {mv.nbytes} bytes")
     if self.nbytes: self.allocator._copyout(mv, self._buf)
@@ -173,25 +174,23 @@ class Buffer:
       if self.allocator.supports_as_buffer:
         from tinycore.device.registry import Device
         if not no_sync:
-          _wait_for_queues()
+          host_fence()
           Device[self.device].synchronize()
         return self.allocator._as_buffer(self._buf) if self.nbytes else memoryview(bytearray(0))
       if force_zero_copy: raise AssertionError(f"{self.device} has no zero-copy host view")
     return self.copyout(memoryview(bytearray(self.nbytes)))
 
   def copy_from(self, src: Buffer) -> Buffer:
-    """Copy src's bytes into this buffer (equal sizes, both allocated) with a one-call LINEAR: CALL(COPY, self, src)."""
-    from tinycore.engine.buffers import attach_buffer
-    from tinycore.engine.realize import run_linear
-    from tinycore.uop.ops import Ops, UOp
+    """Copy src's bytes into this buffer (equal sizes, both allocated) through the copy paths
+    (`tinycore.device.copy.run_copy`), after queued work finished; a device that is not a queue device is then
+    synchronized (a write to DISK is durable when this returns)."""
+    from tinycore.device.copy import run_copy  # the copy paths live beside Buffer, in the same layer
+    from tinycore.device.registry import Device
     if src.nbytes != self.nbytes: raise ValueError(f"copy_from needs equal sizes: {src.nbytes} -> {self.nbytes} bytes")
     if not (self.is_allocated() and src.is_allocated()): raise RuntimeError("copy_from needs both buffers allocated")
-    dst_uop = UOp.new_buffer(self.device, self.size, self.dtype)
-    src_uop = UOp.new_buffer(src.device, src.size, src.dtype)
-    attach_buffer(dst_uop, self)
-    attach_buffer(src_uop, src)
-    callee = UOp(Ops.COPY, self.dtype, (UOp(Ops.PARAM, src.dtype, (), 1),), self.device)
-    run_linear(UOp(Ops.LINEAR, None, (UOp(Ops.CALL, None, (callee, dst_uop, src_uop)),)), count=False)
+    host_fence()
+    run_copy(self, src)
+    Device[self.device].synchronize()
     return self
 
   def numpy(self):
@@ -200,12 +199,6 @@ class Buffer:
       raw = np.frombuffer(self.as_memoryview(), dtype=np.uint16).astype(np.uint32) << 16
       return raw.view(np.float32)
     return np.frombuffer(self.as_memoryview(), dtype=to_np_dtype(self.dtype))
-
-
-def _wait_for_queues() -> None:
-  """Host access to memory waits until queue devices finished the work they were given (HCQ2)."""
-  from tinycore.hcq.runtime import _in_flight, wait_for_queues
-  if _in_flight: wait_for_queues()
 
 
 def _free_handle(allocator, handle, nbytes, options):

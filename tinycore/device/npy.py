@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from tinycore.device.allocator import Allocator, BufferSpec, BufferStorage
 from tinycore.device.compiled import Compiled
-from tinycore.plugin import API_VERSION, DeviceSpec, hookimpl
+from tinycore.plugin.hookspecs import API_VERSION, hookimpl
+from tinycore.plugin.spec import DeviceSpec
 
 if TYPE_CHECKING:
   import numpy as np

@@ -13,7 +13,8 @@ is the default device only when no other compute device is installed. Its memory
 from __future__ import annotations
 from tinycore.device.compiled import Compiled, Compiler
 from tinycore.device.host import HostAllocator
-from tinycore.plugin import API_VERSION, DeviceSpec, hookimpl
+from tinycore.plugin.hookspecs import API_VERSION, hookimpl
+from tinycore.plugin.spec import DeviceSpec
 
 PREFIX = "PYTHON"
 HOST_DEVICE = PREFIX  # the device whose memory is the core's host memory

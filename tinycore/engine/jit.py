@@ -40,7 +40,7 @@ class ReplayStep:
   (index, view) pair: view is None for the whole buffer, else (size, dtype, byte offset) of a BUFFER_VIEW)."""
 
   def __init__(self, call: UOp, input_slots: dict[UOp, int]):
-    from tinycore.engine.buffers import buffer_of
+    from tinycore.device.buffers import buffer_of
     from tinycore.hcq.runtime import call_is_hcq
     self.callee = call.src[0]
     self.kind = "batch" if call_is_hcq(call) else "copy" if self.callee.op is Ops.COPY else "kernel"
@@ -58,7 +58,7 @@ class ReplayStep:
     self.scalar_words = tuple(scalar_word(scalar_value(s), s.dtype) for s in scalars)
     self.var_vals = self.callee.arg.scalar_values(scalars) if self.kind == "batch" else {}
     if self.kind == "kernel":
-      from tinycore.codegen import compile_kernel
+      from tinycore.device.kernels import compile_kernel
       self.kernel = compile_kernel(self.device, self.callee)
 
   def bind(self, inputs: Sequence[Any]) -> list[Any]:
@@ -82,7 +82,7 @@ class ReplayPlan:
 
   def run(self, inputs: Sequence[Any]) -> None:
     from tinycore.device.registry import Device
-    from tinycore.engine.copy import run_copy
+    from tinycore.device.copy import run_copy
     from tinycore.engine.realize import GlobalCounters
     from tinycore.hcq.device import is_hcq_device
     from tinycore.hcq.runtime import wait_for_queues

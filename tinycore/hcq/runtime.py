@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import attrs
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
+from tinycore.device.fence import register_host_fence
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 from tinycore.hcq.commands import Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Value, Variable
 from tinycore.hcq.device import Encoded, HCQDevice, is_hcq_device
@@ -140,8 +141,8 @@ def place_call(call: UOp, slots: Sequence[UOp], slot_of: dict[UOp, int], baked: 
                scalar_names: dict[UOp, str]) -> PlacedCommand:
   """A queue call as an Exec or Copy on its queue; a baked slot's address is written now, others are patched, and
   each scalar argument is the run-time variable named in `scalar_names`."""
-  from tinycore.codegen import compile_kernel
-  from tinycore.engine.buffers import buffer_of
+  from tinycore.device.kernels import compile_kernel
+  from tinycore.device.buffers import buffer_of
   queue = queue_of(call)
   assert queue is not None, "only queue calls go into a batch"
   dev = queue[0]
@@ -293,6 +294,14 @@ def wait_for_queues() -> None:
   release_finished()
 
 
+def wait_if_in_flight() -> None:
+  """The host fence (`tinycore.device.fence`): wait for the queues, only when something is in flight."""
+  if _in_flight: wait_for_queues()
+
+
+register_host_fence(wait_if_in_flight)
+
+
 def keep_in_flight_memory(*owners: Any) -> None:
   """At exit, for a queue whose worker could not be stopped in time: the buffers of the work in flight, every signal
   and `owners` (say, the device with its allocator's cached memory) are never freed, so the kernel still running
@@ -348,7 +357,7 @@ compiled_templates: BoundedCache[UOp] = BoundedCache("compiled queue templates b
 def compile_template(linear: UOp) -> UOp:
   """compile_linear for a cached schedule's template LINEAR (its buffers are placeholders, all patched at run time),
   cached by the template itself: a repeated computation neither compiles nor builds a cache key."""
-  from tinycore.engine.buffers import linear_buffers
+  from tinycore.device.buffers import linear_buffers
   return cached_template(linear, linear_buffers(linear), profile=False)
 
 
@@ -389,7 +398,7 @@ def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile
 
 
 def _compile(linear: UOp, inputs: Sequence[UOp]) -> UOp:
-  from tinycore.engine.buffers import linear_buffers
+  from tinycore.device.buffers import linear_buffers
   expanded: list[UOp] = []
   for call in linear.src:
     direction = staging_direction(call)

@@ -29,7 +29,7 @@ def _staging():
 
 def staging_uop() -> UOp:
   """A BUFFER uop naming the current staging buffer (one per buffer object, so patching `_staging` works)."""
-  from tinycore.engine.buffers import attach_buffer
+  from tinycore.device.buffers import attach_buffer
   buf = _staging()
   if (uop := _staging_uops.get(id(buf))) is None:
     uop = _staging_uops[id(buf)] = UOp.new_buffer(buf.device, buf.size, buf.dtype)

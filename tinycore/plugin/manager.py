@@ -16,7 +16,8 @@ from types import ModuleType
 from typing import Any, NamedTuple
 import attrs
 import pluggy
-from tinycore.plugin import API_VERSION, hookspecs
+import tinycore.plugin.hookspecs as hookspecs
+from tinycore.plugin.hookspecs import API_VERSION
 from tinycore.plugin.spec import DeviceSpec
 
 CORE_DISTRIBUTION = "tinycore"

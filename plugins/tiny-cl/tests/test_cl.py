@@ -130,14 +130,14 @@ def test_integer_and_bool_kernels():
 @pytest.fixture
 def kernels(monkeypatch):
   """The kernels run from now on (CompiledKernel objects: source, global and local size), in order."""
-  import tinycore.codegen
+  import tinycore.device.kernels
   seen = []
-  real = tinycore.codegen.compile_kernel
+  real = tinycore.device.kernels.compile_kernel
   def recording(device, sink):
     kernel = real(device, sink)
     seen.append(kernel)
     return kernel
-  monkeypatch.setattr(tinycore.codegen, "compile_kernel", recording)
+  monkeypatch.setattr(tinycore.device.kernels, "compile_kernel", recording)
   return seen
 
 

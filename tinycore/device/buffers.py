@@ -32,5 +32,3 @@ def linear_buffers(linear: UOp) -> list[UOp]:
     for b in call_buffers(call): seen[b.src[0] if b.op is Ops.BUFFER_VIEW else b] = None
   return list(seen)
 
-
-from tinycore.schedule.copies import has_buffer_identity  # noqa: E402,F401  (re-exported)

@@ -1,0 +1,94 @@
+"""Tensors and their storage: rebinding live tensors to the buffers a realize produced, and assign.
+
+A realize returns what each realized graph node became (`engine.realize.realize_roots`); `apply_becomes` points every
+live tensor that mentions such a node at its buffer. `assign_tensor` stores into a tensor's buffer behind an AFTER
+that every view of that buffer then reads. Both run under the runtime lock, so threads see whole updates.
+"""
+from __future__ import annotations
+from typing import TYPE_CHECKING, Iterator
+from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore.hcq.runtime import holding_runtime_lock
+from tinycore.schedule.copies import is_storage_only, storage_root
+
+if TYPE_CHECKING:
+  from tinycore.tensor import Tensor
+
+
+def apply_becomes(becomes: dict[UOp, UOp]) -> None:
+  """Every live tensor whose graph mentions a realized node now reads that node's buffer instead."""
+  if not becomes: return
+  for t in live_tensors():
+    u = t.uop
+    if u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER): continue
+    if u in becomes: t.uop = becomes[u]
+    elif any(n in becomes for n in u.toposort(gate=lambda n: n.op is not Ops.BUFFER)): t.uop = u.substitute(becomes)
+
+
+@holding_runtime_lock
+def assign_tensor(target: Tensor, value: Tensor) -> None:
+  """target.assign(value): a STORE of value into target's view of its buffer, behind an AFTER that every view of
+  that buffer now reads. The buffer never moves."""
+  if value.shape != target.shape:
+    if not broadcastable(value.shape, target.shape):
+      raise ValueError(f"assign shape mismatch: cannot assign shape {value.shape} into shape {target.shape}")
+    value = value._broadcast_to(target.shape)
+  if value.dtype is not target.dtype:
+    raise TypeError(f"assign dtype mismatch: cannot assign {value.dtype.name} into {target.dtype.name}")
+  if value.device != target.device and not is_storage_only(target.device):
+    # the value is copied to the target's device and stored there; the target never moves. (A copy to a storage
+    # device such as DISK is a store into its buffer: no COPY.) The copy rules drop this COPY again when the target
+    # is a whole buffer.
+    value = value.to(target.device)
+  if storage_root(target.uop).op not in (Ops.BUFFER, Ops.AFTER):
+    owner = storage_owner(target)
+    if owner is None:
+      target.uop = value.uop  # nothing else sees this tensor's storage: it simply becomes the value
+      return
+    owner.realize()  # rebinds target too: it is a view of owner
+    if storage_root(target.uop).op not in (Ops.BUFFER, Ops.AFTER):
+      raise RuntimeError(f"cannot assign into a view of {storage_root(target.uop).op.name}: it has no storage")
+  store_target, stored = bitcast_to_source(target.uop, value.uop)
+  base = storage_root(store_target)
+  after = UOp(Ops.AFTER, base.dtype, (base, UOp(Ops.STORE, None, (store_target, stored))))
+  # every view of this buffer (the target itself included) now reads the stored value
+  for t in live_tensors():
+    if storage_root(t.uop) is base: t.uop = t.uop.substitute({base: after})
+
+
+def bitcast_to_source(target: UOp, value: UOp) -> tuple[UOp, UOp]:
+  """A store into a bitcast view stores the value bitcast back to the buffer's dtype into the view below it (moving
+  a destination bitcast to the source). Reshapes above the bitcast are undone on the value first."""
+  node, moved = target, value
+  while node.op in (Ops.RESHAPE, Ops.BITCAST):
+    moved = (moved.reshape(node.src[0].shape) if node.op is Ops.RESHAPE
+             else UOp(Ops.BITCAST, node.src[0].dtype, (moved,)))
+    node = node.src[0]
+  if not any(n.op is Ops.BITCAST for n in target.toposort(gate=lambda n: n is not node)): return target, value
+  if storage_root(node) is not node.base:
+    raise RuntimeError("cannot assign through a bitcast below a permute, pad or flip")
+  return node, moved
+
+
+def live_tensors() -> Iterator[Tensor]:
+  """Every Tensor alive now."""
+  from tinycore.tensor import all_tensors
+  for ref in list(all_tensors):
+    if (t := ref()) is not None: yield t
+
+
+def storage_owner(target: Tensor) -> Tensor | None:
+  """The live tensor that the target is a view of, nearest first (None if the target is no view)."""
+  by_uop: dict[UOp, Tensor] = {}
+  for t in live_tensors():
+    if t is not target: by_uop.setdefault(t.uop, t)
+  node = target.uop
+  while node.op in GroupOp.Movement or node.op is Ops.BITCAST:
+    node = node.src[0]
+    if node in by_uop: return by_uop[node]
+  return None
+
+
+def broadcastable(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+  if len(src) > len(dst): return False
+  padded = (1,) * (len(dst) - len(src)) + tuple(src)
+  return all(s == d or s == 1 for s, d in zip(padded, dst))
