@@ -117,3 +117,14 @@ def test_a_shared_object_is_never_loaded_from_a_predictable_path(cache):
   loaded = tiny_cpu.load_shared_object(lib)
   assert loaded.answer() == 42
   assert list(planted.parent.iterdir()) == [planted]
+
+
+def test_an_entry_that_is_not_a_regular_file_is_refused_without_blocking(cache):
+  compiler = CountingCompiler()
+  compiler.compile_cached("w")
+  [entry] = entries(cache)
+  entry.unlink()
+  os.mkfifo(entry)  # opening a FIFO for reading would wait for a writer forever
+  with pytest.warns(RuntimeWarning, match="not a regular file"):
+    assert compiler.compile_cached("w") == b"BINARY:w"
+  assert compiler.runs == 2 and entry.is_file()

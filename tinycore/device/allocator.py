@@ -120,7 +120,8 @@ class LRUAllocator(Allocator[Handle]):
   def __init__(self, device: Any = None):
     super().__init__(device)
     self.cache: dict[tuple[int, BufferSpec], list[Handle]] = defaultdict(list)
-    self.lock = threading.Lock()  # buffers are freed by the garbage collector in whichever thread drops them
+    # re-entrant: the garbage collector may free a buffer (into this cache) in the middle of an alloc, in any thread
+    self.lock = threading.RLock()
 
   def alloc(self, nbytes: int, spec: BufferSpec | None = None) -> Handle:
     spec = spec or BufferSpec()

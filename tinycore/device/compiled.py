@@ -47,7 +47,7 @@ def cache_dir() -> pathlib.Path:
 _trusted: dict[str, pathlib.Path] = {}
 _trust_lock = threading.Lock()
 _warned: set[str] = set()
-ENTRY_MAGIC = b"TCC1"  # an entry is MAGIC, then HMAC-SHA256(cache key, name + payload), then the payload
+ENTRY_MAGIC = b"TCC1"  # an entry is MAGIC, HMAC-SHA256 under the cache's secret of (entry name, payload), payload
 
 
 def untrusted_reason(stat: os.stat_result, private: bool = False) -> str | None:
@@ -85,6 +85,7 @@ def trusted_cache_dir() -> pathlib.Path:
 
 
 def warn_once(message: str) -> None:
+  """A RuntimeWarning, given once per process for each distinct message."""
   if message in _warned: return
   _warned.add(message)
   warnings.warn(message, RuntimeWarning, stacklevel=3)
@@ -119,7 +120,7 @@ def write_private_file(path: pathlib.Path, data: bytes) -> None:
 def read_cache_entry(path: pathlib.Path, secret: bytes) -> bytes | None:
   """The verified payload of a cache entry, or None (recompile): missing, not a regular file of this user that only
   they can write (warned once), or failing its signature (corrupt, truncated, tampered, or from another cache)."""
-  try: fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+  try: fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO must not block
   except OSError: return None
   with os.fdopen(fd, "rb") as f:
     stat = os.fstat(f.fileno())

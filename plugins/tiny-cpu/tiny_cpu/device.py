@@ -103,7 +103,7 @@ class CPUDevice(HCQDevice):
 
   def restart_after_fork(self) -> None:
     """In a forked child: new worker threads on the parent's (drained) rings; buffers are the child's copies."""
-    self.allocator.lock = threading.Lock()
+    self.allocator.lock = threading.RLock()
     for queue in self.queues.values(): queue.restart_after_fork()
 
 
