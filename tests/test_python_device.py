@@ -7,6 +7,7 @@ import importlib.util
 import mmap
 import struct
 import textwrap
+from typing import Callable
 import numpy as np
 import pytest
 from tinycore import Device, Tensor, dtypes
@@ -174,8 +175,85 @@ def test_oracle_matches_cpu_bit_for_bit(dtype):
     if dtypes.is_float(dtype): pieces += [x / y, x.sqrt(), x.trunc()]
     elif dtype is not dtypes.bool: pieces += [x.idiv(y), x % y, x ^ y]
     out = [readable(Tensor.stack(*[p.cast(dtype) for p in pieces]))]
-    # float to uint64 out of range is undefined in C (it depends on the instruction set): not compared
-    targets = [d for d in dtypes.fields().values() if not (dtypes.is_float(dtype) and d is dtypes.uint64)]
+    targets = dtypes.fields().values()  # float to int out of range included: the C renderer defines it
     return out + [readable(x.cast(target)) for target in targets if dtype in (dtypes.float32, dtypes.int32)]
   for got, want in zip(results("PYTHON"), results("CPU")):
     assert same_bits(got, want), (got, want)
+
+
+def near_16bit_ties(bits_kept: int) -> np.ndarray:
+  """float64 values on, just above and just below the ties of a float with `bits_kept` mantissa bits, where
+  rounding to float32 first would land on the tie (and round a second time)."""
+  ties = np.array([1.0, 1.5, -3.25, 1000.0, 2.0**-20, 6e4 if bits_kept == 10 else 3e38]) * (1 + 2.0**-(bits_kept + 1))
+  return np.concatenate([ties, ties * (1 + 2.0**-40), ties * (1 - 2.0**-40)])
+
+
+def test_edge_semantics_match_numpy():
+  # NaN wins a max or min reduction wherever it is
+  x = Tensor([[1.0, np.nan, 3.0], [np.nan, 2.0, 0.0], [4.0, 5.0, np.nan], [-1.0, -2.0, -0.0]], device="PYTHON")
+  np.testing.assert_equal(x.max(1).numpy(), [np.nan, np.nan, np.nan, -0.0])
+  np.testing.assert_equal(x.min(0).numpy(), [np.nan, np.nan, np.nan])
+  assert np.isnan(x.max().item()) and np.isnan(x.min().item())
+  assert x[3].max().item() == 0.0 and x.argmax(1).tolist()[:3] == [1, 0, 2]
+  # shift counts are read as unsigned; at least the width shifts everything out
+  n = Tensor(np.array([1, -8, 5, -5, 3], np.int32), device="PYTHON")
+  counts = Tensor(np.array([32, 40, -1, 33, 31], np.int32), device="PYTHON")
+  assert (n << counts).tolist() == [0, 0, 0, 0, -2**31]
+  assert (n >> counts).tolist() == [0, -1, 0, -1, 0]
+  u = Tensor(np.array([255, 255, 128], np.uint8), device="PYTHON")
+  assert (u >> Tensor(np.array([8, 7, 200], np.uint8), device="PYTHON")).tolist() == [0, 1, 0]
+  # x / 0 and x % 0 are 0, MIN / -1 is MIN
+  a = Tensor(np.array([-2**31, 7, -7, -2**31], np.int32), device="PYTHON")
+  b = Tensor(np.array([-1, 0, 0, 0], np.int32), device="PYTHON")
+  assert a.idiv(b).tolist() == [-2**31, 0, 0, 0] and (a % b).tolist() == [0, 0, 0, 0]
+  # float64 and 64-bit ints round once to 16-bit floats and to float32
+  ties = near_16bit_ties(10)
+  got = Tensor(ties, device="PYTHON").cast(dtypes.float16).bitcast(dtypes.uint16).numpy()
+  np.testing.assert_equal(got, ties.astype(np.float16).view(np.uint16))
+  ties = near_16bit_ties(7)
+  got = Tensor(ties, device="PYTHON").cast(dtypes.bfloat16).cast(dtypes.float32).numpy()
+  assert got[6] == 1.0 + 2.0**-7 and got[12] == 1.0 and got[0] == 1.0  # above, below and on the tie of 1 + 2**-8
+  big = np.array([2**60 + 2**36 + 1, -(2**60 + 2**36 + 1), 2**62 - 1], np.int64)
+  np.testing.assert_equal(Tensor(big, device="PYTHON").cast(dtypes.float32).numpy(), big.astype(np.float32))
+  # float to int: through int32 for small targets (out of range: the minimum), uint64 covers [2**63, 2**64)
+  f = Tensor(np.array([3000000001.0, np.nan, 2.0**63 * 1.5, 2.0**64], np.float64), device="PYTHON")
+  assert f.cast(dtypes.uint16).tolist() == [0, 0, 0, 0] and f[:1].cast(dtypes.uint32).tolist() == [3000000001]
+  assert f[2:].cast(dtypes.uint64).tolist() == [3 * 2**62, 0]
+
+
+def edge_programs(x_values: np.ndarray) -> Callable[[str], list[np.ndarray]]:
+  """Kernels on the semantics the C renderer defines where C does not: NaN through max/min, shifts past the width,
+  division by zero, MIN / -1, casts that must round once, float to int out of range."""
+  int_dtypes = [d for d in dtypes.fields().values() if dtypes.is_int(d)]
+  def program(device: str) -> list[np.ndarray]:
+    out = []
+    for dtype in (dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float64):
+      x = on(device, x_values, dtype)
+      out += [readable(p) for p in (x.max(1), x.min(0), x.max(), x.relu(), x.abs(), x.clip(-1.0, 1.0))]
+      out += [x.argmax(1).numpy(), x.argmin(0).numpy()]
+    for dtype in int_dtypes:
+      bits, info = dtype.itemsize * 8, np.iinfo(dtype.name)
+      # 2**24 + 2**16 + 1 and 2**60 + 2**36 + 1 are just above a bfloat16 and a float32 tie: they must round once
+      odd = {4: 2**24 + 2**16 + 1, 8: 2**60 + 2**36 + 1}.get(dtype.itemsize, 5)
+      a = on(device, np.array([info.min, info.max, -1 if info.min else 3, 1, odd, info.min, -7 if info.min else 7],
+                              dtype.name), dtype)
+      counts = [0, 1, bits - 1, bits, bits + 1, int(info.max), -1 if info.min else int(info.max) - 1]
+      c = on(device, np.array(counts, dtype.name), dtype)
+      d = on(device, np.array([-1 if info.min else 0, 0, 0, 0, 2, -1 if info.min else 3, 0], dtype.name), dtype)
+      out += [(a << c).numpy(), (a >> c).numpy(), a.idiv(d).numpy(), (a % d).numpy(), (-a).numpy()]
+      out += [readable(a.cast(target)) for target in (dtypes.float16, dtypes.bfloat16, dtypes.float32)]
+    for bits_kept, target in ((10, dtypes.float16), (7, dtypes.bfloat16)):
+      out.append(readable(Tensor(near_16bit_ties(bits_kept), device=device).cast(target)))
+    wide = np.array([2.0**63, 2.0**63 * 1.5, 2.0**64, 3e19, -1.0, -3e9, 3000000001.5, np.nan, np.inf], np.float64)
+    out += [Tensor(wide, device=device).cast(d).numpy() for d in int_dtypes]
+    return out
+  return program
+
+
+@needs_cpu
+def test_oracle_matches_cpu_on_edge_semantics():
+  x = np.array([[1.0, np.nan, -0.0, 3.0], [np.nan, 2.0, 0.0, -0.0], [-0.0, 0.0, -5.0, np.nan], [-1.0, np.inf, -np.inf,
+               -0.0]], np.float32)
+  program = edge_programs(x)
+  for index, (got, want) in enumerate(zip(program("PYTHON"), program("CPU"))):
+    assert got.dtype == want.dtype and same_bits(got, want), (index, got, want)

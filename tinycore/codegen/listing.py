@@ -10,7 +10,7 @@ the upcast ranges, and registers defined in vector blocks hold one value per com
     ("loop", REG, SIZE) ... ("end",)                 REG counts 0..SIZE-1
     ("vector",) ... ("end",)                         an unrolled block over the upcast ranges
     ("acc", REG, IDENTITY, DTYPE, VECTOR)            an accumulator set to the reduction's identity
-    ("update", REG, OP, DTYPE, VALUE_REG)            REG = REG OP VALUE (MAX keeps REG unless VALUE > REG)
+    ("update", REG, OP, DTYPE, VALUE_REG)            REG = REG OP VALUE (MAX keeps REG unless VALUE > REG or is NaN)
     ("load", REG, DTYPE, PARAM, OFFSET_REG, GATE_REG | None)
     ("store", PARAM, DTYPE, OFFSET_REG, GATE_REG | None, VALUE_REG)
     ("alu", REG, OP, DTYPE, SOURCE_DTYPE, (ARG_REGS...))

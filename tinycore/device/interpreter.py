@@ -143,7 +143,8 @@ def _decode_acc(decoder: _Decoder, register: int, identity: Any, dtype_name: str
 def _decode_update(decoder: _Decoder, register: int, op: str, dtype_name: str, value: int) -> Step:
   if Ops[op] is Ops.MAX:
     def update_max(regs: list) -> None:
-      if regs[value] > regs[register]: regs[register] = regs[value]
+      new = regs[value]
+      if new != new or new > regs[register]: regs[register] = new  # a NaN value wins, as in the C renderer
     return update_max
   combine = scalar_ops.alu_function(Ops[op], _dtype(dtype_name))
   def update(regs: list) -> None: regs[register] = combine(regs[register], regs[value])

@@ -4,8 +4,10 @@ Values are Python ints (integers, two's complement, wrapped to their dtype after
 float32 results are rounded to float32 after every op (the C code computes in float with no contraction);
 float16 and bfloat16 are computed in float and rounded back after every op, as the C renderer does. Where C
 would trap or be undefined, the result is what the C renderer's code defines or what x86 gives: integer
-division by zero is 0, MIN / -1 wraps, a float that does not fit an integer converts to the "integer
-indefinite" value (the most negative int32/int64) before wrapping.
+division by zero is 0, MIN / -1 wraps, a shift count is read as unsigned and one of at least the width shifts
+everything out, a float that does not fit an integer converts to the "integer indefinite" value (the most negative
+int32/int64) before wrapping, a float MAX lets NaN win, and a float64 (or 32/64-bit int) cast to a 16-bit float is
+first rounded to float32 by round-to-odd so it rounds once.
 """
 from __future__ import annotations
 import math
@@ -50,6 +52,28 @@ def bf16_bits(x: float) -> int:
 
 
 def bf16_value(bits: int) -> float: return _F32.unpack(_U32.pack(bits << 16))[0]
+
+
+def round_f32_odd(x: float) -> float:
+  """x rounded to float32 by round-to-odd (an inexact result gets its last bit set), as the C renderer's
+  `tc_float_round_odd`: a second rounding to 16 bits then equals rounding x once."""
+  f = round_f32(x)
+  if f == x or math.isnan(x): return f
+  bits = _U32.unpack(_F32.pack(f))[0]
+  if abs(f) > abs(x): bits -= 1  # rounded away from zero (or overflowed to infinity): step back toward zero
+  return _F32.unpack(_U32.pack(bits | 1))[0]
+
+
+def int_to_f32(v: int) -> float:
+  """An integer rounded once to float32 (nearest even), as C's (float) of a 64-bit integer: float(v) would first
+  round to float64 and could then round again."""
+  magnitude = abs(v)
+  extra = magnitude.bit_length() - 24
+  if extra <= 0: return float(v)
+  whole, rest = divmod(magnitude, 1 << extra)
+  half = 1 << (extra - 1)
+  if rest > half or (rest == half and whole & 1): whole += 1
+  return round_f32(math.copysign(float(whole << extra), v))
 
 
 def round_half(x: float) -> float: return half_value(half_bits(round_f32(x)))
@@ -121,7 +145,9 @@ def power(a: float, b: float) -> float:
     return NAN
 
 
-def maximum(a, b): return a if a > b else b
+def maximum(a, b):
+  """The larger of a and b as the C renderer writes it: a NaN first operand wins, so NaN propagates either way."""
+  return a if (a != a or a > b) else b
 
 
 _FLOAT_OPS: dict[Ops, Callable] = {
@@ -132,7 +158,7 @@ _FLOAT_OPS: dict[Ops, Callable] = {
 _INT_OPS: dict[Ops, Callable] = {
   Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b, Ops.IDIV: int_div,
   Ops.MOD: int_mod, Ops.NEG: lambda a: -a, Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b,
-  Ops.XOR: lambda a, b: a ^ b, Ops.SHR: lambda a, b: a >> b if b >= 0 else 0,
+  Ops.XOR: lambda a, b: a ^ b,
   Ops.MULACC: lambda a, b, c: a * b + c,
 }
 _SELECT_OPS: dict[Ops, Callable] = {
@@ -161,13 +187,20 @@ def alu_function(op: Ops, dtype: DType) -> Callable:
     rounding = rounder(dtype)
     return _rounded(base, rounding) if rounding is not None else base
   wrap = wrapper(dtype)
-  if op is Ops.SHL:
-    bits = dtype.itemsize * 8
-    return lambda a, b: wrap(a << b) if 0 <= b < bits else 0
+  if op in (Ops.SHL, Ops.SHR): return shift_function(op, dtype)
   if op not in _INT_OPS: raise NotImplementedError(f"{op.name} on {dtype.name}")
   base = _INT_OPS[op]
-  if op in (Ops.AND, Ops.OR, Ops.XOR, Ops.SHR): return base  # these cannot leave the range of their inputs
+  if op in (Ops.AND, Ops.OR, Ops.XOR): return base  # these cannot leave the range of their inputs
   return lambda *args: wrap(base(*args))
+
+
+def shift_function(op: Ops, dtype: DType) -> Callable[[int, int], int]:
+  """a << b or a >> b in the integer `dtype`: the count is read as unsigned of the same size, and a count of at least
+  the width shifts everything out (0, or -1 for a negative value shifted right)."""
+  bits = dtype.itemsize * 8
+  count_mask, wrap = (1 << bits) - 1, wrapper(dtype)
+  if op is Ops.SHL: return lambda a, b: wrap(a << (b & count_mask)) if (b & count_mask) < bits else 0
+  return lambda a, b: a >> min(b & count_mask, bits)  # Python's >> already gives 0 or -1 past the width
 
 
 def _rounded(base: Callable, rounding: Callable[[float], float]) -> Callable:
@@ -177,20 +210,37 @@ def _rounded(base: Callable, rounding: Callable[[float], float]) -> Callable:
 def cast_function(src: DType, dst: DType) -> Callable:
   """The Python function converting a `src` value to `dst` like the C renderer's cast."""
   if dst is dtypes.bool: return lambda v: v != 0
-  if dtypes.is_float(dst):
-    rounding = rounder(dst) or float
-    if dst in (dtypes.float16, dtypes.bfloat16): return lambda v: rounding(round_f32(float(v)))
-    return lambda v: rounding(float(v))
+  if dtypes.is_float(dst): return _to_float_function(src, dst)
   wrap = wrapper(dst)
   if not dtypes.is_float(src): return lambda v: wrap(int(v))
-  # C converts through int64 for unsigned targets below 64 bits and through int32 for small signed ones
-  via_bits = 64 if dtypes.is_unsigned(dst) or dst.itemsize == 8 else 32
-  low, high = -(1 << (via_bits - 1)), (1 << (via_bits - 1)) - 1
-  def convert(v: float) -> int:
-    if not math.isfinite(v): return wrap(low)
-    whole = math.trunc(v)
-    return wrap(whole if low <= whole <= high else low)
-  return convert
+  if dst is dtypes.uint64:
+    to_int64 = _float_to_signed(64)
+    # [2**63, 2**64) converts itself, past it is 0; below it goes through int64 (negative values wrap)
+    return lambda v: (0 if v >= 2.0 ** 64 else math.trunc(v)) if v >= 2.0 ** 63 else wrap(to_int64(v))
+  # C converts through int64 for 64-bit targets and uint32, through int32 for the rest
+  to_signed = _float_to_signed(64 if dst.itemsize == 8 or dst is dtypes.uint32 else 32)
+  return lambda v: wrap(to_signed(v))
+
+
+def _float_to_signed(bits: int) -> Callable[[float], int]:
+  """A float truncated to a signed int of `bits`; NaN and values out of range give the minimum (x86's "integer
+  indefinite")."""
+  limit = float(2 ** (bits - 1))
+  return lambda v: math.trunc(v) if -limit <= v < limit else -(1 << (bits - 1))
+
+
+def _to_float_function(src: DType, dst: DType) -> Callable:
+  """A `src` value cast to the float `dst` as the C renderer converts: 16-bit targets from float64 or a 32/64-bit int
+  (through double) round to float32 by round-to-odd first, other sources go through float exactly; 64-bit ints
+  round once to float32."""
+  if dst in (dtypes.float16, dtypes.bfloat16):
+    rounding = round_half if dst is dtypes.float16 else round_bf16
+    if src is dtypes.float64 or (dtypes.is_int(src) and src.itemsize >= 4):
+      return lambda v: rounding(round_f32_odd(float(v)))
+    return lambda v: rounding(float(v))
+  if dst is dtypes.float64: return float
+  if dtypes.is_int(src) and src.itemsize == 8: return int_to_f32
+  return lambda v: round_f32(float(v))
 
 
 _STORAGE_FORMATS: dict[DType, str] = {dtypes.float16: "H", dtypes.bfloat16: "H"}
