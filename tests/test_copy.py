@@ -162,3 +162,21 @@ def test_a_plugin_transfer_hook_is_the_first_copy_path():
   finally:
     manager.unregister(plugin)
     copy_module._direct_paths.clear()
+
+
+def test_assign_into_a_view_of_a_lazy_tensor_writes_only_that_tensor():
+  """Tensors built alike share one graph node; an assign into a view of one of them must not reach the others (nor
+  their views), and the views of the written tensor see the write."""
+  a, b = Tensor.zeros(2, 2), Tensor.zeros(2, 2)
+  b_flat = b.reshape(4)
+  b[0].assign(Tensor.ones(2))
+  np.testing.assert_array_equal(a.numpy(), np.zeros((2, 2), np.float32))
+  np.testing.assert_array_equal(b.numpy(), [[1, 1], [0, 0]])
+  np.testing.assert_array_equal(b_flat.numpy(), [1, 1, 0, 0])
+  c, d = Tensor.arange(6).reshape(2, 3), Tensor.arange(6).reshape(2, 3)
+  d[1].assign(Tensor([7, 8, 9]))
+  np.testing.assert_array_equal(c.numpy(), np.arange(6).reshape(2, 3))
+  np.testing.assert_array_equal(d.numpy(), [[0, 1, 2], [7, 8, 9]])
+  e = Tensor.zeros(4)
+  Tensor.zeros(4).reshape(2, 2).assign(Tensor.ones(2, 2))  # a view of a tensor nobody holds
+  np.testing.assert_array_equal(e.numpy(), np.zeros(4, np.float32))

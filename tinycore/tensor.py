@@ -55,14 +55,14 @@ def _normalize_axis(axis: int, ndim: int) -> int:
 
 class Tensor:
   """A lazily evaluated multi-dimensional array on a device."""
-  __slots__ = ("uop", "requires_grad", "grad", "__weakref__")
+  __slots__ = ("uop", "requires_grad", "grad", "view_of", "__weakref__")
   training: bool = False
   _seed: int = 0
   _rng_counter: int = 0
 
   def __init__(self, data: Any, device: str | tuple | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None):
-    self.requires_grad, self.grad = requires_grad, None
+    self.requires_grad, self.grad, self.view_of = requires_grad, None, None
     dtype = to_dtype(dtype) if dtype is not None else None
     if isinstance(data, UOp):
       uop = data
@@ -130,11 +130,18 @@ class Tensor:
   @staticmethod
   def _rebuild(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = Tensor.__new__(Tensor)
-    t.uop, t.requires_grad, t.grad = uop, requires_grad, None
+    t.uop, t.requires_grad, t.grad, t.view_of = uop, requires_grad, None, None
     all_tensors[weakref.ref(t, lambda ref: all_tensors.pop(ref, None))] = None
     return t
 
   def _apply(self, uop: UOp) -> Tensor: return Tensor._rebuild(uop, self.requires_grad)
+
+  def _view(self, uop: UOp) -> Tensor:
+    """A movement of this tensor that shares its storage: `view_of` names the tensor that owns that storage (the
+    first of a chain of views), so an assign into the view writes there and nowhere else."""
+    t = self._apply(uop)
+    t.view_of = self.view_of if self.view_of is not None else self
+    return t
 
   # ------------------------------------------------------------------ properties
   @property
@@ -373,7 +380,7 @@ class Tensor:
     if any(not isinstance(s, int) or s < 0 for s in shape): raise ValueError(f"invalid reshape target {shape}")
     if prod(shape) != self.numel():
       raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {shape}")
-    return self._apply(self.uop.reshape(shape))
+    return self._view(self.uop.reshape(shape))
 
   def view(self, *shape) -> Tensor: return self.reshape(*shape)
 
@@ -384,14 +391,14 @@ class Tensor:
     new_shape = tuple(b if s == -1 else s for s, b in zip(shape, base))
     for s, b in zip(new_shape, base):
       if b != 1 and s != b: raise ValueError(f"cannot expand shape {self.shape} to {shape}")
-    return self._apply(self.uop.reshape(base).expand(new_shape))
+    return self._view(self.uop.reshape(base).expand(new_shape))
 
   def permute(self, order, *args) -> Tensor:
     order = tuple(order) if isinstance(order, (tuple, list)) else (order,) + args
     order = tuple(_normalize_axis(o, self.ndim) for o in order)
     if sorted(order) != list(range(self.ndim)):
       raise ValueError(f"permute order {order} is not a permutation of {self.ndim} dims")
-    return self._apply(self.uop.permute(order))
+    return self._view(self.uop.permute(order))
 
   def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
     order = list(range(self.ndim))
@@ -407,14 +414,14 @@ class Tensor:
   def flip(self, axis, *args) -> Tensor:
     axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,) + args
     axes = {_normalize_axis(a, self.ndim) for a in axes}
-    return self._apply(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
+    return self._view(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} bounds, got {len(arg)}")
     bounds = tuple((0, s) if b is None else tuple(b) for b, s in zip(arg, self.shape))
     for (b, e), s in zip(bounds, self.shape):
       if not 0 <= b <= e <= s: raise ValueError(f"shrink bounds {bounds} out of range for shape {self.shape}")
-    return self._apply(self.uop.shrink(bounds))
+    return self._view(self.uop.shrink(bounds))
 
   def pad(self, padding, mode: str = "constant", value: float = 0.0) -> Tensor:
     if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} is not supported (only 'constant')")
@@ -429,7 +436,7 @@ class Tensor:
     shrink = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, self.shape))
     x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pairs) else self
     positive = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
-    padded = x._apply(x.uop.pad(positive))
+    padded = x._view(x.uop.pad(positive))
     is_plus_zero = value == 0 and math.copysign(1.0, value) > 0  # the PAD op fills with +0; -0.0 needs a where
     if is_plus_zero or all(p == (0, 0) for p in positive): return padded
     inside = Tensor.full(x.shape, True, device=self.device, dtype=dtypes.bool)
@@ -704,7 +711,7 @@ class Tensor:
       if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dtype.itemsize:
         raise ValueError(f"cannot bitcast shape {self.shape} of {self.dtype} to {dtype}: "
                          "the last dim's bytes don't divide")
-    return self if self.dtype is dtype else self._apply(self.uop.bitcast(dtype))
+    return self if self.dtype is dtype else self._view(self.uop.bitcast(dtype))
 
   def float(self) -> Tensor: return self.cast(dtypes.float32)
   def half(self) -> Tensor: return self.cast(dtypes.float16)

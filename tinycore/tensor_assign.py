@@ -44,7 +44,7 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
     if owner is None:
       target.uop = value.uop  # nothing else sees this tensor's storage: it simply becomes the value
       return
-    owner.realize()  # rebinds target too: it is a view of owner
+    if storage_root(owner.uop).op not in (Ops.BUFFER, Ops.AFTER): give_own_storage(owner)
     if storage_root(target.uop).op not in (Ops.BUFFER, Ops.AFTER):
       raise RuntimeError(f"cannot assign into a view of {storage_root(target.uop).op.name}: it has no storage")
   store_target, stored = bitcast_to_source(target.uop, value.uop)
@@ -77,15 +77,23 @@ def live_tensors() -> Iterator[Tensor]:
 
 
 def storage_owner(target: Tensor) -> Tensor | None:
-  """The live tensor that the target is a view of, nearest first (None if the target is no view)."""
-  by_uop: dict[UOp, Tensor] = {}
+  """The live tensor whose storage the target is a view of (`Tensor.view_of`), or None if it is no view. Tracked per
+  tensor, not by graph: two tensors built alike (two `Tensor.zeros(4)`) are one graph node, yet separate storage."""
+  return target.view_of
+
+
+def give_own_storage(owner: Tensor) -> None:
+  """A lazy tensor about to be written through a view gets a buffer of its own holding its value, and every view of
+  it is rebased onto that buffer. Realizing the shared graph instead would make every tensor built alike (and every
+  view of those) read the same buffer, so the write would reach them too."""
+  from tinycore.tensor import Tensor
+  storage = Tensor.empty(*owner.shape, dtype=owner.dtype, device=owner.device)
+  base = storage_root(storage.uop)
+  stored = UOp(Ops.AFTER, base.dtype, (base, UOp(Ops.STORE, None, (storage.uop, owner.uop))))
+  new_value = stored.reshape(owner.shape) if stored.shape != owner.shape else stored
+  old_value = owner.uop
   for t in live_tensors():
-    if t is not target: by_uop.setdefault(t.uop, t)
-  node = target.uop
-  while node.op in GroupOp.Movement or node.op is Ops.BITCAST:
-    node = node.src[0]
-    if node in by_uop: return by_uop[node]
-  return None
+    if t is owner or t.view_of is owner: t.uop = t.uop.substitute({old_value: new_value})
 
 
 def broadcastable(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
