@@ -18,7 +18,10 @@ from tinycore.plugin import CStyleRenderer, DType, LinearKernel, Ops, dtypes
 
 CL_HALF_HELPERS = r"""
 float tc_half_to_float(ushort h) { return vload_half(0, (const __private half*)&h); }
-ushort tc_float_to_half(float f) { ushort h; vstore_half_rte(f, 0, (__private half*)&h); return h; }
+ushort tc_float_to_half(float f) {
+  if (isnan(f)) return (ushort)(((as_uint(f) >> 16) & 0x8000u) | 0x7e00u);  /* one NaN, as the C renderer's */
+  ushort h; vstore_half_rte(f, 0, (__private half*)&h); return h;
+}
 float tc_round_half(float f) { return tc_half_to_float(tc_float_to_half(f)); }
 float tc_bf16_to_float(ushort h) { return as_float((uint)h << 16); }
 ushort tc_float_to_bf16(float f) {
