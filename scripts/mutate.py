@@ -213,19 +213,21 @@ def make_scratch() -> Path:
   return scratch
 
 
-def subset_command(python: str) -> list[list[str]]:
+def subset_command(python: str, tests: list[str] | None = None) -> list[list[str]]:
   base = [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rfE", "--no-header"]
+  if tests: return [base + tests]
   return [base + ["tests"],
           base + ["--pyargs", "tinycore.testing", "--tinycore-device=CPU", "-k", CONFORMANCE_SELECTION]]
 
 
-def run_subset(scratch: Path, python: str, timeout: float, cache_dir: Path) -> tuple[str, float, str]:
+def run_subset(scratch: Path, python: str, timeout: float, cache_dir: Path,
+               tests: list[str] | None = None) -> tuple[str, float, str]:
   """(status, seconds, detail) of the fast subset in `scratch`; stops at the first failing command."""
   env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "TINYCORE_FUZZ_SEED")}
   env.update(FUZZ_ENV, PYTHONPATH=str(scratch), PYTHONDONTWRITEBYTECODE="1", TINYCORE_SPEC="1",
              TINYCORE_CACHE_DIR=str(cache_dir))
   begin = time.monotonic()
-  for command in subset_command(python):
+  for command in subset_command(python, tests):
     left = timeout - (time.monotonic() - begin)
     try:
       proc = subprocess.run(["nice", "-n", "19"] + command, cwd=scratch, env=env, capture_output=True, text=True,
@@ -302,6 +304,8 @@ def parse_args() -> argparse.Namespace:
   parser.add_argument("--only", nargs="+", metavar="ID", help="run just these mutant ids")
   parser.add_argument("--replay", metavar="JSON", help="run the mutants of an earlier report's JSON")
   parser.add_argument("--report", metavar="MD", help="write a Markdown report here (and a .json beside it)")
+  parser.add_argument("--tests", nargs="+", metavar="PYTEST_ARG",
+                      help="run these pytest arguments instead of the fast subset (to check that a new test kills)")
   parser.add_argument("--label", default="", help="title of the report")
   parser.add_argument("--python", default=str(ROOT / ".venv/bin/python"), help="interpreter with pytest")
   return parser.parse_args()
@@ -319,7 +323,7 @@ def main() -> None:
   cache_dir = Path(tempfile.gettempdir()) / f"tinycore-mutants-cache-{os.getuid()}"
   try:
     check_imports_from(scratch, args.python)
-    status, baseline, detail = run_subset(scratch, args.python, args.timeout * 4, cache_dir)
+    status, baseline, detail = run_subset(scratch, args.python, args.timeout * 4, cache_dir, args.tests)
     if status != "survived": raise SystemExit(f"the unmutated subset does not pass ({status}): {detail}")
     print(f"unmutated subset passes in {baseline:.1f} s; running {len(chosen)} of {len(mutants)} mutants", flush=True)
     results = [run_mutant(m, scratch, args, cache_dir, n, len(chosen)) for n, m in enumerate(chosen, 1)]
@@ -336,7 +340,7 @@ def run_mutant(m: Mutant, scratch: Path, args: argparse.Namespace, cache_dir: Pa
   original = file.read_bytes()
   try:
     file.write_bytes(apply(m, original))
-    status, seconds, detail = run_subset(scratch, args.python, args.timeout, cache_dir)
+    status, seconds, detail = run_subset(scratch, args.python, args.timeout, cache_dir, args.tests)
   finally:
     file.write_bytes(original)
   print(f"[{n}/{of}] {status:8} {seconds:5.1f}s {m.id}  {m.description}  {detail[:90]}", flush=True)
