@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from tinycore import Tensor
 from tinycore.device.registry import Device
-from tinycore.dtype import dtypes
+from tinycore.dtype import dtypes, from_np_dtype
 from tinycore.schedule import ScheduleError
 
 X = np.arange(20, dtype=np.float32).reshape(4, 5)
@@ -53,3 +53,34 @@ def test_disk_views_copy_when_contiguous_and_are_refused_otherwise(tmp_path):
   for view in (disk[1:3, 1:3], disk.shrink(((1, 3), (1, 3))), disk[:, 1:2]):
     with pytest.raises(ScheduleError, match="non-contiguous view"):
       view.to("CPU").realize()
+
+
+@pytest.mark.parametrize("chain", [
+  lambda t: t[1:2].expand(4, 3),                    # a broadcast row taken out of the middle of a buffer
+  lambda t: t[:, 2:3].expand(3, 5),                 # a broadcast column
+  lambda t: t[1:2].flip(0).expand(2, 3),
+  lambda t: t[0:1, 1:].pad(((0, 0), (1, 0))).expand(3, 3),
+  lambda t: t.reshape(9, 1)[4:5].expand(2, 6),
+], ids=["row", "column", "flipped-row", "padded-row", "reshaped"])
+def test_expand_of_a_moved_size_one_dim_reads_the_right_elements(chain):
+  x = np.arange(9, dtype=np.float32).reshape(3, 3)
+  expected = chain(_NumpyView(x)).array
+  np.testing.assert_equal((chain(Tensor(x)) + 0).numpy(), expected)
+
+
+class _NumpyView:
+  """The movement methods used above, on a numpy array (expand is broadcast_to)."""
+  def __init__(self, array): self.array = array
+  def __getitem__(self, key): return _NumpyView(self.array[key])
+  def expand(self, *shape): return _NumpyView(np.broadcast_to(self.array, shape))
+  def flip(self, axis): return _NumpyView(np.flip(self.array, axis))
+  def pad(self, pads): return _NumpyView(np.pad(self.array, pads))
+  def reshape(self, *shape): return _NumpyView(self.array.reshape(shape))
+
+
+@pytest.mark.parametrize("shape, src, dst", [((3, 4), np.float32, np.uint8), ((3, 16), np.uint8, np.float32),
+                                             ((2, 3, 4), np.int32, np.int16), ((2, 4), np.int16, np.int64)])
+def test_resizing_bitcast_of_a_computed_value_keeps_leading_dims(shape, src, dst):
+  x = np.random.default_rng(1).integers(-100, 100, shape).astype(src)
+  out = (Tensor(x) + 1).bitcast(from_np_dtype(dst)).numpy()
+  np.testing.assert_equal(out, (x + 1).astype(src).view(dst))
