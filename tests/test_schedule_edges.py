@@ -6,6 +6,7 @@ from tinycore import Tensor
 from tinycore.device.registry import Device
 from tinycore.dtype import dtypes, from_np_dtype
 from tinycore.schedule import ScheduleError
+from tinycore.uop.ops import Ops, UOp
 
 X = np.arange(20, dtype=np.float32).reshape(4, 5)
 
@@ -84,3 +85,10 @@ def test_resizing_bitcast_of_a_computed_value_keeps_leading_dims(shape, src, dst
   x = np.random.default_rng(1).integers(-100, 100, shape).astype(src)
   out = (Tensor(x) + 1).bitcast(from_np_dtype(dst)).numpy()
   np.testing.assert_equal(out, (x + 1).astype(src).view(dst))
+
+
+def test_a_copy_to_the_device_it_is_on_moves_nothing():
+  t = Tensor(np.arange(5, dtype=np.float32)).realize()
+  same = Tensor(UOp(Ops.COPY, t.dtype, (t.uop,), t.device))
+  assert list(same.schedule_linear().src) == []
+  np.testing.assert_equal(same.numpy(), np.arange(5, dtype=np.float32))
