@@ -5,6 +5,7 @@ from tinycore.schedule.copies import copy_to_anonymous_store
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
+from tinycore.uop.spec import SpecError, check_spec
 
 
 def rng(i, n): return UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (i, "loop"))
@@ -53,3 +54,45 @@ def test_the_buffer_of_a_pending_store_is_found_through_after():
   after = copy_to_anonymous_store(copy, src)
   buf = after.buffer_uop
   assert buf is not None and buf.op is Ops.BUFFER and buf.arg == 6 and buf.device == "CPU:1"
+
+
+# ---------------------------------------------------------------------------- the spec checker
+def _kernel_with(value: UOp) -> UOp:
+  out = UOp(Ops.PARAM, value.dtype, (), 0)
+  return UOp(Ops.SINK, None, (UOp(Ops.STORE, None, (UOp(Ops.INDEX, value.dtype, (out, rng(0, 4))), value)),))
+
+
+I32, F32 = UOp.const(dtypes.int32, 1), UOp.const(dtypes.float32, 1.0)
+
+
+@pytest.mark.parametrize("bad", [
+  lambda: UOp(Ops.CMPLT, dtypes.bool, (I32, F32)).cast(dtypes.int32),           # compares two dtypes
+  lambda: UOp(Ops.CMPLT, dtypes.int32, (I32, I32)),                             # a comparison that is not bool
+  lambda: UOp(Ops.WHERE, dtypes.int32, (I32, I32, I32)),                        # a condition that is not bool
+  lambda: UOp(Ops.ADD, dtypes.int32, (I32, UOp.const(dtypes.int64, 1))),        # mixed operand dtypes
+  lambda: UOp(Ops.CAST, dtypes.int32, (F32, F32)),                              # a cast of two values
+  lambda: UOp(Ops.BITCAST, dtypes.int32, (F32, F32)),                           # a bitcast of two values
+], ids=["cmp-dtypes", "cmp-not-bool", "where-cond", "add-dtypes", "cast-arity", "bitcast-arity"])
+def test_spec_rejects_malformed_alu_nodes(bad):
+  with pytest.raises(SpecError):
+    check_spec(_kernel_with(bad()), "kernel")
+
+
+@pytest.mark.parametrize("good", [
+  lambda: UOp(Ops.CMPLT, dtypes.bool, (I32, I32)).cast(dtypes.int32),
+  lambda: UOp(Ops.WHERE, dtypes.int32, (UOp.const(dtypes.bool, True), I32, I32)),
+  lambda: UOp(Ops.SHL, dtypes.int32, (I32, UOp.const(dtypes.uint32, 2))),
+  lambda: UOp(Ops.CAST, dtypes.int32, (F32,)),
+  lambda: UOp(Ops.BITCAST, dtypes.int32, (F32,)),
+], ids=["cmp", "where", "shift", "cast", "bitcast"])
+def test_spec_accepts_well_formed_alu_nodes(good):
+  check_spec(_kernel_with(good()), "kernel")
+
+
+def test_tensor_spec_rejects_a_movement_that_changes_dtype_or_has_no_tuple_arg():
+  buf = UOp.new_buffer("CPU", 6, dtypes.int32)
+  check_spec(UOp(Ops.RESHAPE, dtypes.int32, (buf,), (2, 3)), "tensor")
+  with pytest.raises(SpecError, match="RESHAPE"):
+    check_spec(UOp(Ops.RESHAPE, dtypes.float32, (buf,), (2, 3)), "tensor")
+  with pytest.raises(SpecError, match="RESHAPE"):
+    check_spec(UOp(Ops.RESHAPE, dtypes.int32, (buf,), 6), "tensor")
