@@ -98,3 +98,16 @@ def test_a_reduction_loop_never_becomes_work_items(tmp_path):
 def test_a_renderer_without_a_grid_launches_one_work_item():
   sink, _ = kernel_sink(Tensor(np.zeros((300, 20), np.float32)).realize().T.contiguous())
   assert CStyleRenderer().launch_dims(sink) == ((1, 1, 1), (1, 1, 1))
+
+
+@pytest.mark.parametrize("m, k, n", [(6, 48, 16), (5, 7, 3), (3, 16, 64), (9, 8, 12), (18, 5, 8), (1, 33, 128),
+                                     (16, 8, 3), (64, 5, 6)])
+def test_matmul_and_column_sums_whose_sizes_are_not_tile_multiples(m, k, n):
+  # register tiles are 16/8/4 wide: the other output dim must only be tiled when its size divides evenly
+  rng = np.random.default_rng(m * 100 + n)
+  a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+  # the transposed left operand reads the outer output dim contiguously: that dim is the one tiled 16 wide
+  at = np.ascontiguousarray(a.T)
+  np.testing.assert_allclose((Tensor(at).T @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(Tensor(b).sum(0).numpy(), b.sum(0), rtol=1e-4, atol=1e-4)

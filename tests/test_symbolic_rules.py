@@ -96,3 +96,104 @@ def test_tensor_spec_rejects_a_movement_that_changes_dtype_or_has_no_tuple_arg()
     check_spec(UOp(Ops.RESHAPE, dtypes.float32, (buf,), (2, 3)), "tensor")
   with pytest.raises(SpecError, match="RESHAPE"):
     check_spec(UOp(Ops.RESHAPE, dtypes.int32, (buf,), 6), "tensor")
+
+
+def test_tensor_spec_rejects_a_reduce_with_a_bad_op_axes_or_dtype():
+  src = UOp.new_buffer("CPU", 6, dtypes.int32).reshape((2, 3))
+  check_spec(UOp(Ops.REDUCE_AXIS, dtypes.int32, (src,), (Ops.ADD, (1,))), "tensor")
+  for dtype, arg in ((dtypes.int32, (Ops.SUB, (1,))), (dtypes.int32, (Ops.ADD, 1)), (dtypes.float32, (Ops.MAX, (1,)))):
+    with pytest.raises(SpecError, match="REDUCE_AXIS"):
+      check_spec(UOp(Ops.REDUCE_AXIS, dtype, (src,), arg), "tensor")
+
+
+# ---------------------------------------------------------------------------- affine normal form
+def test_equal_sums_in_any_order_build_the_same_node_ranges_first():
+  r0, r1 = rng(0, 5), rng(1, 7)
+  a = simplify((r1 // 2) + r0 + 3)
+  assert a is simplify(r0 + 3 + (r1 // 2)) is simplify(3 + (r1 // 2) + r0)
+  # r0 + (r1 // 2) + 3: the loop variable comes first, the constant last
+  assert a.op is Ops.ADD and a.src[1].arg == 3
+  assert a.src[0].src[0] is r0 and a.src[0].src[1].op is Ops.IDIV
+
+
+# ---------------------------------------------------------------------------- constant folding
+@pytest.mark.parametrize("op, dtype, args, expected", [
+  (Ops.POW, dtypes.float32, (0.0, 0.5), 0.0),        # 0 to a fractional power is 0, not nan
+  (Ops.POW, dtypes.float32, (4.0, 0.5), 2.0),
+  (Ops.POW, dtypes.float32, (-8.0, 2.0), 64.0),      # a negative base with an integer exponent is defined
+  (Ops.MAX, dtypes.int32, (-3, 2), 2),
+  (Ops.SHR, dtypes.int32, (-8, 1), -4),
+  (Ops.MOD, dtypes.int32, (-7, 2), -1),              # C remainder takes the dividend's sign
+  (Ops.SUB, dtypes.uint8, (3, 5), 254),              # wraps to the dtype
+  (Ops.FDIV, dtypes.float32, (1.0, 0.0), float("inf")),
+  (Ops.FDIV, dtypes.float32, (-1.0, 0.0), float("-inf")),
+])
+def test_constant_folding_gives_the_device_s_value(op, dtype, args, expected):
+  folded = simplify(UOp(op, dtype, tuple(UOp.const(dtype, a) for a in args)))
+  assert folded.op is Ops.CONST and folded.arg == expected
+
+
+def test_constant_folding_keeps_nan_for_undefined_powers():
+  folded = simplify(UOp(Ops.POW, dtypes.float32, (UOp.const(dtypes.float32, -8.0), UOp.const(dtypes.float32, 0.5))))
+  assert folded.op is Ops.CONST and folded.arg != folded.arg
+
+
+def test_a_constant_on_the_left_of_a_product_is_a_coefficient():
+  r0, r1 = rng(0, 5), rng(1, 4)
+  assert simplify((4 * r0 + r1) // 4) is r0
+  assert simplify((r1 + 4 * r0) % 4) is r1
+  assert simplify(3 * (r0 + 1) - 3 * r0).arg == 3
+
+
+# ---------------------------------------------------------------------------- division and remainder rules
+def test_remainder_then_division_becomes_division_then_remainder():
+  r0 = rng(0, 100)
+  out = simplify((r0 % 8) // 2)  # (y % 8) // 2 is (y // 2) % 4
+  assert out.op is Ops.MOD and out.src[1].arg == 4
+  assert out.src[0].op is Ops.IDIV and out.src[0].src[0] is r0 and out.src[0].src[1].arg == 2
+
+
+def test_a_common_factor_of_dividend_and_divisor_cancels():
+  r0 = rng(0, 10)
+  out = simplify((r0 * 4 + 2) // 6)  # (4*r0 + 2) // 6 is (2*r0 + 1) // 3
+  assert out.op is Ops.IDIV and out.src[1].arg == 3
+  assert out.src[0] is simplify(r0 * 2 + 1)
+
+
+# ---------------------------------------------------------------------------- identities (integers and booleans)
+def test_integer_identities():
+  r0 = rng(0, 10)
+  zero, one = UOp.const(dtypes.index, 0), UOp.const(dtypes.index, 1)
+  assert simplify(UOp(Ops.ADD, dtypes.index, (r0, zero))) is r0
+  assert simplify(UOp(Ops.ADD, dtypes.index, (zero, r0))) is r0
+  assert simplify(UOp(Ops.SUB, dtypes.index, (r0, zero))) is r0
+  assert simplify(UOp(Ops.MUL, dtypes.index, (one, r0))) is r0
+  assert simplify(UOp(Ops.IDIV, dtypes.index, (r0, one))) is r0
+  assert simplify(UOp(Ops.MUL, dtypes.index, (r0, zero))).arg == 0
+  assert simplify(UOp(Ops.CAST, dtypes.index, (r0,))) is r0
+
+
+def test_a_float_times_zero_is_not_zero():
+  x = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.INDEX, dtypes.float32, (UOp(Ops.PARAM, dtypes.float32, (), 0),
+                                                                     rng(0, 4))),))
+  product = UOp(Ops.MUL, dtypes.float32, (x, UOp.const(dtypes.float32, 0.0)))
+  assert simplify(product) is product  # inf * 0 and nan * 0 are nan
+
+
+def test_boolean_identities():
+  cond = rng(0, 10) < 5
+  true, false = UOp.const(dtypes.bool, True), UOp.const(dtypes.bool, False)
+  assert simplify(UOp(Ops.AND, dtypes.bool, (cond, true))) is cond
+  assert simplify(UOp(Ops.AND, dtypes.bool, (false, cond))) is false
+  assert simplify(UOp(Ops.AND, dtypes.bool, (cond, cond))) is cond
+  assert simplify(UOp(Ops.OR, dtypes.bool, (cond, false))) is cond
+
+
+def test_where_with_a_known_condition_or_equal_branches_is_one_branch():
+  cond = rng(0, 10) < 5
+  a, b = UOp.const(dtypes.int32, 7), UOp.const(dtypes.int32, 9)
+  assert simplify(UOp(Ops.WHERE, dtypes.int32, (UOp.const(dtypes.bool, True), a, b))) is a
+  assert simplify(UOp(Ops.WHERE, dtypes.int32, (UOp.const(dtypes.bool, False), a, b))) is b
+  assert simplify(UOp(Ops.WHERE, dtypes.int32, (cond, a, a))) is a
+  kept = UOp(Ops.WHERE, dtypes.int32, (cond, a, b))
+  assert simplify(kept) is kept
