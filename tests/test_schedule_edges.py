@@ -56,6 +56,16 @@ def test_disk_views_copy_when_contiguous_and_are_refused_otherwise(tmp_path):
       view.to("CPU").realize()
 
 
+class _NumpyView:
+  """The movement methods the chains below use, on a numpy array (expand is broadcast_to)."""
+  def __init__(self, array): self.array = array
+  def __getitem__(self, key): return _NumpyView(self.array[key])
+  def expand(self, *shape): return _NumpyView(np.broadcast_to(self.array, shape))
+  def flip(self, axis): return _NumpyView(np.flip(self.array, axis))
+  def pad(self, pads): return _NumpyView(np.pad(self.array, pads))
+  def reshape(self, *shape): return _NumpyView(self.array.reshape(shape))
+
+
 @pytest.mark.parametrize("chain", [
   lambda t: t[1:2].expand(4, 3),                    # a broadcast row taken out of the middle of a buffer
   lambda t: t[:, 2:3].expand(3, 5),                 # a broadcast column
@@ -67,16 +77,6 @@ def test_expand_of_a_moved_size_one_dim_reads_the_right_elements(chain):
   x = np.arange(9, dtype=np.float32).reshape(3, 3)
   expected = chain(_NumpyView(x)).array
   np.testing.assert_equal((chain(Tensor(x)) + 0).numpy(), expected)
-
-
-class _NumpyView:
-  """The movement methods used above, on a numpy array (expand is broadcast_to)."""
-  def __init__(self, array): self.array = array
-  def __getitem__(self, key): return _NumpyView(self.array[key])
-  def expand(self, *shape): return _NumpyView(np.broadcast_to(self.array, shape))
-  def flip(self, axis): return _NumpyView(np.flip(self.array, axis))
-  def pad(self, pads): return _NumpyView(np.pad(self.array, pads))
-  def reshape(self, *shape): return _NumpyView(self.array.reshape(shape))
 
 
 @pytest.mark.parametrize("shape, src, dst", [((3, 4), np.float32, np.uint8), ((3, 16), np.uint8, np.float32),
