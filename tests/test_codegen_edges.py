@@ -6,6 +6,7 @@ import subprocess
 import numpy as np
 import pytest
 from tinycore import Tensor
+from tinycore.codegen import CodegenStats
 from tinycore.codegen.c_style import CStyleRenderer
 from tinycore.codegen.optimize import optimize_kernel
 from tiny_cpu.compiler import find_c_compiler
@@ -111,3 +112,29 @@ def test_matmul_and_column_sums_whose_sizes_are_not_tile_multiples(m, k, n):
   at = np.ascontiguousarray(a.T)
   np.testing.assert_allclose((Tensor(at).T @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(Tensor(b).sum(0).numpy(), b.sum(0), rtol=1e-4, atol=1e-4)
+
+
+def test_a_c_style_renderer_with_no_overrides_renders_a_runnable_kernel(tmp_path):
+  # what a third-party C-family device inherits: no grid, no extra parameters, one call runs the whole kernel
+  x = np.arange(6000, dtype=np.float32).reshape(300, 20)
+  sink, _ = kernel_sink(Tensor(x).realize().T.contiguous())
+  source = CStyleRenderer().render("kernel", sink)
+  assert "void kernel(float* restrict data0, const float* restrict data1)" in source
+  compiler = find_c_compiler()
+  if compiler is None: pytest.skip("no C compiler")
+  (tmp_path / "k.c").write_text(source)
+  subprocess.run([*compiler, "-O1", "-shared", "-fPIC", "-o", str(tmp_path / "k.so"), str(tmp_path / "k.c"), "-lm"],
+                 check=True)
+  out = np.zeros((20, 300), np.float32)
+  ctypes.CDLL(str(tmp_path / "k.so")).kernel(out.ctypes.data_as(ctypes.c_void_p), x.ctypes.data_as(ctypes.c_void_p))
+  np.testing.assert_equal(out, x.T)
+
+
+def test_codegen_counts_each_new_kernel_once():
+  x = Tensor(np.linspace(0, 1, 7 * 11 * 3, dtype=np.float32).reshape(7, 11, 3)).realize()
+  before = (CodegenStats.rendered, CodegenStats.compiled)
+  first = (x.exp2() * x).sqrt().numpy()
+  assert (CodegenStats.rendered, CodegenStats.compiled) == (before[0] + 1, before[1] + 1)
+  again = (x.exp2() * x).sqrt().numpy()  # the same kernel: no codegen at all
+  assert (CodegenStats.rendered, CodegenStats.compiled) == (before[0] + 1, before[1] + 1)
+  np.testing.assert_equal(first, again)
