@@ -224,8 +224,9 @@ def run_subset(scratch: Path, python: str, timeout: float, cache_dir: Path,
                tests: list[str] | None = None) -> tuple[str, float, str]:
   """(status, seconds, detail) of the fast subset in `scratch`; stops at the first failing command."""
   env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "TINYCORE_FUZZ_SEED")}
+  # XDG_CACHE_HOME too: tests that start tinycore without TINYCORE_* variables must not use the user's cache
   env.update(FUZZ_ENV, PYTHONPATH=str(scratch), PYTHONDONTWRITEBYTECODE="1", TINYCORE_SPEC="1",
-             TINYCORE_CACHE_DIR=str(cache_dir))
+             TINYCORE_CACHE_DIR=str(cache_dir), XDG_CACHE_HOME=str(cache_dir / "xdg"))
   begin = time.monotonic()
   for command in subset_command(python, tests):
     left = timeout - (time.monotonic() - begin)
