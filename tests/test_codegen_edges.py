@@ -6,6 +6,7 @@ import subprocess
 import numpy as np
 import pytest
 from tinycore import Tensor
+from tinycore.dtype import dtypes
 from tinycore.codegen import CodegenStats
 from tinycore.codegen.c_style import CStyleRenderer
 from tinycore.codegen.optimize import optimize_kernel
@@ -32,6 +33,13 @@ def test_unsigned_division_by_a_constant_zero_is_zero():
   with np.errstate(divide="ignore"):
     np.testing.assert_equal((Tensor(x) // 0).numpy(), x // 0)
     np.testing.assert_equal((Tensor(x) % 0).numpy(), x % 0)
+
+
+@pytest.mark.parametrize("dtype, np_dtype", [(dtypes.float32, np.float32), (dtypes.float64, np.float64)])
+def test_a_large_float_casts_to_uint64_exactly(dtype, np_dtype):
+  # above 2**63 a float does not fit int64, so it must not be converted through it
+  x = np.array([1e19, 2.0 ** 63, 5.0, 1.8e19], np_dtype)
+  np.testing.assert_equal(Tensor(x).cast(dtypes.uint64).numpy(), x.astype(np.uint64))
 
 
 class GridRenderer(CStyleRenderer):

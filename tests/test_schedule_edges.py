@@ -64,6 +64,9 @@ class _NumpyView:
   def flip(self, axis): return _NumpyView(np.flip(self.array, axis))
   def pad(self, pads): return _NumpyView(np.pad(self.array, pads))
   def reshape(self, *shape): return _NumpyView(self.array.reshape(shape))
+  def permute(self, *order): return _NumpyView(self.array.transpose(order))
+  @property
+  def T(self): return _NumpyView(self.array.T)
 
 
 @pytest.mark.parametrize("chain", [
@@ -92,3 +95,23 @@ def test_a_copy_to_the_device_it_is_on_moves_nothing():
   same = Tensor(UOp(Ops.COPY, t.dtype, (t.uop,), t.device))
   assert list(same.schedule_linear().src) == []
   np.testing.assert_equal(same.numpy(), np.arange(5, dtype=np.float32))
+
+
+@pytest.mark.parametrize("view", [
+  lambda t: t.reshape(1, 6).permute(1, 0),          # moves only a size-1 dim: the same order in memory
+  lambda t: t.reshape(1, 6).flip(0),                # flips only a size-1 dim
+  lambda t: t.reshape(2, 3).pad(((0, 0), (0, 0))),  # pads nothing
+], ids=["permute", "flip", "pad"])
+def test_a_view_in_memory_order_copies_as_bytes_without_a_kernel(view):
+  t = Tensor(np.arange(6, dtype=np.float32), device="CPU:1").realize()
+  moved = view(t).to("CPU:0")
+  assert [call.src[0].op for call in moved.schedule_linear().src] == [Ops.COPY]
+  np.testing.assert_equal(moved.numpy(), view(_NumpyView(np.arange(6, dtype=np.float32))).array)
+
+
+@pytest.mark.skipif(not _disk_available(), reason="tiny-disk is not installed")
+@pytest.mark.parametrize("view", [lambda t: t.T, lambda t: t.flip(0), lambda t: t.pad(((1, 0), (0, 2))),
+                                  lambda t: t[1:2].expand(3, 5)], ids=["transpose", "flip", "pad", "expand"])
+def test_a_copy_off_disk_of_a_moved_view_moves_the_bytes_then_the_view(view, tmp_path):
+  disk = Tensor(X).to(f"DISK:{tmp_path / 'x.bin'}").realize()
+  np.testing.assert_equal(view(disk).to("CPU").numpy(), view(_NumpyView(X)).array)
