@@ -197,3 +197,23 @@ def test_where_with_a_known_condition_or_equal_branches_is_one_branch():
   assert simplify(UOp(Ops.WHERE, dtypes.int32, (cond, a, a))) is a
   kept = UOp(Ops.WHERE, dtypes.int32, (cond, a, b))
   assert simplify(kept) is kept
+
+
+# ---------------------------------------------------------------------------- building index expressions
+def test_operators_build_the_nodes_they_name():
+  r0 = rng(0, 10)
+  lt, ne = r0 < 3, r0.ne(4)
+  assert (lt.op, lt.dtype, lt.src[0], lt.src[1].arg) == (Ops.CMPLT, dtypes.bool, r0, 3)
+  assert (ne.op, ne.dtype, ne.src[1].arg) == (Ops.CMPNE, dtypes.bool, 4)
+  both = lt & ne
+  assert (both.op, both.dtype, both.src) == (Ops.AND, dtypes.bool, (lt, ne))
+  picked = lt.where(r0, 7)
+  assert (picked.op, picked.dtype, picked.src[0], picked.src[1], picked.src[2].arg) == (Ops.WHERE, dtypes.index, lt,
+                                                                                      r0, 7)
+  assert ((r0 * 3) // 2 % 4 - 1 + 2).op is Ops.ADD and (2 - r0).src[0].arg == 2
+
+
+def test_bounds_of_where_cover_both_branches():
+  r0 = rng(0, 10)
+  assert (r0 < 5).where(r0 + 20, r0 * -1).vmin_vmax == (-9, 29)
+  assert (r0 < 5).where(3, 8).vmin_vmax == (3, 8)
