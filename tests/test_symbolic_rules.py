@@ -2,7 +2,7 @@
 import pytest
 from tinycore.dtype import dtypes
 from tinycore.schedule.copies import copy_to_anonymous_store
-from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.ops import Ops, UOp, pretty
 from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
 from tinycore.uop.spec import SpecError, check_spec
@@ -217,3 +217,27 @@ def test_bounds_of_where_cover_both_branches():
   r0 = rng(0, 10)
   assert (r0 < 5).where(r0 + 20, r0 * -1).vmin_vmax == (-9, 29)
   assert (r0 < 5).where(3, 8).vmin_vmax == (3, 8)
+
+
+@pytest.mark.parametrize("value, expected", [(1 + 0.75 * 2 ** -7, 1 + 2 ** -7), (1 + 2 ** -8, 1.0),
+                                             (1 + 3 * 2 ** -8, 1 + 2 ** -6), (-(1 + 0.75 * 2 ** -7), -(1 + 2 ** -7)),
+                                             (3.0, 3.0)])
+def test_a_constant_cast_to_bfloat16_rounds_to_nearest_even(value, expected):
+  folded = simplify(UOp(Ops.CAST, dtypes.bfloat16, (UOp.const(dtypes.float32, value),)))
+  assert folded.op is Ops.CONST and folded.arg == expected
+
+
+def test_spec_rejects_an_arange_that_is_negative_or_not_an_int():
+  device = UOp(Ops.DEVICE, None, (), "CPU")
+  check_spec(UOp(Ops.ARANGE, dtypes.int32, (device,), 5), "tensor")
+  for arg in (-1, 2.5):
+    with pytest.raises(SpecError, match="ARANGE"):
+      check_spec(UOp(Ops.ARANGE, dtypes.int32, (device,), arg), "tensor")
+
+
+def test_a_printed_graph_shows_its_last_nodes_by_number():
+  node = rng(0, 10)
+  for i in range(80): node = node + i + 1
+  lines = pretty(node).splitlines()
+  assert len(lines) == 60 and lines[-1].startswith("%59 = ADD")
+  assert pretty(rng(0, 4), limit=1) == "%0 = RANGE (0, 'loop') (…) : dtypes.int64"
