@@ -266,7 +266,9 @@ def choose(mutants: list[Mutant], args: argparse.Namespace) -> list[Mutant]:
   by_id = {m.id: m for m in mutants}
   if args.only: return [by_id[i] for i in args.only]
   if args.replay:
-    wanted = [r["id"] for r in json.loads(Path(args.replay).read_text())["results"]]
+    earlier = json.loads(Path(args.replay).read_text())
+    args.seed = earlier["seed"]  # the report names the sample it repeats
+    wanted = [r["id"] for r in earlier["results"]]
     missing = [i for i in wanted if i not in by_id]
     if missing: print(f"{len(missing)} mutants of {args.replay} no longer exist (the code moved): {missing}")
     return [by_id[i] for i in wanted if i in by_id]
