@@ -59,12 +59,18 @@ void tc_grid(float* out, const float* in, long long g0, long long g1, long long 
 """
 
 
+def launch(renderer: CStyleRenderer, sink) -> tuple[tuple[int, ...], tuple[int, ...]]:
+  """The (global, local) sizes the renderer writes the kernel for."""
+  rendered = renderer.render("kernel", sink)
+  return tuple(rendered.global_size), tuple(rendered.local_size)
+
+
 def run_on_grid(renderer: GridRenderer, sink, out: np.ndarray, src: np.ndarray, tmp_path) -> None:
   """Compile the rendered kernel with a driver that runs every work-item of launch_dims' global size."""
   compiler = find_c_compiler()
   if compiler is None: pytest.skip("no C compiler")
-  global_size, _ = renderer.launch_dims(sink)
-  source = renderer.render("kernel", sink) + DRIVER
+  global_size, _ = launch(renderer, sink)
+  source = renderer.render("kernel", sink).source + DRIVER
   (tmp_path / "grid.c").write_text(source)
   subprocess.run([*compiler, "-O1", "-shared", "-fPIC", "-o", str(tmp_path / "grid.so"), str(tmp_path / "grid.c"),
                   "-lm"], check=True)
@@ -82,7 +88,7 @@ def test_grid_kernel_maps_outer_loops_to_work_items(global_dims, tmp_path):
   sink, _ = kernel_sink(Tensor(x).realize().T.contiguous())
   renderer = GridRenderer(global_dims)
   # the innermost mapped loop is dimension 0; global sizes are padded up to a multiple of the local size
-  assert renderer.launch_dims(sink) == TRANSPOSE_LAUNCH[global_dims]
+  assert launch(renderer, sink) == TRANSPOSE_LAUNCH[global_dims]
   out = np.full((20, 300), -1, np.float32)
   run_on_grid(renderer, sink, out, x, tmp_path)
   np.testing.assert_equal(out, x.T)
@@ -90,15 +96,15 @@ def test_grid_kernel_maps_outer_loops_to_work_items(global_dims, tmp_path):
 
 def test_grid_local_size_respects_the_device_limit():
   sink, _ = kernel_sink(Tensor(np.zeros((300, 20), np.float32)).realize().T.contiguous())
-  assert GridRenderer(2, max_local_size=64).launch_dims(sink) == ((320, 20, 1), (64, 1, 1))
-  assert GridRenderer(2, max_local_size=1).launch_dims(sink) == ((300, 20, 1), (1, 1, 1))
+  assert launch(GridRenderer(2, max_local_size=64), sink) == ((320, 20, 1), (64, 1, 1))
+  assert launch(GridRenderer(2, max_local_size=1), sink) == ((300, 20, 1), (1, 1, 1))
 
 
 def test_a_reduction_loop_never_becomes_work_items(tmp_path):
   x = np.random.default_rng(0).standard_normal((37, 50)).astype(np.float32)
   sink, _ = kernel_sink(Tensor(x).realize().sum(1))
   renderer = GridRenderer(3)
-  assert renderer.launch_dims(sink) == ((64, 1, 1), (32, 1, 1))
+  assert launch(renderer, sink) == ((64, 1, 1), (32, 1, 1))
   out = np.zeros(37, np.float32)
   run_on_grid(renderer, sink, out, x, tmp_path)
   np.testing.assert_allclose(out, x.sum(1), rtol=1e-5, atol=1e-5)
@@ -106,7 +112,7 @@ def test_a_reduction_loop_never_becomes_work_items(tmp_path):
 
 def test_a_renderer_without_a_grid_launches_one_work_item():
   sink, _ = kernel_sink(Tensor(np.zeros((300, 20), np.float32)).realize().T.contiguous())
-  assert CStyleRenderer().launch_dims(sink) == ((1, 1, 1), (1, 1, 1))
+  assert launch(CStyleRenderer(), sink) == ((1, 1, 1), (1, 1, 1))
 
 
 @pytest.mark.parametrize("m, k, n", [(6, 48, 16), (5, 7, 3), (3, 16, 64), (9, 8, 12), (18, 5, 8), (1, 33, 128),
@@ -126,7 +132,7 @@ def test_a_c_style_renderer_with_no_overrides_renders_a_runnable_kernel(tmp_path
   # what a third-party C-family device inherits: no grid, no extra parameters, one call runs the whole kernel
   x = np.arange(6000, dtype=np.float32).reshape(300, 20)
   sink, _ = kernel_sink(Tensor(x).realize().T.contiguous())
-  source = CStyleRenderer().render("kernel", sink)
+  source = CStyleRenderer().render("kernel", sink).source
   assert "void kernel(float* restrict data0, const float* restrict data1)" in source
   compiler = find_c_compiler()
   if compiler is None: pytest.skip("no C compiler")
