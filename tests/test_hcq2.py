@@ -16,6 +16,7 @@ from tinycore.hcq.commands import InputAddress, Variable
 from tinycore.hcq.runtime import call_is_hcq, compile_linear, compiled_templates
 from tinycore.hcq.signal import signal_pool
 from tinycore.uop.ops import Ops, UOp
+from stalled_queue import stall_compute_queue
 
 
 def _has(prefix: str) -> bool: return any(spec.prefix == prefix for spec in Device.specs())
@@ -186,13 +187,7 @@ def test_random_interleavings_of_kernels_and_copies_match_numpy():
 @pytest.mark.parametrize("device", ["CPU", pytest.param("SIM", marks=needs_sim)])
 def test_a_wait_nobody_signals_times_out_with_a_clear_error(device):
   dev = Device[device]
-  dev.synchronize()
-  signal = signal_pool.new("never written")
-  queue = dev.queues["compute"]
-  queue.submit(queue.encode([SignalWait(signal, 1)]), {})
-  from tinycore.hcq.commands import SignalStore
-  queue.submit(queue.encode([SignalStore(dev.timeline, dev.epoch + 1)]), {})
-  dev.epoch += 1
+  signal = stall_compute_queue(dev)
   start = time.perf_counter()
   with pytest.raises(HCQTimeoutError, match=f"{device}.*no progress.*timeline"):
     dev.synchronize(timeout_ms=300)

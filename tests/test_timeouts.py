@@ -8,7 +8,7 @@ pytest.importorskip("tiny_cpu", reason="tiny-cpu is not installed")
 from tiny_cpu.compiler import CPUCompiler  # noqa: E402
 from tinycore.device.registry import Device  # noqa: E402
 from tinycore.hcq import HCQTimeoutError, SignalStore, SignalWait  # noqa: E402
-from tinycore.hcq.signal import signal_pool  # noqa: E402
+from stalled_queue import stall_compute_queue  # noqa: E402
 
 
 @pytest.fixture
@@ -52,14 +52,9 @@ def test_a_bad_timeout_setting_names_the_variable(monkeypatch, value):
 
 def test_the_queue_timeout_is_a_setting_and_the_error_says_how_to_raise_it(monkeypatch):
   dev = Device["CPU"]
-  dev.synchronize()
   monkeypatch.setenv("TINYCORE_QUEUE_TIMEOUT", "0.3")
   assert dev.wait_timeout_ms == 300
-  signal = signal_pool.new("never written")
-  queue = dev.queues["compute"]
-  queue.submit(queue.encode([SignalWait(signal, 1)]), {})
-  queue.submit(queue.encode([SignalStore(dev.timeline, dev.epoch + 1)]), {})
-  dev.epoch += 1
+  signal = stall_compute_queue(dev)
   start = time.perf_counter()
   with pytest.raises(HCQTimeoutError, match=r"no progress for 300 ms.*TINYCORE_QUEUE_TIMEOUT=<seconds> \(now 0.3\)"):
     dev.synchronize()

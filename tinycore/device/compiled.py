@@ -5,6 +5,9 @@ import contextlib
 import hashlib
 import hmac
 import os
+import subprocess
+import signal
+import shlex
 import pathlib
 import shutil
 import tempfile
@@ -33,6 +36,30 @@ DEFAULT_COMPILE_TIMEOUT_S = 600.0
 def compile_timeout_s() -> float:
   """How long one run of a device's compiler may take: $TINYCORE_COMPILE_TIMEOUT seconds (default 600)."""
   return seconds_setting(COMPILE_TIMEOUT_ENV, DEFAULT_COMPILE_TIMEOUT_S)
+
+
+def run_bounded(command: list[str], timeout_s: float, cwd: str | None = None) -> tuple[int, str]:
+  """Run a command (a compiler) for at most `timeout_s` seconds: (exit code, stderr + stdout). On timeout the command
+  and every process it started (its own session) are killed and subprocess.TimeoutExpired is raised."""
+  with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                        start_new_session=True) as process:
+    try: stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+      try: os.killpg(process.pid, signal.SIGKILL)
+      except ProcessLookupError: pass
+      process.communicate()
+      raise
+  return process.returncode, stderr + stdout
+
+
+def run_compiler(command: list[str], cwd: str | None = None) -> tuple[int, str]:
+  """`run_bounded` under the compile time limit (`compile_timeout_s`): a compiler that runs longer is killed and a
+  RuntimeError names it, the limit and the setting that raises it. An OSError (no such executable) passes through."""
+  timeout = compile_timeout_s()
+  try: return run_bounded(command, timeout, cwd=cwd)
+  except subprocess.TimeoutExpired as error:
+    raise RuntimeError(f"the compiler {shlex.join(command[:1])} did not finish within {timeout:g} s and was killed; "
+                       f"if it is only slow, allow more time with {COMPILE_TIMEOUT_ENV}=<seconds>") from error
 
 
 def cache_dir() -> pathlib.Path:

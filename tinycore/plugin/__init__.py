@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.device.host import HostAllocator, HostMemory, view_address
   from tinycore.device.python import HOST_DEVICE
   from tinycore.device.compiled import (COMPILE_TIMEOUT_ENV, Compiled, Compiler, Program, cache_dir, compile_timeout_s,
-                                        trusted_cache_dir)
+                                        run_bounded, run_compiler, trusted_cache_dir)
   from tinycore.dtype import DType, dtypes
   from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
                                      Value, Variable)
@@ -49,7 +49,7 @@ _LAZY_EXPORTS: dict[str, str] = {
   **dict.fromkeys(("HostAllocator", "HostMemory", "view_address"), "tinycore.device.host"),
   "HOST_DEVICE": "tinycore.device.python",
   **dict.fromkeys(("Compiled", "Compiler", "Program", "cache_dir", "trusted_cache_dir", "COMPILE_TIMEOUT_ENV",
-                   "compile_timeout_s"), "tinycore.device.compiled"),
+                   "compile_timeout_s", "run_bounded", "run_compiler"), "tinycore.device.compiled"),
   **dict.fromkeys(("CStyleRenderer", "RenderedKernel"), "tinycore.codegen.c_style"),
   **dict.fromkeys(("AccUpdate", "LinearKernel", "Loop"), "tinycore.codegen.linearize"),
   **dict.fromkeys(("DType", "dtypes"), "tinycore.dtype"),

@@ -14,11 +14,10 @@ import ctypes
 import os
 import shlex
 import shutil
-import subprocess
 import tempfile
 import time
 from typing import Any, Sequence
-from tinycore.plugin import BufferSpec, CStyleRenderer, Compiled, Compiler, LRUAllocator
+from tinycore.plugin import BufferSpec, CStyleRenderer, Compiled, Compiler, LRUAllocator, run_compiler
 
 # IEEE results as numpy computes them: no fused multiply-add, no fast-math
 CFLAGS = ("-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
@@ -70,9 +69,10 @@ class ExampleCompiler(Compiler):
     with tempfile.TemporaryDirectory(prefix="tiny_example_") as workdir:
       source, library = os.path.join(workdir, "kernel.c"), os.path.join(workdir, "kernel.so")
       with open(source, "w") as f: f.write(src)
-      result = subprocess.run([*self.command, *CFLAGS, "-o", library, source, "-lm"], capture_output=True, text=True)
-      if result.returncode != 0:
-        raise RuntimeError(f"cc failed to compile a kernel:\n{result.stderr}{result.stdout}\n--- source ---\n{src}")
+      # run_compiler kills a compiler that hangs (TINYCORE_COMPILE_TIMEOUT) and says how to allow more time
+      returncode, messages = run_compiler([*self.command, *CFLAGS, "-o", library, source, "-lm"])
+      if returncode != 0:
+        raise RuntimeError(f"cc failed to compile a kernel:\n{messages}\n--- source ---\n{src}")
       with open(library, "rb") as f: return f.read()
 
 

@@ -5,10 +5,9 @@ import os
 import pathlib
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
-from tinycore.plugin import COMPILE_TIMEOUT_ENV, Compiler, compile_timeout_s
+from tinycore.plugin import COMPILE_TIMEOUT_ENV, Compiler, compile_timeout_s, run_bounded
 
 # Results must match IEEE arithmetic as numpy does it: no -ffast-math, and no fused multiply-add contraction (which
 # -march=native would otherwise allow). -fno-math-errno only lets sqrt & co. compile to single instructions.
@@ -45,19 +44,6 @@ def compiler_version(command: tuple[str, ...]) -> str:
   lines = output.splitlines()
   return lines[0].strip() if lines else "unknown version"
 
-
-def run_bounded(command: list[str], timeout_s: float, cwd: str | None = None) -> tuple[int, str]:
-  """Run a command for at most `timeout_s` seconds: (exit code, stderr + stdout). On timeout the command and every
-  process it started (its own session) are killed and subprocess.TimeoutExpired is raised."""
-  with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                        start_new_session=True) as process:
-    try: stdout, stderr = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-      try: os.killpg(process.pid, signal.SIGKILL)
-      except ProcessLookupError: pass
-      process.communicate()
-      raise
-  return process.returncode, stderr + stdout
 
 
 class CPUCompiler(Compiler):
