@@ -137,3 +137,20 @@ def test_jit_variables_must_stay_the_same():
   v = Variable("n", 0, 10)
   for value in (1, 2, 3): jitted(x, v.bind(value))
   with pytest.raises(JitError, match="Variables changed"): jitted(x, Variable("m", 0, 10).bind(1))
+
+
+def test_more_variables_than_kernel_arguments():
+  """Past MAX_KERNEL_ARGS the schedule bakes the last Variables in as literals (cached per value): still right."""
+  variables = [Variable(f"v{i}", 0, 100) for i in range(30)]
+  t = realized(np.ones(3, np.float32), "CPU")
+  for shift in (1, 2, 5):
+    out = t
+    for i, v in enumerate(variables): out = out + v.bind(i + shift)
+    np.testing.assert_allclose(out.numpy(), np.full(3, 1 + sum(range(shift, 30 + shift)), np.float32))
+
+
+def test_int64_variable_full_range():
+  v = Variable("big", -2**40, 2**40)
+  t = realized(np.array([1, -1], np.int64), "CPU")
+  for value in (2**40, -2**40, 12345):
+    assert (t * v.bind(value)).tolist() == [value, -value]

@@ -8,10 +8,10 @@ then on replay them with the new inputs (no Python graph work, no scheduling, no
 
 The footguns are tinygrad's, and raise JitError where they can be detected: inputs are the Tensor arguments (other
 arguments and tensors the function reads from elsewhere are baked in at capture, except bound Variables passed as
-arguments, `fn(x, Variable("i", 1, 9).bind(3))`, whose new values each replay patches into its kernels); every call must pass inputs of
-the captured shapes, dtypes and devices; the outputs must be Tensors (or a tuple/list of them, or None), and the
-returned tensors share their buffers with the next call's outputs; reading tensor data (`item`, `numpy`) or drawing
-random numbers inside the function would freeze those values into the replays.
+arguments, `fn(x, Variable("i", 1, 9).bind(3))`, whose new values each replay patches into its kernels); every call
+must pass inputs of the captured shapes, dtypes and devices; the outputs must be Tensors (or a tuple/list of them,
+or None), and the returned tensors share their buffers with the next call's outputs; reading tensor data (`item`,
+`numpy`) or drawing random numbers inside the function would freeze those values into the replays.
 """
 from __future__ import annotations
 from typing import Any, Callable, Generic, TypeVar

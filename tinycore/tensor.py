@@ -451,7 +451,7 @@ class Tensor:
 
   def pad(self, padding, mode: str = "constant", value: float = 0.0) -> Tensor:
     if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} is not supported (only 'constant')")
-    _reject_symbolic("pad", [x for p in padding if p is not None for x in (p if isinstance(p, (tuple, list)) else (p,))])
+    _reject_symbolic("pad", [x for p in padding if p is not None for x in (p if isinstance(p, (tuple, list)) else [p])])
     if all(isinstance(p, int) for p in padding):  # torch-style flat padding, last dim first
       if len(padding) % 2: raise ValueError(f"flat padding needs an even length, got {padding}")
       pairs = [(0, 0)] * self.ndim

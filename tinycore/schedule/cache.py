@@ -1,11 +1,11 @@
 """The schedule cache: a realize whose graph has the same shape as an earlier one reuses that schedule.
 
 The key is the graph with its input buffers and its Python scalars replaced by numbered placeholders, and each bound
-Variable by its DEFINE_VAR (the graph's shape); the value is the schedule built for that key. A hit binds the placeholders to this call's buffers and
-scalar values and gives every buffer the schedule creates fresh storage, so scheduling work is done once per graph
-shape, and a new scalar value (a learning rate per step) is a new kernel argument, not a new schedule or program.
-A schedule whose kernels had to bake some scalars in as literals (`schedule.scalars.MAX_KERNEL_ARGS`) is kept per
-value of those scalars.
+Variable by its DEFINE_VAR (the graph's shape); the value is the schedule built for that key. A hit binds the
+placeholders to this call's buffers and scalar values (and Variables to theirs) and gives every buffer the schedule
+creates fresh storage, so scheduling work is done once per graph shape, and a new scalar value (a learning rate per
+step) is a new kernel argument, not a new schedule or program. A schedule whose kernels had to bake some scalars in
+as literals (`schedule.scalars.MAX_KERNEL_ARGS`) is kept per value of those scalars.
 """
 from __future__ import annotations
 from tinycore.caches import BoundedCache

@@ -280,7 +280,8 @@ class UOp(metaclass=_UOpCache):
     name, lo, hi = self.arg
     if isinstance(value, bool) or not isinstance(value, int):
       raise TypeError(f"Variable {name!r} takes an int, got {type(value).__name__}")
-    if not lo <= value <= hi: raise ValueError(f"cannot bind Variable {name!r} to {value}: outside its range [{lo}, {hi}]")
+    if not lo <= value <= hi:
+      raise ValueError(f"cannot bind Variable {name!r} to {value}: outside its range [{lo}, {hi}]")
     return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, value)))
 
   def unbind(self) -> tuple[UOp, int]:
@@ -449,7 +450,8 @@ def Variable(name: str, min_val: int, max_val: int, dtype: DType | None = None) 
     raise TypeError(f"Variable {name!r} bounds must be ints, got {min_val!r} and {max_val!r}")
   if min_val > max_val: raise ValueError(f"Variable {name!r} has an empty range [{min_val}, {max_val}]")
   if dtype is None:
-    dtype = dtypes.int32 if dtypes.min(dtypes.int32) <= min_val and max_val <= dtypes.max(dtypes.int32) else dtypes.int64
+    fits_int32 = dtypes.min(dtypes.int32) <= min_val and max_val <= dtypes.max(dtypes.int32)
+    dtype = dtypes.int32 if fits_int32 else dtypes.int64
   if not dtypes.is_int(dtype) or not dtypes.min(dtype) <= min_val <= max_val <= dtypes.max(dtype):
     raise ValueError(f"Variable {name!r}: range [{min_val}, {max_val}] does not fit {dtype}")
   return UOp(Ops.DEFINE_VAR, dtype, (), (name, min_val, max_val))
