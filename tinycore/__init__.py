@@ -5,10 +5,11 @@
 """
 from tinycore.dtype import DType, dtypes
 from tinycore.device.registry import Device
+from tinycore.uop.ops import Variable
 from tinycore.tensor import Tensor
 from tinycore.engine.realize import GlobalCounters
 from tinycore.helpers import Context
 from tinycore.jit import TinyJit
 
-__all__ = ["Tensor", "Device", "dtypes", "DType", "GlobalCounters", "Context", "TinyJit"]
+__all__ = ["Tensor", "Variable", "Device", "dtypes", "DType", "GlobalCounters", "Context", "TinyJit"]
 __version__ = "0.1.0"

@@ -7,10 +7,11 @@ then on replay them with the new inputs (no Python graph work, no scheduling, no
       return loss.realize()
 
 The footguns are tinygrad's, and raise JitError where they can be detected: inputs are the Tensor arguments (other
-arguments and tensors the function reads from elsewhere are baked in at capture); every call must pass inputs of
-the captured shapes, dtypes and devices; the outputs must be Tensors (or a tuple/list of them, or None), and the
-returned tensors share their buffers with the next call's outputs; reading tensor data (`item`, `numpy`) or drawing
-random numbers inside the function would freeze those values into the replays.
+arguments and tensors the function reads from elsewhere are baked in at capture, except bound Variables passed as
+arguments, `fn(x, Variable("i", 1, 9).bind(3))`, whose new values each replay patches into its kernels); every call
+must pass inputs of the captured shapes, dtypes and devices; the outputs must be Tensors (or a tuple/list of them,
+or None), and the returned tensors share their buffers with the next call's outputs; reading tensor data (`item`,
+`numpy`) or drawing random numbers inside the function would freeze those values into the replays.
 """
 from __future__ import annotations
 from typing import Any, Callable, Generic, TypeVar
@@ -18,6 +19,7 @@ from tinycore.device.buffers import buffer_of
 from tinycore.engine.jit import JitError, ReplayPlan, capturing
 from tinycore.schedule.copies import has_buffer_identity
 from tinycore.tensor import Tensor
+from tinycore.uop.ops import Ops, UOp
 
 ReturnType = TypeVar("ReturnType")
 __all__ = ["TinyJit", "JitError"]
@@ -30,6 +32,17 @@ def _input_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
   lazy = [t for t in tensors if not has_buffer_identity(t.uop)]
   if lazy: Tensor.realize(*lazy)
   return tensors
+
+
+def _variable_values(args: tuple, kwargs: dict) -> dict[str, int]:
+  """The bound Variables among the arguments, by name: the values a replay patches into the kernels."""
+  binds = [a for a in [*args, *kwargs.values()] if isinstance(a, UOp) and a.op is Ops.BIND]
+  values: dict[str, int] = {}
+  for bind in binds:
+    var, value = bind.unbind()
+    if values.setdefault(var.expr, value) != value:
+      raise JitError(f"Variable {var.expr!r} is passed twice to a TinyJit with different values")
+  return values
 
 
 def _output_tensors(ret: Any) -> list[Tensor]:
@@ -52,6 +65,7 @@ class TinyJit(Generic[ReturnType]):
   def reset(self) -> None:
     self.calls, self.plan = 0, None
     self.signature: list[tuple] = []
+    self.variable_names: set[str] = set()
     self.outputs: list[Tensor] = []
     self.ret: Any = None
 
@@ -67,7 +81,7 @@ class TinyJit(Generic[ReturnType]):
       except Exception:
         self.calls = 1  # nothing was captured: the next call tries again
         raise
-    return self._replay(inputs)
+    return self._replay(inputs, _variable_values(args, kwargs))
 
   def _capture(self, inputs: list[Tensor], args: tuple, kwargs: dict) -> ReturnType:
     input_uops = [t.uop.buffer_uop for t in inputs]
@@ -77,16 +91,19 @@ class TinyJit(Generic[ReturnType]):
       if self.outputs: Tensor.realize(*self.outputs)
     self.plan = ReplayPlan(linears, input_uops)
     self.signature = [(t.shape, t.dtype, t.device) for t in inputs]
+    self.variable_names = set(_variable_values(args, kwargs))
     self.output_uops = [t.uop for t in self.outputs]
     self.ret = ret
     return ret
 
-  def _replay(self, inputs: list[Tensor]) -> ReturnType:
+  def _replay(self, inputs: list[Tensor], var_vals: dict[str, int]) -> ReturnType:
     signature = [(t.shape, t.dtype, t.device) for t in inputs]
     if signature != self.signature:
       raise JitError(f"TinyJit inputs changed: captured {self._describe(self.signature)}, got "
                      f"{self._describe(signature)}; jit a function per input shape (or reset())")
-    self.plan.run([buffer_of(t.uop.buffer_uop) for t in inputs])
+    if set(var_vals) != self.variable_names:
+      raise JitError(f"TinyJit Variables changed: captured {sorted(self.variable_names)}, got {sorted(var_vals)}")
+    self.plan.run([buffer_of(t.uop.buffer_uop) for t in inputs], var_vals)
     fresh = iter([Tensor(u) for u in self.output_uops])
     if isinstance(self.ret, (tuple, list)): return type(self.ret)(next(fresh) for _ in self.ret)
     return next(fresh) if self.outputs else None

@@ -26,6 +26,27 @@ def _canonical_device(device: str | None) -> str:
   return name
 
 
+def _is_user_variable(u: UOp) -> bool:
+  """A Variable (DEFINE_VAR) or a bound one (BIND) as `Variable(...)` makes them: on no device."""
+  return (u.op is Ops.DEFINE_VAR and not u.src) or (u.op is Ops.BIND and not u.src[0].src)
+
+
+def _bound_variable(u: UOp, device: str) -> UOp:
+  """A bound Variable as a tensor-level scalar on `device`: BIND(DEFINE_VAR on the device, CONST value). Realizing
+  passes its value to the kernels as an argument (schedule.cache swaps the BIND for its DEFINE_VAR in the key)."""
+  if u.op is Ops.DEFINE_VAR: raise ValueError(f"Variable {u.arg[0]!r} is not bound: use it as .bind(value)")
+  var, value = u.unbind()
+  on_device = UOp(Ops.DEFINE_VAR, var.dtype, (UOp(Ops.DEVICE, None, (), device),), var.arg)
+  return UOp(Ops.BIND, var.dtype, (on_device, UOp.const(var.dtype, value)))
+
+
+def _reject_symbolic(what: str, values: Sequence[Any]) -> None:
+  """Shapes are ints: a Variable in one (a symbolic shape) is not supported yet."""
+  if any(isinstance(v, UOp) for v in values):
+    raise NotImplementedError(f"{what} with a Variable (a symbolic shape) is not supported: bound Variables can be "
+                              "used as values (t * v, t + v), not yet in shapes")
+
+
 def _flatten_nested(data: Any) -> tuple[list[Any], tuple[int, ...]]:
   """A nested list as a flat list plus its shape; ragged nesting is an error."""
   if not isinstance(data, (list, tuple)): return [data], ()
@@ -64,7 +85,9 @@ class Tensor:
                requires_grad: bool | None = None):
     self.requires_grad, self.grad, self.view_of = requires_grad, None, None
     dtype = to_dtype(dtype) if dtype is not None else None
-    if isinstance(data, UOp):
+    if isinstance(data, UOp) and _is_user_variable(data):
+      uop = _bound_variable(data, _canonical_device(device))  # a 0-d tensor of a bound Variable's value
+    elif isinstance(data, UOp):
       uop = data
       if device is not None and data.device is not None and Device.canonicalize(device) != data.device:
         uop = UOp(Ops.COPY, data.dtype, (data,), Device.canonicalize(device))
@@ -205,6 +228,7 @@ class Tensor:
   @staticmethod
   def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, **kwargs) -> Tensor:
     if stop is None: start, stop = 0, start
+    _reject_symbolic("arange", (start, stop, step))
     if step == 0: raise ValueError("arange step must not be zero")
     dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.from_py([start, stop, step])
     count = max(0, math.ceil((stop - start) / step))
@@ -370,6 +394,7 @@ class Tensor:
   # ------------------------------------------------------------------ movement
   def reshape(self, shape, *args) -> Tensor:
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) + args
+    _reject_symbolic("reshape", shape)
     if shape.count(-1) > 1: raise ValueError(f"reshape to {shape}: only one dimension can be -1")
     shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     if -1 in shape:
@@ -418,6 +443,7 @@ class Tensor:
 
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} bounds, got {len(arg)}")
+    _reject_symbolic("shrink", [x for b in arg if b is not None for x in b])
     bounds = tuple((0, s) if b is None else tuple(b) for b, s in zip(arg, self.shape))
     for (b, e), s in zip(bounds, self.shape):
       if not 0 <= b <= e <= s: raise ValueError(f"shrink bounds {bounds} out of range for shape {self.shape}")
@@ -425,6 +451,7 @@ class Tensor:
 
   def pad(self, padding, mode: str = "constant", value: float = 0.0) -> Tensor:
     if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} is not supported (only 'constant')")
+    _reject_symbolic("pad", [x for p in padding if p is not None for x in (p if isinstance(p, (tuple, list)) else [p])])
     if all(isinstance(p, int) for p in padding):  # torch-style flat padding, last dim first
       if len(padding) % 2: raise ValueError(f"flat padding needs an even length, got {padding}")
       pairs = [(0, 0)] * self.ndim
@@ -533,7 +560,8 @@ class Tensor:
 
   def _broadcasted(self, other: Tensor | Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x: Tensor = self
-    if not isinstance(other, Tensor):
+    if isinstance(other, UOp): y = Tensor(other, self.device, self._scalar_dtype(1))  # a bound Variable
+    elif not isinstance(other, Tensor):
       dtype = self._scalar_dtype(other)
       y = Tensor(UOp.const(dtype, other, self.device))
     else: y = other

@@ -53,13 +53,28 @@ class ReplayStep:
         self.buffers.append(None)
       else: self.buffers.append(buffer_of(b))
     self.device = call.src[1].device
-    # the kernels' scalar arguments are the values captured: a Python scalar in a jitted function is a constant
+    # the kernels' scalar arguments are the values captured (a Python scalar in a jitted function is a constant),
+    # except bound Variables (BINDs): each replay passes their values
     scalars = call_scalars(call)
     self.scalar_words = tuple(scalar_word(scalar_value(s), s.dtype) for s in scalars)
+    self.variables = [(i, s.src[0].arg[0], s.dtype) for i, s in enumerate(scalars) if s.op is Ops.BIND]
     self.var_vals = self.callee.arg.scalar_values(scalars) if self.kind == "batch" else {}
     if self.kind == "kernel":
       from tinycore.device.kernels import compile_kernel
       self.kernel = compile_kernel(self.device, self.callee)
+
+  def words(self, var_vals: dict[str, int]) -> tuple[int, ...]:
+    """The scalar arguments' 64-bit words for a run with these Variable values (by name)."""
+    if not self.variables: return self.scalar_words
+    words = list(self.scalar_words)
+    for i, name, dtype in self.variables:
+      if name in var_vals: words[i] = scalar_word(var_vals[name], dtype)
+    return tuple(words)
+
+  def batch_values(self, var_vals: dict[str, int]) -> dict[str, int]:
+    """A compiled batch's variable values (by its names) for a run with these Variable values."""
+    if not self.variables: return self.var_vals
+    return dict(zip(self.callee.arg.scalar_names, self.words(var_vals)))
 
   def bind(self, inputs: Sequence[Any]) -> list[Any]:
     buffers = list(self.buffers)
@@ -79,24 +94,34 @@ class ReplayPlan:
     slots = {u: i for i, u in enumerate(input_uops)}
     self.steps = [ReplayStep(call, slots) for call in linear.src]
     self.kernel_count = sum(s.callee.arg.commands if s.kind == "batch" else 1 for s in self.steps)
+    # the Variables the captured kernels take, by name: (min, max)
+    self.variables = {s.src[0].arg[0]: s.src[0].arg[1:] for call in linear.src for s in call_scalars(call)
+                      if s.op is Ops.BIND}
 
-  def run(self, inputs: Sequence[Any]) -> None:
+  def run(self, inputs: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
+    """Replay with these input Buffers and Variable values (by name; a Variable not given keeps its captured
+    value)."""
     from tinycore.device.registry import Device
     from tinycore.device.copy import run_copy
     from tinycore.engine.realize import GlobalCounters
     from tinycore.hcq.device import is_hcq_device
     from tinycore.hcq.runtime import wait_for_queues
+    var_vals = var_vals or {}
+    for name, value in var_vals.items():
+      if name not in self.variables: continue
+      lo, hi = self.variables[name]
+      if not lo <= value <= hi: raise ValueError(f"Variable {name!r} = {value} is outside its range [{lo}, {hi}]")
     written: dict[str, None] = {}
     for step in self.steps:
       buffers = step.bind(inputs)
       if step.kind == "batch":
-        step.callee.arg.run(buffers, step.var_vals)
+        step.callee.arg.run(buffers, step.batch_values(var_vals))
         continue
       written[step.device] = None
       if step.kind == "copy":
         wait_for_queues()
         run_copy(buffers[0], buffers[1])
-      else: step.kernel(*[b.ensure_allocated()._buf for b in buffers], vals=step.scalar_words)
+      else: step.kernel(*[b.ensure_allocated()._buf for b in buffers], vals=step.words(var_vals))
     for device in written:
       if not is_hcq_device(Device[device]): Device[device].synchronize()
     GlobalCounters.kernel_count += self.kernel_count

@@ -1,18 +1,18 @@
 """The schedule cache: a realize whose graph has the same shape as an earlier one reuses that schedule.
 
-The key is the graph with its input buffers and its Python scalars replaced by numbered placeholders (the graph's
-shape); the value is the schedule built for that key. A hit binds the placeholders to this call's buffers and
-scalar values and gives every buffer the schedule creates fresh storage, so scheduling work is done once per graph
-shape, and a new scalar value (a learning rate per step) is a new kernel argument, not a new schedule or program.
-A schedule whose kernels had to bake some scalars in as literals (`schedule.scalars.MAX_KERNEL_ARGS`) is kept per
-value of those scalars.
+The key is the graph with its input buffers and its Python scalars replaced by numbered placeholders, and each bound
+Variable by its DEFINE_VAR (the graph's shape); the value is the schedule built for that key. A hit binds the
+placeholders to this call's buffers and scalar values (and Variables to theirs) and gives every buffer the schedule
+creates fresh storage, so scheduling work is done once per graph shape, and a new scalar value (a learning rate per
+step) is a new kernel argument, not a new schedule or program. A schedule whose kernels had to bake some scalars in
+as literals (`schedule.scalars.MAX_KERNEL_ARGS`) is kept per value of those scalars.
 """
 from __future__ import annotations
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
-from tinycore.uop.scalars import scalar_word
+from tinycore.uop.scalars import scalar_value, scalar_word
 from tinycore.schedule import create_schedule
-from tinycore.schedule.scalars import ScalarBindings, python_scalars, scalar_placeholder
+from tinycore.schedule.scalars import ScalarBindings, bound_variables, python_scalars, scalar_placeholder
 
 MAX_ENTRIES = 4096
 # (key, values of its baked scalars) -> (template, fresh buffers)
@@ -41,15 +41,17 @@ def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   scalars = python_scalars(nodes)
   placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
   scalar_slots = [scalar_placeholder(i, c) for i, c in enumerate(scalars)]
-  key = sink.substitute(dict(zip(inputs, placeholders)) | dict(zip(scalars, scalar_slots)))
-  values = dict(zip(scalar_slots, scalars))
+  variables = bound_variables(nodes)  # a bound Variable's own DEFINE_VAR is its placeholder
+  key = sink.substitute(dict(zip(inputs, placeholders)) | dict(zip(scalars, scalar_slots)) |
+                        {bind: bind.src[0] for bind in variables})
+  values = dict(zip(scalar_slots, scalars)) | {bind.src[0]: bind for bind in variables}
   template, fresh = _cached(key, values)
   return template, (dict(zip(placeholders, inputs)) | values |
                     {f: UOp.new_buffer(f.device, f.arg, f.dtype) for f in fresh})
 
 
 def _baked_values(baked: tuple[UOp, ...], values: dict[UOp, UOp]) -> tuple:
-  return tuple(scalar_word(values[p].arg, p.dtype) for p in baked)
+  return tuple(scalar_word(scalar_value(values[p]), p.dtype) for p in baked)
 
 
 def _cached(key: UOp, values: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, ...]]:

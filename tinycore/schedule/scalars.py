@@ -14,7 +14,7 @@ import math
 from typing import Any, Iterable
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
-from tinycore.uop.scalars import kernel_scalars, scalar_bounds
+from tinycore.uop.scalars import kernel_scalars, scalar_bounds, scalar_value
 from tinycore.uop.symbolic import round_to_dtype
 
 # the most arguments (buffers and scalars) a kernel takes: every device accepts this many (the smallest limit among
@@ -35,6 +35,21 @@ def python_scalars(nodes: Iterable[UOp]) -> list[UOp]:
   nodes = list(nodes)
   steering = {_const_below(n.src[1]) for n in nodes if n.op in STEERING_OPS}
   return [n for n in nodes if is_python_scalar(n) and n not in steering]
+
+
+def bound_variables(nodes: Iterable[UOp]) -> list[UOp]:
+  """The bound Variables of a tensor graph (its BINDs; each Variable bound to one value): kernel arguments like the
+  Python scalars, under their own names."""
+  binds = [n for n in nodes if n.op is Ops.BIND]
+  seen: dict[str, UOp] = {}
+  for bind in binds:
+    name, value = bind.src[0].arg[0], bind.src[1].arg
+    if (other := seen.setdefault(name, bind)) is not bind and other.src[0].arg != bind.src[0].arg:
+      raise ValueError(f"two Variables named {name!r} with different ranges: {other.src[0].arg[1:]} and "
+                       f"{bind.src[0].arg[1:]}")
+    if other.src[1].arg != value:
+      raise ValueError(f"Variable {name!r} is bound to two values in one realize: {other.src[1].arg} and {value}")
+  return binds
 
 
 STEERING_OPS = (Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR)  # ops whose second operand is kept a literal
@@ -67,7 +82,8 @@ class ScalarBindings:
   def literal(self, placeholder: UOp) -> UOp:
     if placeholder not in self.values: raise RuntimeError(f"no value for {placeholder.arg[0]} to bake into a kernel")
     self.baked.add(placeholder)
-    return UOp.const(placeholder.dtype, round_to_dtype(self.values[placeholder].arg, placeholder.dtype))
+    value = scalar_value(self.values[placeholder])
+    return UOp.const(placeholder.dtype, round_to_dtype(value, placeholder.dtype))
 
 
 def bind_kernel_scalars(sink: UOp, sources: dict[UOp, UOp], buffer_count: int,

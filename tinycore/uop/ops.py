@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import struct
 import threading
 import weakref
@@ -272,6 +273,29 @@ class UOp(metaclass=_UOpCache):
     """AFTER(self, *effects): this buffer's value once the effects (STOREs) ran."""
     return UOp(Ops.AFTER, self.dtype, (self, *effects))
 
+  # ------------------------------------------------------------------ variables
+  def bind(self, value: int) -> UOp:
+    """This Variable (a DEFINE_VAR) bound to `value`: BIND(self, CONST value). The value must lie in its range."""
+    if self.op is not Ops.DEFINE_VAR or self.src: raise TypeError(f"only a Variable can be bound, not {self.op}")
+    name, lo, hi = self.arg
+    if isinstance(value, bool) or not isinstance(value, int):
+      raise TypeError(f"Variable {name!r} takes an int, got {type(value).__name__}")
+    if not lo <= value <= hi:
+      raise ValueError(f"cannot bind Variable {name!r} to {value}: outside its range [{lo}, {hi}]")
+    return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, value)))
+
+  def unbind(self) -> tuple[UOp, int]:
+    """(the Variable, its value) of a BIND."""
+    if self.op is not Ops.BIND: raise TypeError(f"only a bound Variable can be unbound, not {self.op}")
+    return self.src[0], self.src[1].arg
+
+  @property
+  def expr(self) -> str:
+    """A Variable's name."""
+    if self.op is Ops.BIND: return self.src[0].expr
+    if self.op is not Ops.DEFINE_VAR: raise TypeError(f"{self.op} is not a Variable")
+    return self.arg[0]
+
   # ------------------------------------------------------------------ kernel-level helpers (index arithmetic)
   def __add__(self, x): return _binop(Ops.ADD, self, x)
   def __radd__(self, x): return _binop(Ops.ADD, x, self)
@@ -310,6 +334,8 @@ def _as_uop(x: Any, dtype: DType | None) -> UOp:
 
 
 def _binop(op: Ops, a: Any, b: Any) -> UOp:
+  # anything else (a Tensor) gets its reflected operator: `Variable("i", 1, 9).bind(3) * tensor`
+  if not all(isinstance(x, (UOp, bool, int, float)) for x in (a, b)): return NotImplemented
   ref = a if isinstance(a, UOp) else b
   a, b = _as_uop(a, ref.dtype), _as_uop(b, ref.dtype)
   return UOp(op, dtypes.bool if op in GroupOp.Comparison else a.dtype, (a, b))
@@ -321,6 +347,7 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
   if op is Ops.BUFFER: return (u.arg,)
   if op is Ops.BUFFER_VIEW: return (u.arg[0],)
   if op in (Ops.CONST, Ops.DEFINE_VAR): return () if u.src else None  # a scalar on a device (tensor level)
+  if op is Ops.BIND: return u.src[0].shape
   if op is Ops.ARANGE: return (u.arg,)
   if op in (Ops.RESHAPE, Ops.EXPAND): return tuple(u.arg)
   if op is Ops.PERMUTE:
@@ -407,3 +434,24 @@ def pretty(u: UOp, limit: int = 60) -> str:
 
 def iter_graph(u: UOp) -> Iterator[UOp]:
   yield from u.toposort()
+
+
+# names the schedule gives Python scalars' kernel parameters (`schedule.scalars.scalar_placeholder`)
+_RESERVED_NAME = re.compile(r"scalar\d+")
+
+
+def Variable(name: str, min_val: int, max_val: int, dtype: DType | None = None) -> UOp:  # noqa: N802 (tinygrad's name)
+  """A symbolic integer named `name` taking values in [min_val, max_val]: `Variable("i", 1, 10).bind(3)` is a
+  value for kernels to take as an argument, so every value of it runs the same compiled program. Its dtype is
+  int32 when the range fits, else int64."""
+  if not isinstance(name, str) or not name.isidentifier() or _RESERVED_NAME.fullmatch(name):
+    raise ValueError(f"Variable name must be an identifier other than scalar<N> (reserved), got {name!r}")
+  if any(isinstance(v, bool) or not isinstance(v, int) for v in (min_val, max_val)):
+    raise TypeError(f"Variable {name!r} bounds must be ints, got {min_val!r} and {max_val!r}")
+  if min_val > max_val: raise ValueError(f"Variable {name!r} has an empty range [{min_val}, {max_val}]")
+  if dtype is None:
+    fits_int32 = dtypes.min(dtypes.int32) <= min_val and max_val <= dtypes.max(dtypes.int32)
+    dtype = dtypes.int32 if fits_int32 else dtypes.int64
+  if not dtypes.is_int(dtype) or not dtypes.min(dtype) <= min_val <= max_val <= dtypes.max(dtype):
+    raise ValueError(f"Variable {name!r}: range [{min_val}, {max_val}] does not fit {dtype}")
+  return UOp(Ops.DEFINE_VAR, dtype, (), (name, min_val, max_val))

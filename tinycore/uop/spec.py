@@ -56,6 +56,9 @@ tensor_spec: list[tuple[UPat, Predicate]] = _common + [
   (UPat(Ops.CONST, name="x"), lambda x: x.dtype is not None and len(x.src) <= 1),
   (UPat(Ops.ARANGE, src=(UPat(Ops.DEVICE),), name="x"), lambda x: isinstance(x.arg, int) and x.arg >= 0),
   (UPat(Ops.DEFINE_VAR, src=(UPat(Ops.DEVICE),), name="x"), lambda x: _is_variable(x)),
+  # a bound Variable: its value lies in its range
+  (UPat(Ops.BIND, src=(UPat(Ops.DEFINE_VAR), UPat(Ops.CONST)), name="x"),
+   lambda x: x.dtype is x.src[0].dtype and x.src[0].arg[1] <= x.src[1].arg <= x.src[0].arg[2]),
   (UPat(GroupOp.Movement, name="x"),
    lambda x: len(x.src) == 1 and isinstance(x.arg, tuple) and x.dtype is x.src[0].dtype),
   (UPat(GroupOp.ALU, name="x"), lambda x: _same_dtype_alu(x) and _same_shapes(x)),
