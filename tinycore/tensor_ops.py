@@ -2,6 +2,7 @@
 einsum, gather/scatter and masked_fill. Every op composes existing lazy ops (no host compute), so the autograd over
 the UOp graph differentiates them."""
 from __future__ import annotations
+import math
 from typing import TYPE_CHECKING, Any, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from tinycore.uop.ops import Ops, identity_element
@@ -16,10 +17,34 @@ def _axis(axis: int, ndim: int) -> int:
   return axis % max(ndim, 1)
 
 
-def _combine(op: Ops, a: Tensor, b: Tensor) -> Tensor:
+# a scan's op: an Ops (ADD, MUL, MAX) or LOGADDEXP, log(exp(a) + exp(b)), the scan of logcumsumexp
+LOGADDEXP = "logaddexp"
+
+
+def _identity(op: Ops | str, dtype: DType) -> Any:
+  return -math.inf if op == LOGADDEXP else identity_element(op, dtype)
+
+
+def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
+  """log(exp(a) + exp(b)) shifted by the larger, so neither overflows; -inf with -inf stays -inf."""
+  peak = a.maximum(b)
+  safe = peak.isinf().where(0, peak)
+  return ((a - safe).exp() + (b - safe).exp()).log() + safe
+
+
+def _combine(op: Ops | str, a: Tensor, b: Tensor) -> Tensor:
   if op is Ops.ADD: return a + b
   if op is Ops.MUL: return a * b
-  return a.maximum(b)
+  if op is Ops.MAX: return a.maximum(b)
+  return _logaddexp(a, b)
+
+
+def _reduce_last(x: Tensor, op: Ops | str) -> Tensor:
+  """op over the last axis (LOGADDEXP: a logsumexp shifted by the row max, which may be -inf)."""
+  if op != LOGADDEXP: return x._reduce(op, -1)
+  peak = x.max(-1, keepdim=True)
+  safe = peak.isinf().where(0, peak)
+  return ((x - safe).exp().sum(-1, keepdim=True).log() + safe).squeeze(-1)
 
 
 class TensorOps:
@@ -30,30 +55,30 @@ class TensorOps:
   SCAN_BLOCK = 32
 
   # ------------------------------------------------------------------ cumulative ops
-  def _scan_small(self: Tensor, op: Ops) -> Tensor:
+  def _scan_small(self: Tensor, op: Ops | str) -> Tensor:
     """The inclusive scan of the last axis by a reduce over a triangle: out[i] = op over x[j] for j <= i."""
     from tinycore.tensor import Tensor
     n = self.shape[-1]
     rows = Tensor.arange(n, device=self.device).reshape(n, 1)
     keep = Tensor.arange(n, device=self.device).reshape(1, n) <= rows
     spread = self.unsqueeze(-2).expand(*self.shape[:-1], n, n)
-    return keep.where(spread, identity_element(op, self.dtype))._reduce(op, -1)
+    return _reduce_last(keep.where(spread, _identity(op, self.dtype)), op)
 
-  def _scan(self: Tensor, op: Ops) -> Tensor:
+  def _scan(self: Tensor, op: Ops | str) -> Tensor:
     """The inclusive scan of the last axis: blocks scanned by _scan_small, then the exclusive scan of the block
     totals (recursively) combined into each block."""
     n, block = self.shape[-1], TensorOps.SCAN_BLOCK
     if n <= block: return self._scan_small(op)
     count = -(-n // block)
     lead = self.shape[:-1]
-    x = self.pad(((0, 0),) * len(lead) + ((0, count * block - n),), value=identity_element(op, self.dtype))
+    x = self.pad(((0, 0),) * len(lead) + ((0, count * block - n),), value=_identity(op, self.dtype))
     inner = x.reshape(*lead, count, block)._scan_small(op).contiguous()
     totals = inner[..., -1]._scan(op)
-    carry = totals.pad(((0, 0),) * len(lead) + ((1, 0),), value=identity_element(op, self.dtype))[..., :count]
+    carry = totals.pad(((0, 0),) * len(lead) + ((1, 0),), value=_identity(op, self.dtype))[..., :count]
     out = _combine(op, inner, carry.unsqueeze(-1)).reshape(*lead, count * block)
     return out[..., :n]
 
-  def _cumulative(self: Tensor, op: Ops, axis: int) -> Tensor:
+  def _cumulative(self: Tensor, op: Ops | str, axis: int) -> Tensor:
     axis = _axis(axis, self.ndim)
     if self.ndim == 0 or self.shape[axis] == 0: return self
     return self.transpose(axis, -1)._scan(op).transpose(axis, -1)
@@ -79,13 +104,10 @@ class TensorOps:
     return self._inverse().cummax(axis)._inverse()
 
   def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
-    """log(cumsum(exp(x))) along axis, shifted by the axis max so large inputs do not overflow."""
+    """log(cumsum(exp(x))) along axis, as a scan of logaddexp (every partial sum shifted by its own max, so
+    neither large nor widely spread inputs overflow or underflow)."""
     x = self if dtypes.is_float(self.dtype) else self.float()
-    axis = _axis(axis, x.ndim)
-    if x.ndim == 0 or x.shape[axis] == 0: return x
-    peak = x.max(axis, keepdim=True).detach()
-    peak = peak.isinf().where(0, peak)
-    return (x - peak).exp().cumsum(axis).log() + peak
+    return x._cumulative(LOGADDEXP, axis)
 
   # ------------------------------------------------------------------ shapes
   def _triangle(self: Tensor, diagonal: int, upper: bool) -> Tensor:
