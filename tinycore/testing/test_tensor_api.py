@@ -243,3 +243,34 @@ def _np_scatter_sum(x, index, src):
   out = x.copy()
   for i, j in np.ndindex(index.shape): out[i, index[i, j]] += src[i, j]
   return out
+
+
+# ---------------------------------------------------------------------------- advanced indexing
+_I = np.array([[0, 2], [1, -1]])
+_J = np.array([1, 0])
+ADVANCED = [(_I,), ([0, 2],), (slice(None), _I), (slice(None), _I, _J), (_I, slice(1, 3), _J), (0, slice(None), _I),
+            (Ellipsis, _J), (None, _I, None, slice(None, None, -1)), (_I, Ellipsis, [1, 0]), (1, _I, _J, 0),
+            ([[1], [2]], [0, 1, 2]), ((0, 1),), (_I, None, _J), (np.array(2),), (np.zeros((0,), np.int64),)]
+
+
+@pytest.mark.parametrize("case", range(len(ADVANCED)))
+def test_advanced_getitem(rng, case):
+  index = ADVANCED[case]
+  x = random_array(rng, (3, 4, 5, 2), "float32")
+  as_tensors = tuple(Tensor(i.astype(np.int32)) if isinstance(i, np.ndarray) else i for i in index)
+  assert_equal(Tensor(x)[as_tensors], x[index], dtype=dtypes.float32)
+  xi = random_array(rng, (3, 4, 5, 2), "int16")
+  assert_equal(Tensor(xi)[as_tensors], xi[index], dtype=dtypes.int16)
+
+
+def test_advanced_index_errors():
+  t = Tensor.ones(3, 4)
+  with pytest.raises(IndexError): t[Tensor([0.5])]
+  with pytest.raises(NotImplementedError): t[Tensor([True, False, True])]
+  with pytest.raises(IndexError): t[[0], [1], [2]]
+  with pytest.raises(NotImplementedError): t[[0, 1]] = 2.0
+
+
+def test_advanced_getitem_gradient(rng):
+  index = np.array([[0, 2], [2, 1]])
+  check_gradient(rng, lambda x: x[Tensor(index), 1:], lambda x: x[index, 1:], [random_array(rng, (3, 4), "float32")])
