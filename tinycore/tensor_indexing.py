@@ -95,11 +95,22 @@ def _index_tensor(index: Any, device: str) -> Tensor:
   return index
 
 
+def _broadcast_index_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+  ndim = max(len(s) for s in shapes)
+  padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+  out = []
+  for sizes in zip(*padded):
+    non_one = {s for s in sizes if s != 1}
+    if len(non_one) > 1: raise IndexError(f"index tensors of shapes {shapes} do not broadcast together")
+    out.append(non_one.pop() if non_one else 1)
+  return tuple(out)
+
+
 def _advanced_getitem(t: Tensor, indices: tuple) -> Tensor:
   """numpy's advanced indexing: the index tensors broadcast to one shape B; each result element reads the element
   they name (negative indices count from the end; out-of-range ones read 0, unchecked as in tinygrad). B takes
   the place of the indexed dims when those (with any ints) are adjacent in the index, else it comes first."""
-  from tinycore.tensor import Tensor, _broadcast_shape
+  from tinycore.tensor import Tensor
   entries = _expand_ellipsis(indices, t.ndim)
   tensors = [_index_tensor(i, t.device) if is_advanced_index(i) else None for i in entries]
   basic = tuple(slice(None) if tensor is not None else i for i, tensor in zip(entries, tensors))
@@ -108,7 +119,7 @@ def _advanced_getitem(t: Tensor, indices: tuple) -> Tensor:
   dim_tensors = [tensor for i, tensor in zip(entries, tensors) if not isinstance(i, int) or tensor is not None]
   indexed = [d for d, tensor in enumerate(dim_tensors) if tensor is not None]
   others = [d for d, tensor in enumerate(dim_tensors) if tensor is None]
-  batch = _broadcast_shape(*[tensor.shape for tensor in tensors if tensor is not None])
+  batch = _broadcast_index_shapes([tensor.shape for tensor in tensors if tensor is not None])
   sizes = tuple(out.shape[d] for d in indexed)
   k, nb = len(indexed), len(batch)
   mask = None

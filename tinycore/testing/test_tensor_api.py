@@ -269,6 +269,7 @@ def test_advanced_index_errors():
   with pytest.raises(NotImplementedError): t[Tensor([True, False, True])]
   with pytest.raises(IndexError): t[[0], [1], [2]]
   with pytest.raises(NotImplementedError): t[[0, 1]] = 2.0
+  with pytest.raises(IndexError): t[[0, 1], [0, 1, 2]]  # index shapes that do not broadcast
 
 
 def test_advanced_getitem_gradient(rng):
