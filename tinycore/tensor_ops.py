@@ -205,6 +205,45 @@ class TensorOps:
     summed = product.sum(tuple(range(len(output), len(every)))) if len(every) > len(output) else product
     return summed.expand([sizes[c] for c in output]).cast(result_dtype)
 
+  # ------------------------------------------------------------------ sorting
+  def _sort_last(self: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
+    """(values, indices) sorted along the last axis, stable: each element's rank is the count of elements before
+    it in the order (ties by position), then a one-hot by rank places it. O(n**2) compares per row, one fused
+    kernel; NaNs are not ordered (as with comparisons)."""
+    from tinycore.tensor import Tensor
+    n = self.shape[-1]
+    mine, theirs = self.unsqueeze(-1), self.unsqueeze(-2)
+    earlier = Tensor.arange(n, device=self.device).reshape(1, n) < Tensor.arange(n, device=self.device).reshape(n, 1)
+    ahead = (theirs > mine) if descending else (theirs < mine)
+    rank = (ahead | ((theirs == mine) & earlier)).sum(-1)
+    place = rank.unsqueeze(-1) == Tensor.arange(n, device=self.device, dtype=rank.dtype)  # (..., i, rank)
+    values = place.where(mine, 0).sum(-2).cast(self.dtype)
+    positions = Tensor.arange(n, device=self.device, dtype=dtypes.int32).reshape(n, 1)
+    return values, place.where(positions, 0).sum(-2).cast(dtypes.int32)
+
+  def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+    """(values, indices) of self sorted along dim (stable: equal values keep their order)."""
+    dim = _axis(dim, self.ndim)
+    if self.ndim == 0: return self, type(self)(0, device=self.device, dtype=dtypes.int32)
+    if self.shape[dim] == 0: return self, self.cast(dtypes.int32)
+    values, indices = self.transpose(dim, -1)._sort_last(descending)
+    return values.transpose(dim, -1), indices.transpose(dim, -1)
+
+  def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
+    """The indices that sort self along dim (stable)."""
+    return self.sort(dim, descending)[1]
+
+  def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+    """(values, indices) of the k largest (largest=False: smallest) elements along dim, in sorted order."""
+    dim = _axis(dim, self.ndim)
+    size = self.shape[dim] if self.ndim else 1
+    if not 0 <= k <= size: raise ValueError(f"topk k={k} out of range for a dim of size {size}")
+    values, indices = self.sort(dim, descending=largest)
+    if self.ndim == 0: return values, indices
+    bounds = [None] * self.ndim
+    bounds[dim] = (0, k)
+    return values.shrink(bounds), indices.shrink(bounds)
+
   # ------------------------------------------------------------------ gather / scatter
   def _index_hits(self: Tensor, dim: int, index: Tensor) -> Tensor:
     """(index.shape + (self.shape[dim],)) bools: index[..] == n, negative indices counted from the end."""

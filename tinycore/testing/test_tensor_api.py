@@ -1,6 +1,6 @@
 """More of the Tensor API against numpy: cumulative ops (cumsum, cumprod, cummax, cummin, logcumsumexp), 0-d
 operands, tril/triu, roll, split/chunk, meshgrid, repeat_interleave, stack call forms, einsum, gather, scatter,
-scatter_reduce, masked_fill, advanced indexing; and their gradients against central differences."""
+scatter_reduce, masked_fill, advanced indexing, sort/argsort/topk; and their gradients against central differences."""
 import numpy as np
 import pytest
 from tinycore import Tensor, dtypes
@@ -207,6 +207,29 @@ def test_masked_fill(rng):
   assert_equal(Tensor(x).masked_fill(Tensor(mask), Tensor(np.float32(2.0))), np.where(mask, 2.0, x))
 
 
+# ---------------------------------------------------------------------------- sorting
+@pytest.mark.parametrize("shape,dim", [((9,), 0), ((3, 7), 1), ((5, 3), 0), ((2, 0), 1), ((2, 40), -1)], ids=_ids)
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_argsort(rng, shape, dim, descending):
+  x = random_array(rng, shape, "int32", low=0, high=6)  # many ties: the order must be stable
+  key = -x if descending else x
+  want_indices = np.argsort(key, axis=dim, kind="stable")
+  values, indices = Tensor(x).sort(dim, descending=descending)
+  assert_equal(values, np.take_along_axis(x, want_indices, dim), dtype=dtypes.int32)
+  assert_equal(indices, want_indices.astype(np.int32), dtype=dtypes.int32)
+  assert_equal(Tensor(x.astype(np.float32)).argsort(dim, descending), want_indices.astype(np.int32))
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk(rng, largest):
+  x = random_array(rng, (4, 9), "float32")
+  order = np.argsort(-x if largest else x, axis=1, kind="stable")[:, :3]
+  values, indices = Tensor(x).topk(3, largest=largest)
+  assert_equal(values, np.take_along_axis(x, order, 1))
+  assert_equal(indices, order.astype(np.int32))
+  with pytest.raises(ValueError): Tensor(x).topk(10)
+
+
 # ---------------------------------------------------------------------------- gradients
 GRADIENTS = {
   "cumsum": (lambda x: x.cumsum(1), lambda x: np.cumsum(x, 1), (2, 37)),
@@ -220,6 +243,8 @@ GRADIENTS = {
   "einsum": (lambda x: Tensor.einsum("ij,kj->ik", x, x), lambda x: np.einsum("ij,kj->ik", x, x), (3, 4)),
   "gather": (lambda x: x.gather(1, Tensor([[0, 2, 2], [1, 0, 3]])),
              lambda x: np.take_along_axis(x[:2], np.array([[0, 2, 2], [1, 0, 3]]), 1), (3, 4)),
+  "sort": (lambda x: x.sort(1)[0], lambda x: np.sort(x, 1), (3, 5)),
+  "topk": (lambda x: x.topk(2, 0)[0], lambda x: -np.sort(-x, 0)[:2], (4, 3)),
   "masked_fill": (lambda x: x.masked_fill(Tensor([True, False, True, False]), 0.5),
                   lambda x: np.where([True, False, True, False], 0.5, x), (3, 4)),
 }
