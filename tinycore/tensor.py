@@ -993,9 +993,11 @@ class Tensor(TensorOps):
     out = self @ weight
     return out if bias is None else out + bias
 
-  def one_hot(self, num_classes: int) -> Tensor:
-    """Integer class indices -> a one-hot int32 tensor with a new last axis of num_classes."""
+  def one_hot(self, num_classes: int = -1) -> Tensor:
+    """Integer class indices -> a one-hot int32 tensor with a new last axis of num_classes (-1: the largest index
+    plus one, which reads the data, as in tinygrad)."""
     if dtypes.is_float(self.dtype): raise TypeError(f"one_hot needs integer class indices, got {self.dtype}")
+    if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
     classes = Tensor.arange(num_classes, device=self.device, dtype=self.dtype)
     return (self.unsqueeze(-1) == classes).cast(dtypes.int32)
 

@@ -200,6 +200,12 @@ def test_scatter_bad_input():
   with pytest.raises(RuntimeError): Tensor.ones(3, 4).gather(0, Tensor([0]))
 
 
+def test_one_hot_default_classes(rng):
+  labels = random_array(rng, (2, 5), "int32", low=0, high=6)
+  assert_equal(Tensor(labels).one_hot(), np.eye(labels.max() + 1, dtype=np.int32)[labels], dtype=dtypes.int32)
+  assert_equal(Tensor(labels).one_hot(8), np.eye(8, dtype=np.int32)[labels], dtype=dtypes.int32)
+
+
 def test_masked_fill(rng):
   x = random_array(rng, (3, 4), "float32")
   mask = random_array(rng, (1, 4), "bool")
