@@ -449,10 +449,10 @@ class Tensor(TensorOps):
     return getitem(self, indices)
 
   def __setitem__(self, indices, value) -> None:
-    from tinycore.tensor_indexing import is_advanced_index
+    from tinycore.tensor_indexing import advanced_setitem, is_advanced_index
     if any(is_advanced_index(i) for i in (indices if isinstance(indices, tuple) else (indices,))):
-      raise NotImplementedError("assigning through tensor or list indices is not supported yet; use "
-                                "scatter() or where()")
+      value = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
+      return advanced_setitem(self, indices if isinstance(indices, tuple) else (indices,), value)
     self[indices].assign(value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype))
 
   def squeeze(self, dim: int | None = None) -> Tensor:

@@ -106,36 +106,78 @@ def _broadcast_index_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
   return tuple(out)
 
 
+class _AdvancedIndex:
+  """An index with tensors split into a basic view and a one-hot mask. `view` is t indexed by the index with every
+  tensor replaced by a full slice; `others`/`indexed` are its dims without/with an index tensor; `mask` (shape
+  batch + the indexed sizes) is True where the index tensors, broadcast to `batch`, name an element; `placement`
+  permutes (others dims + batch dims) into numpy's result order."""
+
+  def __init__(self, t: Tensor, indices: tuple):
+    from tinycore.tensor import Tensor
+    entries = _expand_ellipsis(indices, t.ndim)
+    tensors = [_index_tensor(i, t.device) if is_advanced_index(i) else None for i in entries]
+    self.view = getitem(t, tuple(slice(None) if tensor is not None else i for i, tensor in zip(entries, tensors)))
+    # the view's dims, and the index tensor (if any) each came from
+    dim_tensors = [tensor for i, tensor in zip(entries, tensors) if not isinstance(i, int) or tensor is not None]
+    self.indexed = [d for d, tensor in enumerate(dim_tensors) if tensor is not None]
+    self.others = [d for d, tensor in enumerate(dim_tensors) if tensor is None]
+    self.batch = _broadcast_index_shapes([tensor.shape for tensor in tensors if tensor is not None])
+    k, nb = len(self.indexed), len(self.batch)
+    self.mask = None
+    for j, d in enumerate(self.indexed):
+      index, n = dim_tensors[d], self.view.shape[d]
+      index = (index < 0).where(index + n, index)
+      index = index.reshape((1,) * (nb - index.ndim) + index.shape).expand(self.batch).reshape(self.batch + (1,) * k)
+      positions = Tensor.arange(n, device=t.device, dtype=index.dtype).reshape((1,) * (nb + j) + (n,) + (1,) * (k-j-1))
+      hit = index == positions
+      self.mask = hit if self.mask is None else self.mask & hit
+    # the batch dims go in place of the indexed ones when those (and any ints) are adjacent in the index, else first
+    advanced_at = [p for p, (i, tensor) in enumerate(zip(entries, tensors)) if tensor is not None or isinstance(i, int)]
+    adjacent = advanced_at == list(range(advanced_at[0], advanced_at[-1] + 1))
+    front = sum(1 for d in self.others if d < self.indexed[0]) if adjacent else 0
+    no = len(self.others)
+    self.placement = list(range(front)) + list(range(no, no + nb)) + list(range(front, no))
+
+  def batch_axes(self) -> tuple[int, ...]:
+    """The batch axes of (others + batch + indexed sizes)."""
+    return tuple(range(len(self.others), len(self.others) + len(self.batch)))
+
+
 def _advanced_getitem(t: Tensor, indices: tuple) -> Tensor:
   """numpy's advanced indexing: the index tensors broadcast to one shape B; each result element reads the element
-  they name (negative indices count from the end; out-of-range ones read 0, unchecked as in tinygrad). B takes
-  the place of the indexed dims when those (with any ints) are adjacent in the index, else it comes first."""
+  they name (negative indices count from the end; out-of-range ones read 0, unchecked as in tinygrad)."""
+  ix = _AdvancedIndex(t, indices)
+  values = ix.view.permute(ix.others + ix.indexed)
+  no, nb = len(ix.others), len(ix.batch)
+  values = values.reshape(values.shape[:no] + (1,) * nb + values.shape[no:])
+  picked = ix.mask.where(values, 0).sum(tuple(range(no + nb, values.ndim))).cast(t.dtype)
+  return picked.permute(ix.placement)
+
+
+def advanced_setitem(t: Tensor, indices: tuple, value: Tensor) -> None:
+  """`t[indices] = value` with index tensors: every element an index names gets its value (of several writes to
+  one element the last wins), as a where over the basic view, assigned into it."""
   from tinycore.tensor import Tensor
-  entries = _expand_ellipsis(indices, t.ndim)
-  tensors = [_index_tensor(i, t.device) if is_advanced_index(i) else None for i in entries]
-  basic = tuple(slice(None) if tensor is not None else i for i, tensor in zip(entries, tensors))
-  out = getitem(t, basic)
-  # the result dims of the basic indexing, and which index tensor (if any) each came from
-  dim_tensors = [tensor for i, tensor in zip(entries, tensors) if not isinstance(i, int) or tensor is not None]
-  indexed = [d for d, tensor in enumerate(dim_tensors) if tensor is not None]
-  others = [d for d, tensor in enumerate(dim_tensors) if tensor is None]
-  batch = _broadcast_index_shapes([tensor.shape for tensor in tensors if tensor is not None])
-  sizes = tuple(out.shape[d] for d in indexed)
-  k, nb = len(indexed), len(batch)
-  mask = None
-  for j, d in enumerate(indexed):
-    index, n = dim_tensors[d], out.shape[d]
-    index = (index < 0).where(index + n, index)
-    index = index.reshape((1,) * (nb - index.ndim) + index.shape).expand(batch).reshape(batch + (1,) * k)
-    positions = Tensor.arange(n, device=t.device, dtype=index.dtype).reshape((1,) * (nb + j) + (n,) + (1,) * (k-j-1))
-    hit = index == positions
-    mask = hit if mask is None else mask & hit
-  values = out.permute(others + indexed)
-  values = values.reshape(values.shape[:len(others)] + (1,) * nb + sizes)
-  picked = mask.where(values, 0).sum(tuple(range(len(others) + nb, len(others) + nb + k))).cast(t.dtype)
-  # where the broadcast dims go: in place of the indexed ones when those (and any ints) are adjacent, else first
-  advanced_at = [p for p, (i, tensor) in enumerate(zip(entries, tensors)) if tensor is not None or isinstance(i, int)]
-  adjacent = advanced_at == list(range(advanced_at[0], advanced_at[-1] + 1))
-  front = sum(1 for d in others if d < indexed[0]) if adjacent else 0
-  order = list(range(len(others), len(others) + nb))
-  return picked.permute(list(range(front)) + order + list(range(front, len(others))))
+  ix = _AdvancedIndex(t, indices)
+  no, nb, k = len(ix.others), len(ix.batch), len(ix.indexed)
+  result_shape = tuple([ix.view.shape[d] for d in ix.others] + list(ix.batch))
+  result_shape = tuple(result_shape[p] for p in ix.placement)
+  if value.ndim > len(result_shape): raise ValueError(f"cannot assign shape {value.shape} to an index of shape "
+                                                      f"{result_shape}")
+  value = value.cast(t.dtype).reshape((1,) * (len(result_shape) - value.ndim) + value.shape).expand(result_shape)
+  inverse = sorted(range(len(ix.placement)), key=lambda i: ix.placement[i])
+  value = value.permute(inverse)  # others + batch
+  value = value.reshape(value.shape + (1,) * k)
+  # the last write wins: of the batch positions naming one element, the highest
+  count = 1
+  for s in ix.batch: count *= s
+  if count == 0: return  # an empty index writes nothing
+  order = Tensor.arange(count, device=t.device).reshape(ix.batch + (1,) * k)
+  last = ix.mask.where(order, -1).max(tuple(range(nb)), keepdim=True) if nb else order
+  winner = ix.mask & (order == last)
+  written = winner.where(value, 0).sum(ix.batch_axes()).cast(t.dtype)  # others + indexed sizes
+  hit = ix.mask.any(tuple(range(nb))).reshape((1,) * no + written.shape[no:]) if nb else ix.mask
+  current = ix.view.permute(ix.others + ix.indexed)
+  merged = hit.where(written, current)
+  back = sorted(range(no + k), key=lambda i: (ix.others + ix.indexed)[i])
+  ix.view.assign(merged.permute(back).contiguous())

@@ -294,12 +294,33 @@ def test_advanced_getitem(rng, case):
   assert_equal(Tensor(xi)[as_tensors], xi[index], dtype=dtypes.int16)
 
 
+@pytest.mark.parametrize("case", range(len(ADVANCED)))
+def test_advanced_setitem(rng, case):
+  index = ADVANCED[case]
+  x = random_array(rng, (3, 4, 5, 2), "float32")
+  t = Tensor(x.copy())
+  as_tensors = tuple(Tensor(i.astype(np.int32)) if isinstance(i, np.ndarray) else i for i in index)
+  values = random_array(rng, x[index].shape, "float32")
+  x[index] = values
+  t[as_tensors] = Tensor(values)
+  assert_equal(t, x)
+  x[index] = -1.5
+  t[as_tensors] = -1.5
+  assert_equal(t, x)
+
+
+def test_advanced_setitem_duplicates_last_wins():
+  t = Tensor([0, 0, 0, 0])
+  t[[1, 3, 1]] = Tensor([5, 6, 7])
+  assert t.tolist() == [0, 7, 0, 6]
+
+
 def test_advanced_index_errors():
   t = Tensor.ones(3, 4)
   with pytest.raises(IndexError): t[Tensor([0.5])]
   with pytest.raises(NotImplementedError): t[Tensor([True, False, True])]
   with pytest.raises(IndexError): t[[0], [1], [2]]
-  with pytest.raises(NotImplementedError): t[[0, 1]] = 2.0
+  with pytest.raises(ValueError): t[[0, 1]] = Tensor.ones(2, 2, 4)
   with pytest.raises(IndexError): t[[0, 1], [0, 1, 2]]  # index shapes that do not broadcast
 
 
