@@ -269,8 +269,8 @@ class TensorOps:
     return picked.sum(-1).cast(self.dtype)
 
   def _scatter_parts(self: Tensor, dim: int, index: Tensor, src: Tensor | Any) -> tuple[Tensor, Tensor]:
-    """(hits, values): both index.shape with dim moved last... as (index.shape + (n,)): whether index[..k..] names
-    n, and src's value at [..k..] spread over n."""
+    """(hits, values): hits (index.shape + (n,)) says whether index[..k..] names n; values (index.shape + (1,)) is
+    src's value at [..k..], src trimmed to the index's shape (a scalar src fills it)."""
     from tinycore.tensor import Tensor
     if any(i > s for d, (i, s) in enumerate(zip(index.shape, self.shape)) if d != dim):
       raise RuntimeError(f"scatter index of shape {index.shape} is larger than the tensor {self.shape} off dim {dim}")
