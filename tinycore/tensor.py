@@ -13,6 +13,7 @@ from tinycore.device.registry import Device
 from tinycore.gradient import compute_gradient, full_like, functional
 from tinycore.helpers import Context, TRAINING
 from tinycore.engine.jit import JitError, is_capturing
+from tinycore.tensor_ops import TensorOps
 
 # every live Tensor (weakly), so a realize can rebind all of them to the buffers it produced
 all_tensors: dict[weakref.ref, None] = {}
@@ -74,7 +75,7 @@ def _normalize_axis(axis: int, ndim: int) -> int:
   return axis % max(ndim, 1)
 
 
-class Tensor:
+class Tensor(TensorOps):
   """A lazily evaluated multi-dimensional array on a device."""
   __slots__ = ("uop", "requires_grad", "grad", "view_of", "__weakref__")
   training: bool = False
@@ -475,12 +476,16 @@ class Tensor:
     return getitem(self, indices)
 
   def __setitem__(self, indices, value) -> None:
+    from tinycore.tensor_indexing import advanced_setitem, is_advanced_index
+    if any(is_advanced_index(i) for i in (indices if isinstance(indices, tuple) else (indices,))):
+      value = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
+      return advanced_setitem(self, indices if isinstance(indices, tuple) else (indices,), value)
     self[indices].assign(value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype))
 
   def squeeze(self, dim: int | None = None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
     dim = _normalize_axis(dim, self.ndim)
-    return self if self.shape[dim] != 1 else self.reshape(self.shape[:dim] + self.shape[dim + 1:])
+    return self if self.ndim == 0 or self.shape[dim] != 1 else self.reshape(self.shape[:dim] + self.shape[dim + 1:])
 
   def unsqueeze(self, dim: int) -> Tensor:
     dim = _normalize_axis(dim, self.ndim + 1)
@@ -522,7 +527,14 @@ class Tensor:
     return out
 
   def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
+    """Join tensors of one shape along a new dim: `a.stack(b, c)`, `Tensor.stack(a, b)` or `Tensor.stack([a, b])`."""
+    if isinstance(self, (list, tuple)):
+      if not self: raise ValueError("stack needs at least one tensor")
+      return Tensor.stack(*self, *others, dim=dim)
+    if len(others) == 1 and isinstance(others[0], (list, tuple)): others = tuple(others[0])
     tensors = (self, *others)
+    if any(t.shape != self.shape for t in tensors):
+      raise ValueError(f"stack needs tensors of one shape, got {[t.shape for t in tensors]}")
     dim = _normalize_axis(dim, self.ndim + 1)
     return Tensor.cat(*[t.unsqueeze(dim) for t in tensors], dim=dim) if others else self.unsqueeze(dim)
 
@@ -812,6 +824,9 @@ class Tensor:
   def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
     if axis is None: return tuple(range(self.ndim))
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    if self.ndim == 0:  # a 0-d tensor takes axis 0 or -1 (as tinygrad and torch) and reduces over nothing
+      for a in axes: _normalize_axis(a, 0)
+      return ()
     return tuple(sorted({_normalize_axis(a, self.ndim) for a in axes}))
 
   SPLIT_REDUCE_MIN = 1 << 20   # reducing this many elements or more to one value happens in two stages
@@ -907,16 +922,6 @@ class Tensor:
   def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
     m = self.max(axis, keepdim=True)
     return (self - m).exp().sum(axis, keepdim=True).log().add(m).reshape(self.sum(axis, keepdim).shape)
-
-  def cumsum(self, axis: int = 0) -> Tensor:
-    axis = _normalize_axis(axis, self.ndim)
-    n = self.shape[axis]
-    if n == 0: return self
-    x = self.transpose(axis, -1)
-    # out[..., i] = sum_j x[..., j] * (j <= i)
-    lower = Tensor.arange(n, device=self.device).reshape(n, 1) <= Tensor.arange(n, device=self.device).reshape(1, n)
-    out = (x.unsqueeze(-1) * lower.cast(x.dtype)).sum(-2)
-    return out.transpose(axis, -1)
 
   def softmax(self, axis: int = -1) -> Tensor:
     shifted = self - self.max(axis, keepdim=True)
@@ -1016,9 +1021,11 @@ class Tensor:
     out = self @ weight
     return out if bias is None else out + bias
 
-  def one_hot(self, num_classes: int) -> Tensor:
-    """Integer class indices -> a one-hot int32 tensor with a new last axis of num_classes."""
+  def one_hot(self, num_classes: int = -1) -> Tensor:
+    """Integer class indices -> a one-hot int32 tensor with a new last axis of num_classes (-1: the largest index
+    plus one, which reads the data, as in tinygrad)."""
     if dtypes.is_float(self.dtype): raise TypeError(f"one_hot needs integer class indices, got {self.dtype}")
+    if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
     classes = Tensor.arange(num_classes, device=self.device, dtype=self.dtype)
     return (self.unsqueeze(-1) == classes).cast(dtypes.int32)
 

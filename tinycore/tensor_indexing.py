@@ -1,4 +1,5 @@
-"""Basic indexing (`t[...]`): ints, slices with steps, None and Ellipsis, all as movement ops (no copies)."""
+"""Indexing (`t[...]`): ints, slices with steps, None and Ellipsis as movement ops (no copies); integer tensors and
+lists (advanced indexing, numpy's rules) as a one-hot select-and-sum that fuses into one kernel."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +35,8 @@ def _take_every(t: Tensor, dim: int, step: int) -> Tensor:
 def getitem(t: Tensor, indices: Any) -> Tensor:
   from tinycore.tensor import Tensor
   if not isinstance(indices, tuple): indices = (indices,)
+  if any(is_advanced_index(i) for i in indices): return _advanced_getitem(t, indices)
   for i in indices:
-    if isinstance(i, Tensor) or isinstance(i, (list,)):
-      raise NotImplementedError("indexing with tensors or lists (advanced indexing) is not supported yet")
     if not (i is None or i is Ellipsis or isinstance(i, (int, slice))) or isinstance(i, bool):
       raise TypeError(f"invalid index {i!r} of type {type(i).__name__}")
   indices = _expand_ellipsis(indices, t.ndim)
@@ -75,3 +75,109 @@ def getitem(t: Tensor, indices: Any) -> Tensor:
     dim += 1
   if drop_dims: out = out.reshape(tuple(s for i, s in enumerate(out.shape) if i not in drop_dims))
   return out
+
+
+def is_advanced_index(index: Any) -> bool:
+  """Whether an entry of an index is advanced: an integer tensor, a list or a nested tuple of ints."""
+  from tinycore.tensor import Tensor
+  return isinstance(index, (Tensor, list, tuple))
+
+
+def _index_tensor(index: Any, device: str) -> Tensor:
+  from tinycore.dtype import dtypes
+  from tinycore.tensor import Tensor
+  if not isinstance(index, Tensor):
+    try: index = Tensor(list(index) if isinstance(index, tuple) else index, device=device, dtype=dtypes.int32)
+    except (TypeError, ValueError) as e: raise IndexError(f"invalid index list {index!r}: {e}") from e
+  if index.dtype is dtypes.bool:
+    raise NotImplementedError("boolean mask indexing has a data-dependent shape; use where() or masked_fill()")
+  if dtypes.is_float(index.dtype): raise IndexError(f"tensors used as indices must be integers, got {index.dtype}")
+  return index
+
+
+def _broadcast_index_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+  ndim = max(len(s) for s in shapes)
+  padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+  out = []
+  for sizes in zip(*padded):
+    non_one = {s for s in sizes if s != 1}
+    if len(non_one) > 1: raise IndexError(f"index tensors of shapes {shapes} do not broadcast together")
+    out.append(non_one.pop() if non_one else 1)
+  return tuple(out)
+
+
+class _AdvancedIndex:
+  """An index with tensors split into a basic view and a one-hot mask. `view` is t indexed by the index with every
+  tensor replaced by a full slice; `others`/`indexed` are its dims without/with an index tensor; `mask` (shape
+  batch + the indexed sizes) is True where the index tensors, broadcast to `batch`, name an element; `placement`
+  permutes (others dims + batch dims) into numpy's result order."""
+
+  def __init__(self, t: Tensor, indices: tuple):
+    from tinycore.tensor import Tensor
+    entries = _expand_ellipsis(indices, t.ndim)
+    tensors = [_index_tensor(i, t.device) if is_advanced_index(i) else None for i in entries]
+    self.view = getitem(t, tuple(slice(None) if tensor is not None else i for i, tensor in zip(entries, tensors)))
+    # the view's dims, and the index tensor (if any) each came from
+    dim_tensors = [tensor for i, tensor in zip(entries, tensors) if not isinstance(i, int) or tensor is not None]
+    self.indexed = [d for d, tensor in enumerate(dim_tensors) if tensor is not None]
+    self.others = [d for d, tensor in enumerate(dim_tensors) if tensor is None]
+    self.batch = _broadcast_index_shapes([tensor.shape for tensor in tensors if tensor is not None])
+    k, nb = len(self.indexed), len(self.batch)
+    self.mask = None
+    for j, d in enumerate(self.indexed):
+      index, n = dim_tensors[d], self.view.shape[d]
+      index = (index < 0).where(index + n, index)
+      index = index.reshape((1,) * (nb - index.ndim) + index.shape).expand(self.batch).reshape(self.batch + (1,) * k)
+      positions = Tensor.arange(n, device=t.device, dtype=index.dtype).reshape((1,) * (nb + j) + (n,) + (1,) * (k-j-1))
+      hit = index == positions
+      self.mask = hit if self.mask is None else self.mask & hit
+    # the batch dims go in place of the indexed ones when those (and any ints) are adjacent in the index, else first
+    advanced_at = [p for p, (i, tensor) in enumerate(zip(entries, tensors)) if tensor is not None or isinstance(i, int)]
+    adjacent = advanced_at == list(range(advanced_at[0], advanced_at[-1] + 1))
+    front = sum(1 for d in self.others if d < self.indexed[0]) if adjacent else 0
+    no = len(self.others)
+    self.placement = list(range(front)) + list(range(no, no + nb)) + list(range(front, no))
+
+  def batch_axes(self) -> tuple[int, ...]:
+    """The batch axes of (others + batch + indexed sizes)."""
+    return tuple(range(len(self.others), len(self.others) + len(self.batch)))
+
+
+def _advanced_getitem(t: Tensor, indices: tuple) -> Tensor:
+  """numpy's advanced indexing: the index tensors broadcast to one shape B; each result element reads the element
+  they name (negative indices count from the end; out-of-range ones read 0, unchecked as in tinygrad)."""
+  ix = _AdvancedIndex(t, indices)
+  values = ix.view.permute(ix.others + ix.indexed)
+  no, nb = len(ix.others), len(ix.batch)
+  values = values.reshape(values.shape[:no] + (1,) * nb + values.shape[no:])
+  picked = ix.mask.where(values, 0).sum(tuple(range(no + nb, values.ndim))).cast(t.dtype)
+  return picked.permute(ix.placement)
+
+
+def advanced_setitem(t: Tensor, indices: tuple, value: Tensor) -> None:
+  """`t[indices] = value` with index tensors: every element an index names gets its value (of several writes to
+  one element the last wins), as a where over the basic view, assigned into it."""
+  from tinycore.tensor import Tensor
+  ix = _AdvancedIndex(t, indices)
+  no, nb, k = len(ix.others), len(ix.batch), len(ix.indexed)
+  result_shape = tuple([ix.view.shape[d] for d in ix.others] + list(ix.batch))
+  result_shape = tuple(result_shape[p] for p in ix.placement)
+  if value.ndim > len(result_shape): raise ValueError(f"cannot assign shape {value.shape} to an index of shape "
+                                                      f"{result_shape}")
+  value = value.cast(t.dtype).reshape((1,) * (len(result_shape) - value.ndim) + value.shape).expand(result_shape)
+  inverse = sorted(range(len(ix.placement)), key=lambda i: ix.placement[i])
+  value = value.permute(inverse)  # others + batch
+  value = value.reshape(value.shape + (1,) * k)
+  # the last write wins: of the batch positions naming one element, the highest
+  count = 1
+  for s in ix.batch: count *= s
+  if count == 0: return  # an empty index writes nothing
+  order = Tensor.arange(count, device=t.device).reshape(ix.batch + (1,) * k)
+  last = ix.mask.where(order, -1).max(tuple(range(nb)), keepdim=True) if nb else order
+  winner = ix.mask & (order == last)
+  written = winner.where(value, 0).sum(ix.batch_axes()).cast(t.dtype)  # others + indexed sizes
+  hit = ix.mask.any(tuple(range(nb))).reshape((1,) * no + written.shape[no:]) if nb else ix.mask
+  current = ix.view.permute(ix.others + ix.indexed)
+  merged = hit.where(written, current)
+  back = sorted(range(no + k), key=lambda i: (ix.others + ix.indexed)[i])
+  ix.view.assign(merged.permute(back).contiguous())

@@ -1,0 +1,382 @@
+"""More of tinygrad's Tensor API, mixed into Tensor: cumulative ops, triangles, roll, meshgrid, repeat_interleave,
+einsum, gather/scatter and masked_fill. Every op composes existing lazy ops (no host compute), so the autograd over
+the UOp graph differentiates them."""
+from __future__ import annotations
+import math
+from typing import TYPE_CHECKING, Any, Sequence
+from tinycore.dtype import DType, dtypes, least_upper_dtype, to_dtype
+from tinycore.uop.ops import Ops, identity_element
+
+if TYPE_CHECKING:
+  from tinycore.tensor import Tensor
+
+
+def _axis(axis: int, ndim: int) -> int:
+  if not -max(ndim, 1) <= axis < max(ndim, 1):
+    raise IndexError(f"dimension {axis} out of range for a tensor with {ndim} dims")
+  return axis % max(ndim, 1)
+
+
+# a scan's op: an Ops (ADD, MUL, MAX) or LOGADDEXP, log(exp(a) + exp(b)), the scan of logcumsumexp
+LOGADDEXP = "logaddexp"
+
+
+def _identity(op: Ops | str, dtype: DType) -> Any:
+  return -math.inf if op == LOGADDEXP else identity_element(op, dtype)
+
+
+def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
+  """log(exp(a) + exp(b)) shifted by the larger, so neither overflows; -inf with -inf stays -inf."""
+  peak = a.maximum(b)
+  safe = peak.isinf().where(0, peak)
+  return ((a - safe).exp() + (b - safe).exp()).log() + safe
+
+
+def _combine(op: Ops | str, a: Tensor, b: Tensor) -> Tensor:
+  if op is Ops.ADD: return a + b
+  if op is Ops.MUL: return a * b
+  if op is Ops.MAX: return a.maximum(b)
+  return _logaddexp(a, b)
+
+
+def _reduce_last(x: Tensor, op: Ops | str) -> Tensor:
+  """op over the last axis (LOGADDEXP: a logsumexp shifted by the row max, which may be -inf)."""
+  if op != LOGADDEXP: return x._reduce(op, -1)
+  peak = x.max(-1, keepdim=True)
+  safe = peak.isinf().where(0, peak)
+  return ((x - safe).exp().sum(-1, keepdim=True).log() + safe).squeeze(-1)
+
+
+class TensorOps:
+  """Methods of Tensor defined here to keep tensor.py small (Tensor inherits them)."""
+  __slots__ = ()
+  # a scan runs inside blocks of this many elements (a triangular reduce, block**2 work per block), then scans the
+  # block totals the same way: O(n * block) work in about 2 * log_block(n) kernels
+  SCAN_BLOCK = 32
+
+  # ------------------------------------------------------------------ cumulative ops
+  def _scan_small(self: Tensor, op: Ops | str) -> Tensor:
+    """The inclusive scan of the last axis by a reduce over a triangle: out[i] = op over x[j] for j <= i."""
+    from tinycore.tensor import Tensor
+    n = self.shape[-1]
+    rows = Tensor.arange(n, device=self.device).reshape(n, 1)
+    keep = Tensor.arange(n, device=self.device).reshape(1, n) <= rows
+    spread = self.unsqueeze(-2).expand(*self.shape[:-1], n, n)
+    return _reduce_last(keep.where(spread, _identity(op, self.dtype)), op)
+
+  def _scan(self: Tensor, op: Ops | str) -> Tensor:
+    """The inclusive scan of the last axis: blocks scanned by _scan_small, then the exclusive scan of the block
+    totals (recursively) combined into each block."""
+    n, block = self.shape[-1], TensorOps.SCAN_BLOCK
+    if n <= block: return self._scan_small(op)
+    count = -(-n // block)
+    lead = self.shape[:-1]
+    x = self.pad(((0, 0),) * len(lead) + ((0, count * block - n),), value=_identity(op, self.dtype))
+    inner = x.reshape(*lead, count, block)._scan_small(op).contiguous()
+    totals = inner[..., -1]._scan(op)
+    carry = totals.pad(((0, 0),) * len(lead) + ((1, 0),), value=_identity(op, self.dtype))[..., :count]
+    out = _combine(op, inner, carry.unsqueeze(-1)).reshape(*lead, count * block)
+    return out[..., :n]
+
+  def _cumulative(self: Tensor, op: Ops | str, axis: int) -> Tensor:
+    axis = _axis(axis, self.ndim)
+    if self.ndim == 0 or self.shape[axis] == 0: return self
+    return self.transpose(axis, -1)._scan(op).transpose(axis, -1)
+
+  def cumsum(self: Tensor, axis: int = 0) -> Tensor:
+    """The running sum along axis (ints accumulate as sum does; half floats come back in their dtype)."""
+    acc = type(self)._sum_dtype(self.dtype)
+    out = self.cast(acc)._cumulative(Ops.ADD, axis)
+    return out.cast(self.dtype) if self.dtype in (dtypes.float16, dtypes.bfloat16) else out
+
+  def cumprod(self: Tensor, axis: int = 0) -> Tensor:
+    """The running product along axis."""
+    acc = self.dtype if dtypes.is_float(self.dtype) else type(self)._sum_dtype(self.dtype)
+    return self.cast(acc)._cumulative(Ops.MUL, axis)
+
+  def cummax(self: Tensor, axis: int = 0) -> Tensor:
+    """The running maximum along axis (values; NaN propagates)."""
+    return self._cumulative(Ops.MAX, axis)
+
+  def cummin(self: Tensor, axis: int = 0) -> Tensor:
+    """The running minimum along axis."""
+    if dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype): return ~((~self).cummax(axis))
+    return self._inverse().cummax(axis)._inverse()
+
+  def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
+    """log(cumsum(exp(x))) along axis, as a scan of logaddexp (every partial sum shifted by its own max, so
+    neither large nor widely spread inputs overflow or underflow)."""
+    x = self if dtypes.is_float(self.dtype) else self.float()
+    return x._cumulative(LOGADDEXP, axis)
+
+  # ------------------------------------------------------------------ shapes
+  def _triangle(self: Tensor, diagonal: int, upper: bool) -> Tensor:
+    from tinycore.tensor import Tensor
+    if self.ndim < 2: raise ValueError(f"tril/triu need at least 2 dims, got shape {self.shape}")
+    r, c = self.shape[-2:]
+    rows = Tensor.arange(r, device=self.device).reshape(r, 1) + diagonal
+    cols = Tensor.arange(c, device=self.device).reshape(1, c)
+    keep = rows <= cols if upper else cols <= rows
+    return keep.where(self, type(self)(False, device=self.device, dtype=self.dtype) if self.dtype is dtypes.bool
+                      else 0)
+
+  def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+    """The upper triangle of the last two dims: elements with col - row >= diagonal, the rest 0."""
+    return self._triangle(diagonal, True)
+
+  def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+    """The lower triangle of the last two dims: elements with col - row <= diagonal, the rest 0."""
+    return self._triangle(diagonal, False)
+
+  def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    """Rotate elements along dims by shifts (without dims: of the flattened tensor, shape kept)."""
+    if dims is None: return self.flatten().roll(shifts, 0).reshape(self.shape)
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if len(shifts) != len(dims): raise RuntimeError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+    out = self
+    for shift, dim in zip(shifts, dims):
+      dim = _axis(dim, self.ndim)
+      n = out.shape[dim]
+      if n == 0 or shift % n == 0: continue
+      shift %= n
+      # the last `shift` elements come first
+      head, tail = out.split([n - shift, shift], dim)
+      out = tail.cat(head, dim=dim)
+    return out
+
+  def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids of 1-d tensors: with "ij" output dim i follows tensor i; "xy" swaps the first two."""
+    if indexing not in ("ij", "xy"): raise ValueError(f"indexing must be 'ij' or 'xy', got {indexing!r}")
+    tensors = [t.flatten() for t in (self, *args)]
+    sizes = [t.shape[0] for t in tensors]
+    places = list(range(len(tensors)))
+    if indexing == "xy" and len(tensors) > 1: places[0], places[1] = 1, 0
+    shape = [0] * len(tensors)
+    for size, place in zip(sizes, places): shape[place] = size
+    out = []
+    for t, place in zip(tensors, places):
+      view = [1] * len(tensors)
+      view[place] = t.shape[0]
+      out.append(t.reshape(view).expand(shape))
+    return tuple(out)
+
+  def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
+    """Each element repeated `repeats` times along dim (without dim: of the flattened tensor)."""
+    if not isinstance(repeats, int) or repeats < 0: raise ValueError(f"repeats must be an int >= 0, got {repeats}")
+    x, dim = (self.flatten(), 0) if dim is None else (self, _axis(dim, self.ndim))
+    if x.ndim == 0: x = x.reshape(1)
+    shape = x.shape
+    spread = x.unsqueeze(dim + 1).expand(*shape[:dim + 1], repeats, *shape[dim + 1:])
+    return spread.reshape(*shape[:dim], shape[dim] * repeats, *shape[dim + 1:])
+
+  # ------------------------------------------------------------------ einsum
+  @staticmethod
+  def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: DType | str | None = None) -> Tensor:
+    """Sums of products named by subscripts ("ij,jk->ik"; without "->", the letters used once, sorted).
+    A letter repeated in one operand takes its diagonal; "..." stands for the same leading broadcast dims."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)): operands = tuple(operands[0])
+    formula = formula.replace(" ", "")
+    inputs_text, arrow, output = formula.partition("->")
+    inputs = inputs_text.split(",")
+    if len(inputs) != len(operands):
+      raise ValueError(f"einsum {formula!r} names {len(inputs)} operands, got {len(operands)}")
+    inputs, output = _expand_einsum_ellipsis(inputs, output if arrow else None, operands)
+    sizes: dict[str, int] = {}
+    aligned = []
+    for letters, t in zip(inputs, operands):
+      if len(letters) != t.ndim: raise ValueError(f"einsum operand {letters!r} has {t.ndim} dims, shape {t.shape}")
+      t, letters = _einsum_diagonals(t, letters)
+      for letter, size in zip(letters, t.shape):
+        if sizes.setdefault(letter, size) != size and size != 1 and sizes[letter] != 1:
+          raise ValueError(f"einsum letter {letter!r} has sizes {sizes[letter]} and {size}")
+        sizes[letter] = max(sizes[letter], size) if size != 0 and sizes[letter] != 0 else 0
+      aligned.append((t, letters))
+    for letter in output:
+      if letter not in sizes: raise ValueError(f"einsum output letter {letter!r} is in no input")
+    every = list(output) + sorted(set(sizes) - set(output))
+    product = None
+    for t, letters in aligned:
+      order = [letters.index(c) for c in every if c in letters]
+      view = [t.shape[letters.index(c)] if c in letters else 1 for c in every]
+      term = t.permute(order).reshape(view)
+      product = term if product is None else product * term
+    result_dtype = to_dtype(dtype) if dtype is not None else least_upper_dtype(*[t.dtype for t in operands])
+    summed = product.sum(tuple(range(len(output), len(every)))) if len(every) > len(output) else product
+    return summed.expand([sizes[c] for c in output]).cast(result_dtype)
+
+  # ------------------------------------------------------------------ sorting
+  def _sort_last(self: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
+    """(values, indices) sorted along the last axis, stable: each element's rank is the count of elements before
+    it in the order (ties by position), then a one-hot by rank places it. O(n**2) compares per row, one fused
+    kernel; NaNs are not ordered (as with comparisons)."""
+    from tinycore.tensor import Tensor
+    n = self.shape[-1]
+    mine, theirs = self.unsqueeze(-1), self.unsqueeze(-2)
+    earlier = Tensor.arange(n, device=self.device).reshape(1, n) < Tensor.arange(n, device=self.device).reshape(n, 1)
+    ahead = (theirs > mine) if descending else (theirs < mine)
+    rank = (ahead | ((theirs == mine) & earlier)).sum(-1)
+    place = rank.unsqueeze(-1) == Tensor.arange(n, device=self.device, dtype=rank.dtype)  # (..., i, rank)
+    values = place.where(mine, 0).sum(-2).cast(self.dtype)
+    positions = Tensor.arange(n, device=self.device, dtype=dtypes.int32).reshape(n, 1)
+    return values, place.where(positions, 0).sum(-2).cast(dtypes.int32)
+
+  def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+    """(values, indices) of self sorted along dim (stable: equal values keep their order)."""
+    dim = _axis(dim, self.ndim)
+    if self.ndim == 0: return self, type(self)(0, device=self.device, dtype=dtypes.int32)
+    if self.shape[dim] == 0: return self, self.cast(dtypes.int32)
+    values, indices = self.transpose(dim, -1)._sort_last(descending)
+    return values.transpose(dim, -1), indices.transpose(dim, -1)
+
+  def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
+    """The indices that sort self along dim (stable)."""
+    return self.sort(dim, descending)[1]
+
+  def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+    """(values, indices) of the k largest (largest=False: smallest) elements along dim, in sorted order."""
+    dim = _axis(dim, self.ndim)
+    size = self.shape[dim] if self.ndim else 1
+    if not 0 <= k <= size: raise ValueError(f"topk k={k} out of range for a dim of size {size}")
+    values, indices = self.sort(dim, descending=largest)
+    if self.ndim == 0: return values, indices
+    bounds = [None] * self.ndim
+    bounds[dim] = (0, k)
+    return values.shrink(bounds), indices.shrink(bounds)
+
+  # ------------------------------------------------------------------ gather / scatter
+  def _index_hits(self: Tensor, dim: int, index: Tensor) -> Tensor:
+    """(index.shape + (self.shape[dim],)) bools: index[..] == n, negative indices counted from the end."""
+    from tinycore.tensor import Tensor
+    if dtypes.is_float(index.dtype) or index.dtype is dtypes.bool:
+      raise TypeError(f"index must be an integer tensor, got {index.dtype}")
+    if index.ndim != self.ndim:
+      raise RuntimeError(f"index has {index.ndim} dims, the tensor {self.ndim}: they must match")
+    n = self.shape[dim]
+    index = (index < 0).where(index + n, index)
+    return index.unsqueeze(-1) == Tensor.arange(n, device=self.device, dtype=index.dtype)
+
+  def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
+    """out[i][j][k] = self[index[i][j][k]][j][k] for dim 0 (and alike for the others); index may be smaller than
+    self in the other dims."""
+    dim = _axis(dim, self.ndim)
+    if any(i > s for d, (i, s) in enumerate(zip(index.shape, self.shape)) if d != dim):
+      raise RuntimeError(f"gather index of shape {index.shape} is larger than the tensor {self.shape} off dim {dim}")
+    hits = self._index_hits(dim, index)
+    x = self.shrink([None if d == dim else (0, i) for d, i in enumerate(index.shape)])
+    values = x.unsqueeze(-1).transpose(dim, -1)  # the gathered dim last, a 1 where it was
+    picked = hits.where(values, 0)
+    return picked.sum(-1).cast(self.dtype)
+
+  def _scatter_parts(self: Tensor, dim: int, index: Tensor, src: Tensor | Any) -> tuple[Tensor, Tensor]:
+    """(hits, values): hits (index.shape + (n,)) says whether index[..k..] names n; values (index.shape + (1,)) is
+    src's value at [..k..], src trimmed to the index's shape (a scalar src fills it)."""
+    from tinycore.tensor import Tensor
+    if any(i > s for d, (i, s) in enumerate(zip(index.shape, self.shape)) if d != dim):
+      raise RuntimeError(f"scatter index of shape {index.shape} is larger than the tensor {self.shape} off dim {dim}")
+    if isinstance(src, Tensor):
+      if any(i > s for i, s in zip(index.shape, src.shape)) or src.ndim != index.ndim:
+        raise RuntimeError(f"scatter src of shape {src.shape} is smaller than the index {index.shape}")
+      src = src.shrink([(0, i) for i in index.shape]).cast(self.dtype)
+    else: src = Tensor.full(index.shape, src, device=self.device, dtype=self.dtype)
+    hits = self._index_hits(dim, index)
+    return hits, src.unsqueeze(-1)
+
+  def _scatter_to_self(self: Tensor, dim: int, reduced: Tensor) -> Tensor:
+    """(index.shape with 1 at dim, + (n,)) -> self.shape: the n axis back at dim, zero-padded off-dim to self's."""
+    moved = reduced.transpose(dim, -1).squeeze(-1)
+    return moved.pad([(0, 0) if d == dim else (0, s - m) for d, (m, s) in enumerate(zip(moved.shape, self.shape))])
+
+  def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | Any, reduce: str | None = None) -> Tensor:
+    """self with self[index[i][j]][j] = src[i][j] (dim 0; alike for the others); of several writes to one place the
+    last wins. reduce="add"/"multiply" combine them with self instead (as scatter_reduce sum/prod)."""
+    if reduce is not None:
+      names = {"add": "sum", "multiply": "prod"}
+      if reduce not in names: raise TypeError(f"scatter reduce must be 'add' or 'multiply', got {reduce!r}")
+      return self.scatter_reduce(dim, index, src, names[reduce])
+    from tinycore.tensor import Tensor
+    dim = _axis(dim, self.ndim)
+    hits, values = self._scatter_parts(dim, index, src)
+    k = hits.shape[dim]
+    position = Tensor.arange(k, device=self.device).reshape((k,) + (1,) * (hits.ndim - dim - 1))
+    last = hits.where(position, -1).max(dim, keepdim=True)
+    winner = hits & (position == last)
+    written = winner.where(values, 0).sum(dim, keepdim=True, dtype=values.dtype if dtypes.is_float(values.dtype)
+                                          else None).cast(self.dtype)
+    any_hit = self._scatter_to_self(dim, hits.any(dim, keepdim=True))
+    return any_hit.where(self._scatter_to_self(dim, written), self)
+
+  def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
+                     include_self: bool = True) -> Tensor:
+    """self with src's values reduced into the places index names along dim: reduce is "sum", "prod", "mean",
+    "amax" or "amin"; include_self=False leaves self's value out of places that get at least one write."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+      raise RuntimeError(f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
+    dim = _axis(dim, self.ndim)
+    hits, values = self._scatter_parts(dim, index, src)
+    spread = values.expand(hits.shape)
+    if reduce in ("sum", "mean"): reduced = hits.where(spread, 0).sum(dim, keepdim=True).cast(self.dtype)
+    elif reduce == "prod": reduced = hits.where(spread, 1).prod(dim, keepdim=True).cast(self.dtype)
+    elif reduce == "amax": reduced = hits.where(spread, dtypes.min(self.dtype)).max(dim, keepdim=True)
+    else: reduced = hits.where(spread, dtypes.max(self.dtype)).min(dim, keepdim=True)
+    reduced = self._scatter_to_self(dim, reduced)
+    count = self._scatter_to_self(dim, hits.sum(dim, keepdim=True))
+    if include_self:
+      if reduce in ("sum", "mean"): reduced = reduced + self
+      elif reduce == "prod": reduced = reduced * self
+      elif reduce == "amax": reduced = reduced.maximum(self)
+      else: reduced = reduced.minimum(self)
+    if reduce == "mean":
+      total = (count + int(include_self)).maximum(1).cast(self.dtype)
+      reduced = reduced / total if dtypes.is_float(self.dtype) else reduced.div(total, rounding_mode="floor")
+    return (count > 0).where(reduced, self).cast(self.dtype)
+
+  def masked_fill(self: Tensor, mask: Tensor, value: Tensor | Any) -> Tensor:
+    """self with value where mask is True (mask broadcasts)."""
+    return mask.where(value, self)
+
+
+def _expand_einsum_ellipsis(inputs: list[str], output: str | None,
+                            operands: Sequence[Tensor]) -> tuple[list[str], str]:
+  """Replace "..." by fresh letters (upper case, not otherwise used) for the broadcast dims; without an output,
+  the letters used once in sorted order, after the ellipsis dims."""
+  used = set("".join(inputs) + (output or ""))
+  fresh = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in used]
+  widest = 0
+  for letters, t in zip(inputs, operands):
+    if "..." in letters:
+      extra = t.ndim - (len(letters) - 3)
+      if extra < 0: raise ValueError(f"einsum operand {letters!r} has more letters than dims {t.shape}")
+      widest = max(widest, extra)
+  # an operand with fewer broadcast dims lines its up on the right: re-letter so all end on the same fresh letters
+  out_inputs = []
+  for letters, t in zip(inputs, operands):
+    if "..." in letters:
+      extra = t.ndim - (len(letters) - 3)
+      letters = letters.replace("...", "".join(fresh[widest - extra:widest]))
+    out_inputs.append(letters)
+  broadcast = "".join(fresh[:widest])
+  if output is None:
+    counts = "".join(out_inputs)
+    output = broadcast + "".join(sorted(c for c in set(counts) if counts.count(c) == 1 and c not in broadcast))
+  else: output = output.replace("...", broadcast)
+  for letters in out_inputs + [output]:
+    if not all(c.isalpha() for c in letters): raise ValueError(f"einsum subscripts must be letters, got {letters!r}")
+  return out_inputs, output
+
+
+def _einsum_diagonals(t: Tensor, letters: str) -> tuple[Tensor, str]:
+  """A letter repeated within one operand ("ii") takes the diagonal of those dims."""
+  from tinycore.tensor import Tensor
+  while len(set(letters)) < len(letters):
+    letter = next(c for c in letters if letters.count(c) > 1)
+    first, second = letters.index(letter), letters.index(letter, letters.index(letter) + 1)
+    n = t.shape[first]
+    if t.shape[second] != n: raise ValueError(f"einsum diagonal {letter!r} of unequal sizes {t.shape}")
+    eye = Tensor.eye(n, device=t.device, dtype=dtypes.bool)
+    view = [1] * t.ndim
+    view[first], view[second] = n, n
+    t = eye.reshape(view).where(t, 0).sum(second, dtype=t.dtype)
+    letters = letters[:second] + letters[second + 1:]
+  return t, letters
+

@@ -1,0 +1,329 @@
+"""More of the Tensor API against numpy: cumulative ops (cumsum, cumprod, cummax, cummin, logcumsumexp), 0-d
+operands, tril/triu, roll, split/chunk, meshgrid, repeat_interleave, stack call forms, einsum, gather, scatter,
+scatter_reduce, masked_fill, advanced indexing, sort/argsort/topk; and their gradients against central differences."""
+import numpy as np
+import pytest
+from tinycore import Tensor, dtypes
+from tinycore.testing.helpers import assert_close, assert_equal, check_gradient, random_array
+
+
+def _ids(value) -> str: return str(value).replace(" ", "")
+
+
+# ---------------------------------------------------------------------------- cumulative
+# (shape, axis): odd sizes, one longer than a scan block (32) so the block totals are scanned too, and zero-size
+@pytest.mark.parametrize("shape,axis", [((7,), 0), ((3, 5), 1), ((3, 5), 0), ((2, 75), -1), ((2, 0, 3), 1),
+                                        ((4, 3, 2), 1)], ids=_ids)
+def test_cumsum(rng, shape, axis):
+  x = random_array(rng, shape, "float32")
+  assert_close(Tensor(x).cumsum(axis), np.cumsum(x, axis), atol=1e-5, rtol=1e-5, dtype=dtypes.float32)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bool"])
+def test_cumsum_ints(rng, dtype):
+  x = random_array(rng, (3, 40), dtype)
+  assert_equal(Tensor(x).cumsum(1), np.cumsum(x, 1).astype(np.int32), dtype=dtypes.int32)
+
+
+@pytest.mark.parametrize("shape,axis", [((9,), 0), ((3, 40), 1), ((4, 3), 0)], ids=_ids)
+def test_cumprod_cummax_cummin(rng, shape, axis):
+  x = random_array(rng, shape, "float32", low=0.8, high=1.2)
+  assert_close(Tensor(x).cumprod(axis), np.cumprod(x, axis), atol=1e-5, rtol=1e-5)
+  y = random_array(rng, shape, "float32")
+  assert_equal(Tensor(y).cummax(axis), np.maximum.accumulate(y, axis))
+  assert_equal(Tensor(y).cummin(axis), np.minimum.accumulate(y, axis))
+
+
+def test_cummax_cummin_ints(rng):
+  x = random_array(rng, (2, 37), "int32")
+  x[0, 5] = np.iinfo(np.int32).min  # ~x and the identity must not overflow
+  assert_equal(Tensor(x).cummax(1), np.maximum.accumulate(x, 1), dtype=dtypes.int32)
+  assert_equal(Tensor(x).cummin(1), np.minimum.accumulate(x, 1), dtype=dtypes.int32)
+
+
+def test_logcumsumexp(rng):
+  x = random_array(rng, (3, 40), "float32") * 30 + 100  # exp would overflow unshifted
+  expected = np.logaddexp.accumulate(x.astype(np.float64), 1)
+  assert_close(Tensor(x).logcumsumexp(1), expected, atol=1e-4, rtol=1e-5)
+
+
+def test_zero_dim_operands():
+  t = Tensor(3.0)
+  assert_close(t.softmax(), np.float32(1.0))
+  assert_close(t.log_softmax(), np.float32(0.0))
+  assert_close(t.logsumexp(), np.float32(3.0))
+  assert_close(t.cumsum(), np.float32(3.0))
+  assert_close(t.cumsum(-1), np.float32(3.0))
+  assert t.squeeze(-1).shape == () and t.squeeze(0).shape == ()
+  assert_close(t.sum(0), np.float32(3.0))
+  assert_close(t.max(-1), np.float32(3.0))
+  with pytest.raises(IndexError): t.sum(1)
+
+
+def test_cumsum_large_is_few_kernels(rng):
+  x = random_array(rng, (5000,), "float32")
+  out = Tensor(x).realize().cumsum()
+  assert len(out.schedule_linear().src) <= 6
+  assert_close(out, np.cumsum(x.astype(np.float64)), atol=2e-3, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------- shapes
+@pytest.mark.parametrize("shape", [(4, 5), (2, 3, 6), (5, 3), (0, 3)], ids=_ids)
+@pytest.mark.parametrize("diagonal", [0, 1, -2])
+def test_tril_triu(rng, shape, diagonal):
+  x = random_array(rng, shape, "float32")
+  assert_equal(Tensor(x).tril(diagonal), np.tril(x, diagonal), dtype=dtypes.float32)
+  assert_equal(Tensor(x).triu(diagonal), np.triu(x, diagonal), dtype=dtypes.float32)
+  xi = random_array(rng, shape, "int32")
+  assert_equal(Tensor(xi).triu(diagonal), np.triu(xi, diagonal), dtype=dtypes.int32)
+
+
+def test_tril_needs_2d():
+  with pytest.raises(ValueError): Tensor([1.0, 2.0]).tril()
+
+
+@pytest.mark.parametrize("shifts,dims", [(2, 1), (-1, 0), ((1, -3), (0, 1)), (7, None), (0, 1), (13, 1)], ids=_ids)
+def test_roll(rng, shifts, dims):
+  x = random_array(rng, (4, 5), "float32")
+  assert_equal(Tensor(x).roll(shifts, dims), np.roll(x, shifts, dims))
+
+
+def test_split_chunk(rng):
+  x = random_array(rng, (7, 4), "float32")
+  for got, want in zip(Tensor(x).split(3), np.split(x, [3, 6])): assert_equal(got, want)
+  for got, want in zip(Tensor(x).split([2, 5], dim=0), np.split(x, [2])): assert_equal(got, want)
+  for got, want in zip(Tensor(x).chunk(2, dim=1), np.split(x, 2, axis=1)): assert_equal(got, want)
+  assert [t.shape for t in Tensor(x).chunk(3)] == [(3, 4), (3, 4), (1, 4)]
+
+
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+def test_meshgrid(rng, indexing):
+  a, b, c = (random_array(rng, (n,), "float32") for n in (3, 4, 2))
+  got = Tensor(a).meshgrid(Tensor(b), Tensor(c), indexing=indexing)
+  for g, w in zip(got, np.meshgrid(a, b, c, indexing=indexing)): assert_equal(g, w)
+
+
+@pytest.mark.parametrize("repeats,dim", [(2, 1), (3, None), (1, 0), (0, 0), (2, -1)], ids=_ids)
+def test_repeat_interleave(rng, repeats, dim):
+  x = random_array(rng, (3, 4), "int32")
+  assert_equal(Tensor(x).repeat_interleave(repeats, dim), np.repeat(x, repeats, dim))
+
+
+def test_stack_call_forms(rng):
+  arrays = [random_array(rng, (2, 3), "float32") for _ in range(3)]
+  a, b, c = (Tensor(x) for x in arrays)
+  for dim in (0, 1, -1):
+    want = np.stack(arrays, axis=dim)
+    assert_equal(Tensor.stack(a, b, c, dim=dim), want)
+    assert_equal(Tensor.stack([a, b, c], dim=dim), want)
+    assert_equal(a.stack(b, c, dim=dim), want)
+    assert_equal(a.stack([b, c], dim=dim), want)
+  with pytest.raises(ValueError): Tensor.stack(a, Tensor.ones(3, 2))
+
+
+# ---------------------------------------------------------------------------- einsum
+EINSUM = [("ij,jk->ik", [(3, 4), (4, 5)]), ("ij,jk", [(3, 4), (4, 2)]), ("ij->ji", [(3, 4)]), ("ij->", [(3, 4)]),
+          ("i,i->", [(5,), (5,)]), ("i,j->ij", [(3,), (4,)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 3)]),
+          ("ii->i", [(4, 4)]), ("ii", [(3, 3)]), ("...ij,...jk->...ik", [(2, 3, 4), (4, 2)]),
+          ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]), ("ijk->kj", [(2, 3, 4)]), ("i,i,i->i", [(3,)] * 3)]
+
+
+@pytest.mark.parametrize("formula,shapes", EINSUM, ids=[f for f, _ in EINSUM])
+def test_einsum(rng, formula, shapes):
+  arrays = [random_array(rng, s, "float32") for s in shapes]
+  assert_close(Tensor.einsum(formula, *[Tensor(x) for x in arrays]), np.einsum(formula, *arrays),
+               atol=1e-5, rtol=1e-5, dtype=dtypes.float32)
+
+
+def test_einsum_bad_input():
+  with pytest.raises(ValueError): Tensor.einsum("ij,jk->ik", Tensor.ones(2, 3))
+  with pytest.raises(ValueError): Tensor.einsum("ij,jk->ik", Tensor.ones(2, 3), Tensor.ones(4, 2))
+  with pytest.raises(ValueError): Tensor.einsum("ij->iz", Tensor.ones(2, 3))
+
+
+# ---------------------------------------------------------------------------- gather / scatter
+@pytest.mark.parametrize("dim,index_shape", [(0, (2, 3)), (1, (4, 7)), (-1, (3, 2)), (0, (0, 5))], ids=_ids)
+def test_gather(rng, dim, index_shape):
+  x = random_array(rng, (4, 5), "float32")
+  index = rng.integers(-x.shape[dim], x.shape[dim], size=index_shape)
+  trimmed = x[tuple(slice(0, s) if d != dim % 2 else slice(None) for d, s in enumerate(index_shape))]
+  want = np.take_along_axis(trimmed, index % x.shape[dim], dim)
+  assert_equal(Tensor(x).gather(dim, Tensor(index.astype(np.int32))), want, dtype=dtypes.float32)
+  xi = random_array(rng, (4, 5), "int8")
+  want_int = np.take_along_axis(xi[tuple(slice(0, s) if d != dim % 2 else slice(None)
+                                         for d, s in enumerate(index_shape))], index % x.shape[dim], dim)
+  assert_equal(Tensor(xi).gather(dim, Tensor(index.astype(np.int32))), want_int, dtype=dtypes.int8)
+
+
+def _np_scatter(x, dim, index, src, reduce=None, include_self=True):
+  """The reference: writes in index order (the last of several to one place wins), or reduce over them."""
+  out = x.astype(np.float64).copy()
+  touched: dict = {}
+  for pos in np.ndindex(index.shape):
+    target = list(pos)
+    target[dim] = index[pos]
+    touched.setdefault(tuple(target), []).append(src[pos])
+  for target, values in touched.items():
+    base = [out[target]] if include_self else []
+    if reduce is None: out[target] = values[-1]
+    elif reduce == "sum": out[target] = sum(base + values)
+    elif reduce == "prod": out[target] = np.prod(base + values)
+    elif reduce == "mean": out[target] = np.mean(base + values)
+    elif reduce == "amax": out[target] = max(base + values)
+    elif reduce == "amin": out[target] = min(base + values)
+  return out.astype(x.dtype)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_scatter(rng, dim):
+  x, src = random_array(rng, (4, 5), "float32"), random_array(rng, (3, 4), "float32")
+  index = rng.integers(0, x.shape[dim], size=(3, 4))
+  assert_equal(Tensor(x).scatter(dim, Tensor(index), Tensor(src)), _np_scatter(x, dim, index, src))
+  assert_equal(Tensor(x).scatter(dim, Tensor(index), 2.5), _np_scatter(x, dim, index, np.full((3, 4), 2.5)))
+  assert_close(Tensor(x).scatter(dim, Tensor(index), Tensor(src), reduce="add"),
+               _np_scatter(x, dim, index, src, "sum"), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce(rng, reduce, include_self):
+  x, src = random_array(rng, (3, 6), "float32"), random_array(rng, (3, 5), "float32")
+  index = rng.integers(0, 6, size=(3, 4))
+  want = _np_scatter(x, 1, index, src[:, :4], reduce, include_self)
+  got = Tensor(x).scatter_reduce(1, Tensor(index), Tensor(src), reduce, include_self=include_self)
+  assert_close(got, want, atol=1e-5, rtol=1e-5, dtype=dtypes.float32)
+
+
+def test_scatter_bad_input():
+  with pytest.raises(RuntimeError): Tensor.ones(3, 4).scatter_reduce(0, Tensor([[0]]), Tensor([[1.0]]), "median")
+  with pytest.raises(TypeError): Tensor.ones(3, 4).gather(0, Tensor([[0.5]]))
+  with pytest.raises(RuntimeError): Tensor.ones(3, 4).gather(0, Tensor([0]))
+
+
+def test_one_hot_default_classes(rng):
+  labels = random_array(rng, (2, 5), "int32", low=0, high=6)
+  assert_equal(Tensor(labels).one_hot(), np.eye(labels.max() + 1, dtype=np.int32)[labels], dtype=dtypes.int32)
+  assert_equal(Tensor(labels).one_hot(8), np.eye(8, dtype=np.int32)[labels], dtype=dtypes.int32)
+
+
+def test_masked_fill(rng):
+  x = random_array(rng, (3, 4), "float32")
+  mask = random_array(rng, (1, 4), "bool")
+  assert_equal(Tensor(x).masked_fill(Tensor(mask), -1.5), np.where(mask, -1.5, x))
+  assert_equal(Tensor(x).masked_fill(Tensor(mask), Tensor(np.float32(2.0))), np.where(mask, 2.0, x))
+
+
+# ---------------------------------------------------------------------------- sorting
+@pytest.mark.parametrize("shape,dim", [((9,), 0), ((3, 7), 1), ((5, 3), 0), ((2, 0), 1), ((2, 40), -1)], ids=_ids)
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_argsort(rng, shape, dim, descending):
+  x = random_array(rng, shape, "int32", low=0, high=6)  # many ties: the order must be stable
+  key = -x if descending else x
+  want_indices = np.argsort(key, axis=dim, kind="stable")
+  values, indices = Tensor(x).sort(dim, descending=descending)
+  assert_equal(values, np.take_along_axis(x, want_indices, dim), dtype=dtypes.int32)
+  assert_equal(indices, want_indices.astype(np.int32), dtype=dtypes.int32)
+  assert_equal(Tensor(x.astype(np.float32)).argsort(dim, descending), want_indices.astype(np.int32))
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk(rng, largest):
+  x = random_array(rng, (4, 9), "float32")
+  order = np.argsort(-x if largest else x, axis=1, kind="stable")[:, :3]
+  values, indices = Tensor(x).topk(3, largest=largest)
+  assert_equal(values, np.take_along_axis(x, order, 1))
+  assert_equal(indices, order.astype(np.int32))
+  with pytest.raises(ValueError): Tensor(x).topk(10)
+
+
+# ---------------------------------------------------------------------------- gradients
+GRADIENTS = {
+  "cumsum": (lambda x: x.cumsum(1), lambda x: np.cumsum(x, 1), (2, 37)),
+  "cumprod": (lambda x: x.cumprod(1), lambda x: np.cumprod(x, 1), (2, 6)),
+  "cummax": (lambda x: x.cummax(0), lambda x: np.maximum.accumulate(x, 0), (5, 3)),
+  "cummin": (lambda x: x.cummin(1), lambda x: np.minimum.accumulate(x, 1), (3, 5)),
+  "logcumsumexp": (lambda x: x.logcumsumexp(1), lambda x: np.logaddexp.accumulate(x, 1), (2, 5)),
+  "tril": (lambda x: x.tril(), np.tril, (3, 4)),
+  "roll": (lambda x: x.roll(2, 1), lambda x: np.roll(x, 2, 1), (3, 4)),
+  "repeat_interleave": (lambda x: x.repeat_interleave(2, 0), lambda x: np.repeat(x, 2, 0), (3, 2)),
+  "einsum": (lambda x: Tensor.einsum("ij,kj->ik", x, x), lambda x: np.einsum("ij,kj->ik", x, x), (3, 4)),
+  "gather": (lambda x: x.gather(1, Tensor([[0, 2, 2], [1, 0, 3]])),
+             lambda x: np.take_along_axis(x[:2], np.array([[0, 2, 2], [1, 0, 3]]), 1), (3, 4)),
+  "sort": (lambda x: x.sort(1)[0], lambda x: np.sort(x, 1), (3, 5)),
+  "topk": (lambda x: x.topk(2, 0)[0], lambda x: -np.sort(-x, 0)[:2], (4, 3)),
+  "masked_fill": (lambda x: x.masked_fill(Tensor([True, False, True, False]), 0.5),
+                  lambda x: np.where([True, False, True, False], 0.5, x), (3, 4)),
+}
+
+
+@pytest.mark.parametrize("name", GRADIENTS)
+def test_gradient(rng, name):
+  tc_fn, np_fn, shape = GRADIENTS[name]
+  low = 0.5 if name == "cumprod" else None
+  check_gradient(rng, tc_fn, np_fn, [random_array(rng, shape, "float32", low=low, high=1.5 if low else None)])
+
+
+def test_scatter_reduce_gradient(rng):
+  index = np.array([[0, 2, 2], [1, 0, 3]])
+  check_gradient(rng, lambda x, s: x.scatter_reduce(1, Tensor(index), s, "sum"),
+                 lambda x, s: _np_scatter_sum(x, index, s), [random_array(rng, (2, 4), "float32"),
+                                                             random_array(rng, (2, 3), "float32")])
+
+
+def _np_scatter_sum(x, index, src):
+  out = x.copy()
+  for i, j in np.ndindex(index.shape): out[i, index[i, j]] += src[i, j]
+  return out
+
+
+# ---------------------------------------------------------------------------- advanced indexing
+_I = np.array([[0, 2], [1, -1]])
+_J = np.array([1, 0])
+ADVANCED = [(_I,), ([0, 2],), (slice(None), _I), (slice(None), _I, _J), (_I, slice(1, 3), _J), (0, slice(None), _I),
+            (Ellipsis, _J), (None, _I, None, slice(None, None, -1)), (_I, Ellipsis, [1, 0]), (1, _I, _J, 0),
+            ([[1], [2]], [0, 1, 2]), ((0, 1),), (_I, None, _J), (np.array(2),), (np.zeros((0,), np.int64),)]
+
+
+@pytest.mark.parametrize("case", range(len(ADVANCED)))
+def test_advanced_getitem(rng, case):
+  index = ADVANCED[case]
+  x = random_array(rng, (3, 4, 5, 2), "float32")
+  as_tensors = tuple(Tensor(i.astype(np.int32)) if isinstance(i, np.ndarray) else i for i in index)
+  assert_equal(Tensor(x)[as_tensors], x[index], dtype=dtypes.float32)
+  xi = random_array(rng, (3, 4, 5, 2), "int16")
+  assert_equal(Tensor(xi)[as_tensors], xi[index], dtype=dtypes.int16)
+
+
+@pytest.mark.parametrize("case", range(len(ADVANCED)))
+def test_advanced_setitem(rng, case):
+  index = ADVANCED[case]
+  x = random_array(rng, (3, 4, 5, 2), "float32")
+  t = Tensor(x.copy())
+  as_tensors = tuple(Tensor(i.astype(np.int32)) if isinstance(i, np.ndarray) else i for i in index)
+  values = random_array(rng, x[index].shape, "float32")
+  x[index] = values
+  t[as_tensors] = Tensor(values)
+  assert_equal(t, x)
+  x[index] = -1.5
+  t[as_tensors] = -1.5
+  assert_equal(t, x)
+
+
+def test_advanced_setitem_duplicates_last_wins():
+  t = Tensor([0, 0, 0, 0])
+  t[[1, 3, 1]] = Tensor([5, 6, 7])
+  assert t.tolist() == [0, 7, 0, 6]
+
+
+def test_advanced_index_errors():
+  t = Tensor.ones(3, 4)
+  with pytest.raises(IndexError): t[Tensor([0.5])]
+  with pytest.raises(NotImplementedError): t[Tensor([True, False, True])]
+  with pytest.raises(IndexError): t[[0], [1], [2]]
+  with pytest.raises(ValueError): t[[0, 1]] = Tensor.ones(2, 2, 4)
+  with pytest.raises(IndexError): t[[0, 1], [0, 1, 2]]  # index shapes that do not broadcast
+
+
+def test_advanced_getitem_gradient(rng):
+  index = np.array([[0, 2], [2, 1]])
+  check_gradient(rng, lambda x: x[Tensor(index), 1:], lambda x: x[index, 1:], [random_array(rng, (3, 4), "float32")])
