@@ -28,7 +28,6 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass

@@ -14,7 +14,6 @@ from tinycore.engine.realize import run_linear
 from tinycore.hcq import HCQTimeoutError, SignalWait, staging
 from tinycore.hcq.commands import InputAddress, Variable
 from tinycore.hcq.runtime import call_is_hcq, compile_linear, compiled_templates
-from tinycore.hcq.signal import signal_pool
 from tinycore.uop.ops import Ops, UOp
 from stalled_queue import stall_compute_queue
 

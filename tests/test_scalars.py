@@ -138,7 +138,8 @@ def test_too_many_scalars_are_baked_in(device, monkeypatch):
     for c in coeffs[1:]: out = out * xt + c
     return out
 
-  for coeffs in ([0.5, -0.25, 2.5, 3.5, -4.5, 5.5], [0.5, -0.25, 2.5, 3.5, -4.5, 6.5], [1.5, 2.25, 2.5, 3.5, -4.5, 6.5]):
+  steps = ([0.5, -0.25, 2.5, 3.5, -4.5, 5.5], [0.5, -0.25, 2.5, 3.5, -4.5, 6.5], [1.5, 2.25, 2.5, 3.5, -4.5, 6.5])
+  for coeffs in steps:
     linear = poly(coeffs).schedule_linear()
     assert all(len(call.src) - 1 <= 4 for call in linear.src)   # two buffers, two scalars, the rest baked in
     ref = np.float32(coeffs[0]) + x * np.float32(0.0)

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("tiny_cpu", reason="tiny-cpu is not installed")
 from tiny_cpu.compiler import CPUCompiler  # noqa: E402
 from tinycore.device.registry import Device  # noqa: E402
-from tinycore.hcq import HCQTimeoutError, SignalStore, SignalWait  # noqa: E402
+from tinycore.hcq import HCQTimeoutError  # noqa: E402
 from stalled_queue import stall_compute_queue  # noqa: E402
 
 

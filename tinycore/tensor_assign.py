@@ -6,7 +6,7 @@ that every view of that buffer then reads. Both run under the runtime lock, so t
 """
 from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
-from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore.uop.ops import Ops, UOp
 from tinycore.hcq.runtime import holding_runtime_lock
 from tinycore.schedule.copies import is_storage_only, storage_root
 

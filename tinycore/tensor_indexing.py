@@ -33,7 +33,6 @@ def _take_every(t: Tensor, dim: int, step: int) -> Tensor:
 
 
 def getitem(t: Tensor, indices: Any) -> Tensor:
-  from tinycore.tensor import Tensor
   if not isinstance(indices, tuple): indices = (indices,)
   if any(is_advanced_index(i) for i in indices): return _advanced_getitem(t, indices)
   for i in indices:

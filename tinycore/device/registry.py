@@ -138,7 +138,7 @@ class DeviceRegistry:
       with self._lock:
         reasons: list[str] = []
         for spec in self.specs():
-          if not (spec.compute and spec.host_memory) or (reason := probe_device_kind(spec)): continue
+          if not (spec.compute and spec.host_memory) or probe_device_kind(spec) is not None: continue
           try:
             self[spec.prefix]
           except Exception as error:

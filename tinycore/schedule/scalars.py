@@ -11,7 +11,7 @@ MAX_KERNEL_ARGS arguments: scalars past that are baked in as literals, and the s
 """
 from __future__ import annotations
 import math
-from typing import Any, Iterable
+from typing import Iterable
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import kernel_scalars, scalar_bounds, scalar_value

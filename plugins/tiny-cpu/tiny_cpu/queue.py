@@ -7,7 +7,6 @@ one thread runs the entries in order.
 """
 from __future__ import annotations
 import ctypes
-import struct
 import threading
 import time
 from typing import Any, Sequence

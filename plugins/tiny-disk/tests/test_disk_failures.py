@@ -116,7 +116,7 @@ def test_full_disk_write_into_a_sparse_file_is_an_os_error(full_disk):
 t = Tensor.empty(1 << 20, dtype=dtypes.float32, device="DISK:" + path)
 report(lambda: t.assign(Tensor.ones(1 << 20, dtype=dtypes.float32)).realize())
 """, path)
-  assert f"OSError 28 write of" in out and f"to DISK file {path} at byte" in out
+  assert "OSError 28 write of" in out and f"to DISK file {path} at byte" in out
 
 
 def test_safe_save_on_a_full_disk_leaves_the_old_file(full_disk):

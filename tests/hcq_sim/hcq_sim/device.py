@@ -25,8 +25,9 @@ import struct
 import threading
 import time
 from typing import Any, Sequence
-from tinycore.plugin import (Barrier, BufferStorage, BufferSpec, CommandWriter, Copy, Encoded, Exec, HCQDevice, HOST_DEVICE, HWQueue,
-                             LRUAllocator, SignalStore, SignalWait, Timestamp, Value, wait_for_queues)
+from tinycore.plugin import (HOST_DEVICE, Barrier, BufferStorage, BufferSpec, CommandWriter, Copy, Encoded, Exec,
+                             HCQDevice, HWQueue, LRUAllocator, SignalStore, SignalWait, Timestamp, Value,
+                             wait_for_queues)
 
 EXEC, COPY, SIGNAL, WAIT, TIMESTAMP, BARRIER = 1, 2, 3, 4, 5, 6
 
