@@ -58,7 +58,8 @@ def _flatten_nested(data: Any) -> tuple[list[Any], tuple[int, ...]]:
   return [v for p in parts for v in p[0]], (len(data),) + parts[0][1]
 
 
-def _broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+  """numpy's broadcast of these shapes; shapes that do not broadcast are a ValueError naming them."""
   ndim = max(len(s) for s in shapes)
   padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
   out = []
@@ -582,7 +583,7 @@ class Tensor(TensorOps):
       out = least_upper_dtype(x.dtype, y.dtype)
       x, y = x.cast(out), y.cast(out)
     if reverse: x, y = y, x
-    shape = _broadcast_shape(x.shape, y.shape)
+    shape = broadcast_shape(x.shape, y.shape)
     return x._broadcast_to(shape), y._broadcast_to(shape)
 
   def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
@@ -737,7 +738,7 @@ class Tensor(TensorOps):
       y = y if isinstance(y, Tensor) else Tensor(UOp.const(ref._scalar_dtype(y), y, self.device))
     dtype = least_upper_dtype(x.dtype, y.dtype)
     x, y = x.cast(dtype), y.cast(dtype)
-    shape = _broadcast_shape(cond.shape, x.shape, y.shape)
+    shape = broadcast_shape(cond.shape, x.shape, y.shape)
     cond, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
     return x._apply(UOp(Ops.WHERE, dtype, (cond.uop, x.uop, y.uop)))
 

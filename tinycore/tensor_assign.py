@@ -40,7 +40,9 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
     # is a whole buffer.
     value = value.to(target.device)
   if storage_root(target.uop).op not in (Ops.BUFFER, Ops.AFTER):
-    owner = storage_owner(target)
+    # the tensor whose storage this is a view of: tracked per tensor (Tensor.view_of), not by graph, since two
+    # tensors built alike (two Tensor.zeros(4)) are one graph node yet separate storage
+    owner = target.view_of
     if owner is None:
       target.uop = value.uop  # nothing else sees this tensor's storage: it simply becomes the value
       return
@@ -74,12 +76,6 @@ def live_tensors() -> Iterator[Tensor]:
   from tinycore.tensor import all_tensors
   for ref in list(all_tensors):
     if (t := ref()) is not None: yield t
-
-
-def storage_owner(target: Tensor) -> Tensor | None:
-  """The live tensor whose storage the target is a view of (`Tensor.view_of`), or None if it is no view. Tracked per
-  tensor, not by graph: two tensors built alike (two `Tensor.zeros(4)`) are one graph node, yet separate storage."""
-  return target.view_of
 
 
 def give_own_storage(owner: Tensor) -> None:

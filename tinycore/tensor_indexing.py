@@ -95,14 +95,9 @@ def _index_tensor(index: Any, device: str) -> Tensor:
 
 
 def _broadcast_index_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
-  ndim = max(len(s) for s in shapes)
-  padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
-  out = []
-  for sizes in zip(*padded):
-    non_one = {s for s in sizes if s != 1}
-    if len(non_one) > 1: raise IndexError(f"index tensors of shapes {shapes} do not broadcast together")
-    out.append(non_one.pop() if non_one else 1)
-  return tuple(out)
+  from tinycore.tensor import broadcast_shape
+  try: return broadcast_shape(*shapes)
+  except ValueError as e: raise IndexError(f"index tensors of shapes {shapes} do not broadcast together") from e
 
 
 class _AdvancedIndex:
