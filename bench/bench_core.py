@@ -1,97 +1,185 @@
-"""tinycore vs numpy, side by side in one process: a column per tinycore device, then numpy. Asserts nothing.
+"""tinycore vs numpy, torch and tinygrad, side by side in one process. Asserts nothing.
 
-    python bench/bench_core.py [--device CPU,CL] [--repeat 5]
+    python bench/bench_core.py [--compiler gcc|clang] [--device CPU] [--repeat 5]
 
---device takes a comma-separated list (default: the default device). `--device CL` runs the OpenCL device
-(PoCL with `pip install tiny-cl[pocl]`). Every time includes waiting for the device to finish.
+Each row is one workload; each library's column is its time divided by numpy's (lower is better; numpy's own
+column is milliseconds). torch and tinygrad are measured when importable (`pip install tinycore[bench]`).
+`--compiler` picks the C compiler of the CPU device (it sets $CC before the device opens); the header names the
+compiler used. Every time includes waiting for the device to finish, and is the minimum over `--repeat` runs after a
+warm-up (on a shared machine the minimum is the least noisy statistic). Besides the kernels: the time to the first
+result of a kernel this process never compiled, and the per-iteration time of an eager loop of tiny ops.
 """
 from __future__ import annotations
 import argparse
+import importlib
+import os
 import time
-from typing import Callable
+from typing import Any, Callable
 import numpy as np
-from tinycore import Tensor
-from tinycore.device.registry import Device
-from timing import median_time
 
-Workload = tuple[str, Callable[[str], Callable[[], object]], Callable[[], object]]
+Thunk = Callable[[], object]
 
 
-def realized(data: np.ndarray, device: str) -> Tensor:
-  return Tensor(data, device=device).realize()
+def best_time(fn: Thunk, repeat: int, sync: Callable[[], None]) -> float:
+  """Minimum wall time of fn() plus sync() over `repeat` runs, after one warm-up run (compiles, allocates)."""
+  fn(); sync()
+  samples = []
+  for _ in range(repeat):
+    start = time.perf_counter()
+    fn(); sync()
+    samples.append(time.perf_counter() - start)
+  return min(samples)
+
+
+def numpy_conv2d(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+  """3x3 convolution, stride 1, padding 1, through a sliding window view and one tensordot (BLAS)."""
+  padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+  windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # (n, cin, h, w, 3, 3)
+  return np.tensordot(windows, w, axes=((1, 4, 5), (1, 2, 3))).transpose(0, 3, 1, 2)
+
+
+def numpy_softmax(s: np.ndarray) -> np.ndarray:
+  e = np.exp(s - s.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+
+class Workload:
+  """A computation on numpy inputs: `tensor_fn` for the tinygrad-style Tensor API (tinycore and tinygrad), `torch_fn`
+  for torch, `numpy_fn` for numpy; each takes the inputs in its library's array type."""
+
+  def __init__(self, name: str, inputs: list[np.ndarray], numpy_fn: Callable, tensor_fn: Callable,
+               torch_fn: Callable | None = None):
+    self.name, self.inputs, self.numpy_fn, self.tensor_fn = name, inputs, numpy_fn, tensor_fn
+    self.torch_fn = torch_fn or tensor_fn
 
 
 def workloads(rng: np.random.Generator) -> list[Workload]:
-  """(name, device -> tinycore thunk, numpy thunk) for each measured computation."""
+  def normal(*shape: int) -> np.ndarray: return rng.standard_normal(shape).astype(np.float32)
   n = 16 * 1024 * 1024
-  a, b, c, d = (rng.standard_normal(n).astype(np.float32) for _ in range(4))
-  m = rng.standard_normal((4096, 4096)).astype(np.float32)
-  s = rng.standard_normal((4096, 1024)).astype(np.float32)
-  x, y = rng.standard_normal((1024, 1024)).astype(np.float32), rng.standard_normal((1024, 1024)).astype(np.float32)
-
-  def fused(device):
-    ta, tb, tc, td = (realized(v, device) for v in (a, b, c, d))
-    return lambda: ((ta * tb + tc).relu() * td).sum().realize()
-
-  def axis_sum(axis):
-    def make(device):
-      tm = realized(m, device)
-      return lambda: tm.sum(axis).realize()
-    return make
-
-  def softmax(device):
-    ts = realized(s, device)
-    return lambda: ts.softmax(-1).realize()
-
-  def np_softmax():
-    e = np.exp(s - s.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
-
-  def matmul(device):
-    tx, ty = realized(x, device), realized(y, device)
-    return lambda: (tx @ ty).realize()
-
-  return [("fused ((a*b+c).relu()*d).sum(), 16M f32", fused, lambda: (np.maximum(a * b + c, 0) * d).sum()),
-          ("sum over axis 0, 4096x4096 f32", axis_sum(0), lambda: m.sum(0)),
-          ("sum over axis 1, 4096x4096 f32", axis_sum(1), lambda: m.sum(1)),
-          ("softmax over (4096, 1024) f32", softmax, np_softmax),
-          ("matmul 1024x1024 f32", matmul, lambda: x @ y)]
+  m, s = normal(4096, 4096), normal(4096, 1024)
+  rows = [Workload("fused ((a*b+c).relu()*d).sum(), 16M", [normal(n) for _ in range(4)],
+                   lambda a, b, c, d: (np.maximum(a * b + c, 0) * d).sum(),
+                   lambda a, b, c, d: ((a * b + c).relu() * d).sum()),
+          Workload("sum over axis 0, 4096x4096", [m], lambda x: x.sum(0), lambda x: x.sum(0)),
+          Workload("sum over axis 1, 4096x4096", [m], lambda x: x.sum(1), lambda x: x.sum(1)),
+          Workload("sum to one value, 4096x4096", [m], lambda x: x.sum(), lambda x: x.sum()),
+          Workload("softmax (4096, 1024)", [s], numpy_softmax, lambda x: x.softmax(-1))]
+  for size in (256, 1024, 2048):
+    rows.append(Workload(f"matmul {size}", [normal(size, size), normal(size, size)], lambda x, y: x @ y,
+                         lambda x, y: x @ y))
+  rows.append(Workload("batched matmul 16x(256x256)", [normal(16, 256, 256), normal(16, 256, 256)],
+                       lambda x, y: x @ y, lambda x, y: x @ y))
+  def torch_conv(x, w):
+    import torch.nn.functional as F
+    return F.conv2d(x, w, padding=1)
+  rows.append(Workload("conv2d 3x3 (8,64,28,28) -> 64", [normal(8, 64, 28, 28), normal(64, 64, 3, 3)],
+                       numpy_conv2d, lambda x, w: x.conv2d(w, padding=1), torch_conv))
+  return rows
 
 
-def first_result(device: str, rng: np.random.Generator) -> tuple[float, float]:
-  """Seconds to the first result of a kernel this process never saw (a fresh constant makes new source), and to the
-  same computation again (everything cached)."""
-  salt = float(time.time() % 1000)
-  v = realized(rng.standard_normal(1000).astype(np.float32), device)
-  times = []
-  for _ in range(2):
-    start = time.perf_counter()
-    (v * salt + 1).exp().sum().realize()
+class Library:
+  """One column: how to make arrays, realize a result and wait for the device."""
+
+  def __init__(self, name: str, to_array: Callable[[np.ndarray], Any], realize: Callable[[Any], Any],
+               sync: Callable[[], None], fn_of: Callable[[Workload], Callable]):
+    self.name, self.to_array, self.realize, self.sync, self.fn_of = name, to_array, realize, sync, fn_of
+
+  def thunk(self, workload: Workload) -> Thunk:
+    arrays = [self.to_array(x) for x in workload.inputs]
+    fn = self.fn_of(workload)
+    return lambda: self.realize(fn(*arrays))
+
+
+def tinycore_library(device: str) -> Library:
+  from tinycore import Tensor
+  from tinycore.device.registry import Device
+  return Library("tinycore", lambda x: Tensor(x, device=device).realize(), lambda t: t.realize(),
+                 lambda: Device[device].synchronize(), lambda w: w.tensor_fn)
+
+
+def optional_libraries() -> list[Library]:
+  """torch and tinygrad, each when it imports."""
+  found = []
+  try:
+    torch = importlib.import_module("torch")
+    found.append(Library(f"torch {torch.__version__.split('+')[0]}", torch.from_numpy, lambda t: t, lambda: None,
+                         lambda w: w.torch_fn))
+  except ImportError: pass
+  try:
+    tinygrad = importlib.import_module("tinygrad")
+    def sync() -> None: tinygrad.Device[tinygrad.Device.DEFAULT].synchronize()
+    found.append(Library("tinygrad", lambda x: tinygrad.Tensor(x).realize(), lambda t: t.realize(), sync,
+                         lambda w: w.tensor_fn))
+  except ImportError: pass
+  return found
+
+
+def first_result_seconds(device: str, rng: np.random.Generator) -> float:
+  """Seconds to the first result of a kernel no process compiled before: a random length makes new source (a new
+  constant would not: constants are kernel parameters)."""
+  from tinycore import Tensor
+  from tinycore.device.registry import Device
+  length = int(rng.integers(1000, 1_000_000))
+  v = Tensor(rng.standard_normal(length).astype(np.float32), device=device).realize()
+  start = time.perf_counter()
+  (v * 3 + 1).exp().sum().realize()
+  Device[device].synchronize()
+  return time.perf_counter() - start
+
+
+def eager_loop_seconds(device: str, iterations: int, chained: int) -> float:
+  """Per iteration of `x = x + 1` `chained` times, then realize, on 16 elements (the fixed cost of an op)."""
+  from tinycore import Tensor
+  from tinycore.device.registry import Device
+  x = Tensor(np.zeros(16, np.float32), device=device).realize()
+  def loop(count: int) -> Any:
+    nonlocal x
+    for _ in range(count):
+      for _ in range(chained): x = x + 1
+      x = x.realize()
     Device[device].synchronize()
-    times.append(time.perf_counter() - start)
-  return times[0], times[1]
+  loop(10)  # warm-up: compiles and caches the schedule
+  start = time.perf_counter()
+  loop(iterations)
+  return (time.perf_counter() - start) / iterations
+
+
+def print_table(columns: list[str], rows: list[tuple[str, list[float | None]]]) -> None:
+  """numpy's column in ms, the others as time / numpy's time."""
+  print(f"{'workload':40s}{'numpy ms':>10s}" + "".join(f"{c:>22s}" for c in columns[1:]))
+  for name, times in rows:
+    numpy_time = times[0]
+    cells = "".join(f"{'-':>22s}" if t is None else f"{t / numpy_time:21.2f}x" for t in times[1:])
+    print(f"{name:40s}{numpy_time * 1e3:10.2f}" + cells)
 
 
 def main() -> None:
   parser = argparse.ArgumentParser()
-  parser.add_argument("--device", default=None, help="comma-separated tinycore devices (default: the default device)")
+  parser.add_argument("--compiler", choices=("gcc", "clang"), help="the CPU device's C compiler (sets $CC)")
+  parser.add_argument("--device", default=None, help="the tinycore device (default: the default device)")
   parser.add_argument("--repeat", type=int, default=5)
   args = parser.parse_args()
-  devices = [Device.canonicalize(d) for d in args.device.split(",")] if args.device else [Device.DEFAULT]
+  if args.compiler: os.environ["CC"] = args.compiler
+  from tinycore.device.registry import Device
+  device = Device.canonicalize(args.device) if args.device else Device.DEFAULT
+  compiler = Device[device].capabilities().get("compiler")
+  ours = tinycore_library(device)
+  ours.name = f"tinycore {device}" + (f" ({compiler})" if compiler else "")
+  others = optional_libraries()
   rng = np.random.default_rng(0)
-  table = []
-  for name, make, numpy_fn in workloads(rng):
-    ours = [median_time(make(device), args.repeat, device) for device in devices]
-    table.append((name, ours, median_time(numpy_fn, args.repeat)))
-  header = ("".join(f"{d + ' ms':>12s}" for d in devices) + f"{'numpy ms':>10s}" +
-            "".join(f"{'np/' + d:>10s}" for d in devices))
-  print(f"{'workload':42s}{header}")
-  for name, ours, theirs in table:
-    print(f"{name:42s}" + "".join(f"{t * 1e3:12.2f}" for t in ours) + f"{theirs * 1e3:10.2f}" +
-          "".join(f"{theirs / t:9.2f}x" for t in ours))
-  firsts = [first_result(device, rng) for device in devices]
-  print(f"{'time to first result, new kernel (ms)':42s}" + "".join(f"{f * 1e3:12.2f}" for f, _ in firsts))
-  print(f"{'same computation again, cached (ms)':42s}" + "".join(f"{a * 1e3:12.2f}" for _, a in firsts))
+  rows = []
+  for workload in workloads(rng):
+    times: list[float | None] = [best_time(lambda: workload.numpy_fn(*workload.inputs), args.repeat, lambda: None)]
+    for library in [ours, *others]:
+      try: times.append(best_time(library.thunk(workload), args.repeat, library.sync))
+      except Exception as error:  # a library without the op gets a dash, not a crash
+        print(f"# {library.name}: {workload.name}: {type(error).__name__}: {error}")
+        times.append(None)
+    rows.append((workload.name, times))
+  print_table(["numpy", ours.name, *(library.name for library in others)], rows)
+  print(f"{'first result of a new kernel (ms)':40s}{first_result_seconds(device, rng) * 1e3:32.1f}")
+  print(f"{'eager (x + 1).realize(), 16 elements (us)':40s}{eager_loop_seconds(device, 200, 1) * 1e6:32.1f}")
+  print(f"{'10 chained x + 1, one realize (us)':40s}{eager_loop_seconds(device, 100, 10) * 1e6:32.1f}")
 
 
 if __name__ == "__main__":
