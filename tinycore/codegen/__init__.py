@@ -3,9 +3,9 @@
 """
 from __future__ import annotations
 from tinycore.uop.ops import Ops, UOp
-from tinycore.codegen.optimize import optimize_kernel
+from tinycore.codegen.optimize import DEFAULT_TARGET, KernelTarget, optimize_kernel
 
-__all__ = ["CodegenStats", "kernel_name", "optimize_kernel"]
+__all__ = ["CodegenStats", "DEFAULT_TARGET", "KernelTarget", "kernel_name", "optimize_kernel"]
 
 
 class CodegenStats:

@@ -264,6 +264,12 @@ class CStyleRenderer:
     if dtypes.is_float(dtype): return f"(({a} != {a} || {a} > {b}) ? {a} : {b})"
     return f"({a} > {b} ? {a} : {b})"
 
+  def accumulate(self, x: UOp) -> str:
+    """The new value of REDUCE x's accumulator after one more element (`acc OP value`)."""
+    acc, value = self._name(x), self._name(x.src[0])
+    if x.arg is Ops.MAX: return self.max_expr(value, acc, x.dtype)
+    return self.alu(UOp(x.arg, x.dtype, (x, x.src[0])), [acc, value])
+
   def loop_pragma(self, loop: Loop) -> str:
     """A line placed before a loop (e.g. a vectorization hint); none by default."""
     return ""
@@ -470,11 +476,7 @@ class CStyleRenderer:
         self._emit_block(item.body, lines, depth + 1)
         lines.append(f"{pad}}}")
       elif isinstance(item, AccUpdate):
-        x = item.reduce
-        acc, value = self._name(x), self._name(x.src[0])
-        if x.arg is Ops.MAX: update = self.max_expr(value, acc, x.dtype)
-        else: update = self.alu(UOp(x.arg, x.dtype, (x, x.src[0])), [acc, value])
-        lines.append(f"{pad}{acc} = {update};")
+        lines.append(f"{pad}{self._name(item.reduce)} = {self.accumulate(item.reduce)};")
       else: self._emit_node(item, lines, pad)
 
   def _address(self, index: UOp) -> tuple[str, str, str | None]:

@@ -4,6 +4,7 @@ A (4096, 4096) elementwise kernel over contiguous buffers is one loop of 16M, no
 are merged whenever every address in the kernel stays affine in the merged loop (no new `//` or `%`).
 """
 from __future__ import annotations
+import attrs
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.pattern import graph_rewrite
@@ -69,10 +70,42 @@ def _split_range(sink: UOp, r: UOp, width: int, new_id: int) -> UOp:
   return graph_rewrite(sink.substitute({r: outer * width + inner}), symbolic)
 
 
-def upcast_reduce_kernel(sink: UOp) -> UOp:
+@attrs.frozen
+class KernelTarget:
+  """What the optimizer knows of the machine a kernel runs on: `vector_lanes` float32 lanes in a vector register,
+  `vector_registers` of them, `cores` that run one kernel's shares. A renderer carries one as `target`."""
+  vector_lanes: int = 4
+  vector_registers: int = 16
+  cores: int = 1
+
+
+# 8 lanes (AVX2-sized): the tiles every device got before targets existed
+DEFAULT_TARGET = KernelTarget(vector_lanes=8)
+
+
+def register_tile(target: KernelTarget) -> tuple[int, int]:
+  """(columns, rows) of a matmul-style register tile: two vectors of columns per row, and as many rows as leave
+  room in the register file for the loaded columns and one broadcast row value (8 rows with 32 registers)."""
+  columns = 2 * target.vector_lanes
+  rows = 8 if target.vector_registers >= 32 else 4
+  return columns, rows
+
+
+def _width_for(size: int, widths: tuple[int, ...]) -> int | None:
+  return next((w for w in widths if size % w == 0), None)
+
+
+def _halvings(width: int) -> tuple[int, ...]:
+  """width, width/2, ... down to 4: the tile widths to try, widest first."""
+  return tuple(w for w in (width >> i for i in range(8)) if w >= 4)
+
+
+def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
   """Register tiles for reductions over a strided axis (matmul, column sums): the output dim that some load inside the
-  reduce reads contiguously is computed 16 (8, 4) at a time, and a second output dim those loads don't use 4 at a
-  time, so each loaded value is reused from registers and the compiler vectorizes the unrolled nest."""
+  reduce reads contiguously is computed two vectors at a time, and a second output dim those loads don't use 4 or 8
+  at a time (`register_tile`), so each loaded value is reused from registers and the compiler vectorizes the
+  unrolled nest. The tile's column loop is the outer output loop, so one panel of the contiguous operand stays in
+  the core's cache while every row block streams past it."""
   nodes = sink.toposort()
   reduce_ranges = {r for n in nodes if n.op is Ops.REDUCE for r in n.src[1:]}
   if not reduce_ranges or any(n.op is Ops.RANGE and n.arg[1] == "upcast" for n in nodes): return sink
@@ -80,20 +113,33 @@ def upcast_reduce_kernel(sink: UOp) -> UOp:
   inner_addresses = [n.src[0].src[1] for n in nodes if n.op is Ops.LOAD and
                      any(r in reduce_ranges for r in n.src[0].src[1].toposort())]
   coefficients = [affine_terms(a)[0] for a in inner_addresses]
-  def width_for(size: int, widths=(16, 8, 4)) -> int | None: return next((w for w in widths if size % w == 0), None)
-  contiguous = [r for r in reversed(outputs) if width_for(_range_size(r)) and any(c.get(r) == 1 for c in coefficients)]
+  columns, rows = register_tile(target)
+  contiguous = [r for r in reversed(outputs) if _width_for(_range_size(r), _halvings(columns)) and
+                any(c.get(r) == 1 for c in coefficients)]
   if not contiguous: return sink
   u_dim = contiguous[0]
-  reused = [r for r in reversed(outputs) if r is not u_dim and _range_size(r) % 4 == 0 and
+  reused = [r for r in reversed(outputs) if r is not u_dim and _width_for(_range_size(r), _halvings(rows)) and
             any(c.get(r) and not c.get(u_dim) for c in coefficients)]
   next_id = 1 + max(n.arg[0] for n in nodes if n.op is Ops.RANGE)
   # without a second dim to tile, a wider strip reads more of each row per pass (column sums)
-  widths = (16, 8, 4) if reused else (64, 32, 16, 8, 4)
-  sink = _split_range(sink, u_dim, width_for(_range_size(u_dim), widths), next_id)
+  widths = _halvings(columns) if reused else _halvings(4 * columns)
+  # the contiguous dim is the innermost upcast range (the highest id), so each unrolled row is whole vectors
+  sink = _split_range(sink, u_dim, _width_for(_range_size(u_dim), widths), next_id + 1)
   if reused:
-    sink = _split_range(sink, reused[0], 4, next_id + 1)
+    sink = _split_range(sink, reused[0], _width_for(_range_size(reused[0]), _halvings(rows)), next_id)
+    sink = _columns_outside(sink, u_dim.arg, reused[0].arg)
   return sink
 
 
-def optimize_kernel(sink: UOp) -> UOp:
-  return upcast_reduce_kernel(merge_ranges(sink))
+def _columns_outside(sink: UOp, columns: tuple, rows: tuple) -> UOp:
+  """The column-block loop outside the row-block loop (output loops nest in the order of their ids): one column
+  panel of the contiguous operand is reused by every row block from cache, and the threads split the panels."""
+  if columns[0] < rows[0]: return sink
+  by_arg = {n.arg: n for n in sink.toposort() if n.op is Ops.RANGE and n.arg in (columns, rows)}
+  return sink.substitute({by_arg[columns]: by_arg[columns].replace(arg=rows),
+                          by_arg[rows]: by_arg[rows].replace(arg=columns)})
+
+
+def optimize_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
+  """The kernel with contiguous loops merged and register tiles for strided reductions, shaped for `target`."""
+  return upcast_reduce_kernel(merge_ranges(sink), target)

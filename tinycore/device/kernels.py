@@ -12,7 +12,7 @@ from typing import Any
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import UOp
 from tinycore.uop.scalars import kernel_scalars
-from tinycore.codegen import CodegenStats, kernel_name, optimize_kernel
+from tinycore.codegen import DEFAULT_TARGET, CodegenStats, kernel_name, optimize_kernel
 from tinycore.device.registry import Device
 
 
@@ -42,7 +42,8 @@ def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
     raise RuntimeError(f"device {device} cannot run kernels (it only stores bytes): move the tensor to a compute "
                        "device first, e.g. .to(Device.DEFAULT)")
   check_dtypes(dev.renderer, sink, device)
-  optimized = optimize_kernel(sink)
+  # a renderer may describe its machine (vector width, registers, cores) for the tiles; else the default shapes
+  optimized = optimize_kernel(sink, getattr(dev.renderer, "target", DEFAULT_TARGET))
   if kernel_scalars(optimized) != kernel_scalars(sink):
     raise AssertionError("optimizing a kernel changed its scalar parameters: its CALL's arguments would not match")
   name = kernel_name(optimized)

@@ -7,8 +7,8 @@ names are covered by API_VERSION: a MINOR bump adds names or optional hooks, a M
 - memory: Allocator, LRUAllocator, BufferSpec, BufferStorage, Buffer, HostAllocator and HostMemory (the core's host
   memory, page-aligned), view_address, HOST_DEVICE (the core's host kind, "PYTHON");
 - compiling and running: Compiled, Compiler, Program, cache_dir;
-- rendering: CStyleRenderer, RenderedKernel, LinearKernel, Loop, AccUpdate and the IR they render (Ops, GroupOp,
-  UOp, DType, dtypes);
+- rendering: CStyleRenderer, RenderedKernel, LinearKernel, Loop, AccUpdate, KernelTarget (the machine the optimizer
+  shapes tiles for) and the IR they render (Ops, GroupOp, UOp, DType, dtypes);
 - queue devices (HCQ2): HCQDevice, HWQueue, CommandWriter, Encoded, HCQTimeoutError, Signal, the queue commands
   (Exec, Copy, SignalStore, SignalWait, Timestamp, Barrier, Command) and their run-time values (Value,
   InputAddress, Variable), is_hcq_device, wait_for_queues.
@@ -26,6 +26,7 @@ from tinycore.plugin.spec import DeviceSpec
 if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.codegen.c_style import CStyleRenderer, RenderedKernel
   from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop
+  from tinycore.codegen.optimize import KernelTarget
   from tinycore.device.allocator import Allocator, BufferSpec, BufferStorage, LRUAllocator
   from tinycore.device.buffer import Buffer
   from tinycore.device.host import HostAllocator, HostMemory, view_address
@@ -52,6 +53,7 @@ _LAZY_EXPORTS: dict[str, str] = {
                    "compile_timeout_s", "run_bounded", "run_compiler"), "tinycore.device.compiled"),
   **dict.fromkeys(("CStyleRenderer", "RenderedKernel"), "tinycore.codegen.c_style"),
   **dict.fromkeys(("AccUpdate", "LinearKernel", "Loop"), "tinycore.codegen.linearize"),
+  "KernelTarget": "tinycore.codegen.optimize",
   **dict.fromkeys(("DType", "dtypes"), "tinycore.dtype"),
   **dict.fromkeys(("GroupOp", "Ops", "UOp"), "tinycore.uop.ops"),
   **dict.fromkeys(("Barrier", "Command", "Copy", "Exec", "InputAddress", "SignalStore", "SignalWait", "Timestamp",

@@ -1,6 +1,6 @@
 """The C renderer of the CPU device: tinycore's C-style renderer with the CPU's details."""
 from math import prod
-from tinycore.plugin import CStyleRenderer, DType, LinearKernel, Loop, Ops, UOp, dtypes
+from tinycore.plugin import CStyleRenderer, DType, KernelTarget, LinearKernel, Loop, Ops, UOp, dtypes
 
 # exp2 for float32 without a libm call, so loops over it vectorize: 2^x = 2^n * 2^f with n = rint(x), f in
 # [-0.5, 0.5], 2^f from Cephes' degree-6 polynomial (relative error < 2e-7), 2^n built in two halves so that
@@ -23,18 +23,31 @@ static inline float tc_exp2f(float x) {
 }
 """
 
+# a*b+acc with one rounding. gcc vectorizes its fma builtins; clang keeps unrolled accumulators of the builtin badly
+# (copies and spills), but fuses a contracted a*b+c just as well; without FMA hardware both compute a*b+c
+MULTIPLY_ADD = r"""
+#if defined(__clang__) || !defined(__FMA__)
+static inline float tc_fmaf(float a, float b, float c) { _Pragma("clang fp contract(fast)") return a * b + c; }
+static inline double tc_fma(double a, double b, double c) { _Pragma("clang fp contract(fast)") return a * b + c; }
+#else
+#define tc_fmaf __builtin_fmaf
+#define tc_fma __builtin_fma
+#endif
+"""
+FMA_FUNCTIONS = {dtypes.float32: "tc_fmaf", dtypes.float64: "tc_fma"}
 OMP_REDUCTION = {Ops.ADD: "+", Ops.MUL: "*", Ops.MAX: "max"}
 
 
 class CPURenderer(CStyleRenderer):
   """Renders a kernel as a C function ``void name(T* restrict data0, ..., long long var0, ...)``."""
   device = "CPU"
-  prelude = CStyleRenderer.prelude + EXP2F
+  prelude = CStyleRenderer.prelude + EXP2F + MULTIPLY_ADD
   # kernels with at least this many loop iterations split their outermost loop across `threads` worker threads
   parallel_threshold = 1 << 16
 
-  def __init__(self, threads: int = 1):
+  def __init__(self, threads: int = 1, target: KernelTarget | None = None):
     self.threads = threads
+    self.target = target or host_target(threads)
     self._split: UOp | None = None
 
   def threaded_loop(self, kernel: LinearKernel) -> UOp | None:
@@ -66,9 +79,30 @@ class CPURenderer(CStyleRenderer):
     if op is Ops.EXP2 and dtype in (dtypes.float32, dtypes.float16, dtypes.bfloat16): return f"tc_exp2f({args[0]})"
     return super().math_call(op, dtype, args)
 
+  def accumulate(self, x: UOp) -> str:
+    # a sum of products (matmul, conv) accumulates with one fused multiply-add: one rounding instead of two, as BLAS
+    # does; elementwise a*b+c keeps both roundings (-ffp-contract=off), as numpy computes it
+    product = x.src[0]
+    if x.arg is Ops.ADD and product.op is Ops.MUL and product.dtype in FMA_FUNCTIONS:
+      a, b = (self._name(s) for s in product.src)
+      return f"{FMA_FUNCTIONS[product.dtype]}({a}, {b}, {self._name(x)})"
+    return super().accumulate(x)
+
   def loop_pragma(self, loop: Loop) -> str:
     # an innermost reduction loop may be reassociated, so the compiler can keep several partial sums in vectors
     updates = self.reduction_updates(loop)
     if not updates: return ""
     clauses = " ".join(f"reduction({OMP_REDUCTION[u.reduce.arg]}:{self._names[u.reduce]})" for u in updates)
     return f"#pragma omp simd {clauses}"
+
+
+def host_target(cores: int) -> KernelTarget:
+  """This machine for the optimizer, from the CPU flags the kernel reports (the compiler targets -march=native):
+  AVX-512 has 16 float lanes and 32 registers, AVX/AVX2 8 lanes and 16, anything else 4 lanes and 16."""
+  try:
+    with open("/proc/cpuinfo") as cpuinfo: flags = next((line for line in cpuinfo if line.startswith("flags")), "")
+  except OSError: flags = ""
+  words = set(flags.split())
+  if "avx512f" in words: return KernelTarget(vector_lanes=16, vector_registers=32, cores=cores)
+  if "avx" in words: return KernelTarget(vector_lanes=8, vector_registers=16, cores=cores)
+  return KernelTarget(vector_lanes=4, vector_registers=16, cores=cores)
