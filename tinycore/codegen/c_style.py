@@ -364,6 +364,8 @@ class CStyleRenderer:
 
   # ------------------------------------------------------------------ upcast (unrolled) ranges
   unroll_pragma = "#pragma GCC unroll 64"
+  max_unrolled = 64                       # upcast ranges up to this size are unrolled, wider ones vectorized
+  wide_upcast_pragma = "#pragma omp simd"
 
   def _is_vector(self, item: Any) -> bool:
     if isinstance(item, AccUpdate): return item.reduce in self._vector
@@ -426,7 +428,9 @@ class CStyleRenderer:
     for i, r in enumerate(self._upcast):
       pad = "  " * (depth + i)
       name = self._name(r)
-      lines.append(f"{pad}{self.unroll_pragma}")
+      # a small range unrolls into registers; a wide strip (a column sum's accumulators, in L1) stays a loop
+      wide = r.src[0].arg > self.max_unrolled
+      lines.append(f"{pad}{self.wide_upcast_pragma if wide else self.unroll_pragma}")
       bound = self.literal(r.src[0].arg, dtypes.int64)
       lines.append(f"{pad}for ({self.index_type} {name} = 0; {name} < {bound}; {name}++) {{")
 

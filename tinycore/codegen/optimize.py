@@ -73,10 +73,12 @@ def _split_range(sink: UOp, r: UOp, width: int, new_id: int) -> UOp:
 @attrs.frozen
 class KernelTarget:
   """What the optimizer knows of the machine a kernel runs on: `vector_lanes` float32 lanes in a vector register,
-  `vector_registers` of them, `cores` that run one kernel's shares. A renderer carries one as `target`."""
+  `vector_registers` of them, `cores` that run one kernel's shares, and `strip_vectors`, how many vectors of
+  accumulators a column-sum strip may hold (in L1 on a CPU). A renderer carries one as `target`."""
   vector_lanes: int = 4
   vector_registers: int = 16
   cores: int = 1
+  strip_vectors: int = 8
 
 
 # 8 lanes (AVX2-sized): the tiles every device got before targets existed
@@ -89,6 +91,13 @@ def register_tile(target: KernelTarget) -> tuple[int, int]:
   columns = 2 * target.vector_lanes
   rows = 8 if target.vector_registers >= 32 else 4
   return columns, rows
+
+
+def strip_widths(size: int, target: KernelTarget) -> tuple[int, ...]:
+  """Widths to try for a strip of a reduction over rows with nothing to tile beside it (column sums): up to
+  `strip_vectors` vectors of accumulators, so each row is read in long contiguous runs, but one strip per core."""
+  widest = _halvings(target.strip_vectors * target.vector_lanes)
+  return tuple(w for w in widest if size // w >= target.cores) or widest
 
 
 def _width_for(size: int, widths: tuple[int, ...]) -> int | None:
@@ -121,8 +130,7 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
   reused = [r for r in reversed(outputs) if r is not u_dim and _width_for(_range_size(r), _halvings(rows)) and
             any(c.get(r) and not c.get(u_dim) for c in coefficients)]
   next_id = 1 + max(n.arg[0] for n in nodes if n.op is Ops.RANGE)
-  # without a second dim to tile, a wider strip reads more of each row per pass (column sums)
-  widths = _halvings(columns) if reused else _halvings(4 * columns)
+  widths = _halvings(columns) if reused else strip_widths(_range_size(u_dim), target)
   # the contiguous dim is the innermost upcast range (the highest id), so each unrolled row is whole vectors
   sink = _split_range(sink, u_dim, _width_for(_range_size(u_dim), widths), next_id + 1)
   if reused:
