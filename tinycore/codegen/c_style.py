@@ -270,6 +270,12 @@ class CStyleRenderer:
     if x.arg is Ops.MAX: return self.max_expr(value, acc, x.dtype)
     return self.alu(UOp(x.arg, x.dtype, (x, x.src[0])), [acc, value])
 
+  def before_loop(self, loop: Loop, lines: list[str], pad: str) -> None:
+    """Statements before a loop (after its accumulators, before its pragma); none by default."""
+
+  def after_loop(self, loop: Loop, lines: list[str], pad: str) -> None:
+    """Statements right after a loop closes; none by default."""
+
   def loop_pragma(self, loop: Loop) -> str:
     """A line placed before a loop (e.g. a vectorization hint); none by default."""
     return ""
@@ -474,11 +480,13 @@ class CStyleRenderer:
           lines.append(f"{pad}if ({r} >= {size}) return;")
           self._emit_block(item.body, lines, depth)
           continue
+        self.before_loop(item, lines, pad)
         if (pragma := self.loop_pragma(item)): lines.append(f"{pad}{pragma}")
         start, end = self.loop_bounds(item, lines, pad)
         lines.append(f"{pad}for ({self.index_type} {r} = {start}; {r} < {end}; {r}++) {{")
         self._emit_block(item.body, lines, depth + 1)
         lines.append(f"{pad}}}")
+        self.after_loop(item, lines, pad)
       elif isinstance(item, AccUpdate):
         lines.append(f"{pad}{self._name(item.reduce)} = {self.accumulate(item.reduce)};")
       else: self._emit_node(item, lines, pad)

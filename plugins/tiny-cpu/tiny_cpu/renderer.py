@@ -60,6 +60,7 @@ class CPURenderer(CStyleRenderer):
 
   def begin_kernel(self, kernel: LinearKernel) -> None:
     self._split = self.threaded_loop(kernel)
+    self._nan_flags: dict[UOp, str] = {}
 
   def launch_dims(self, kernel: LinearKernel) -> tuple[tuple[int, ...], tuple[int, ...]]:
     # a threaded kernel runs once per thread (core_id = 0..threads-1), each on its share of the outermost loop
@@ -79,9 +80,28 @@ class CPURenderer(CStyleRenderer):
     if op is Ops.EXP2 and dtype in (dtypes.float32, dtypes.float16, dtypes.bfloat16): return f"tc_exp2f({args[0]})"
     return super().math_call(op, dtype, args)
 
+  # A vectorized float max (min is the max of negations) keeps NaN in a flag of its own: the `omp simd` reduction
+  # combines the lanes' partial maxima with a plain comparison that drops NaN (gcc does; numpy's max returns NaN).
+  # The flag is an integer OR reduction, so the loop still vectorizes; after the loop a set flag makes the max NaN.
+  def before_loop(self, loop: Loop, lines: list[str], pad: str) -> None:
+    for update in self.reduction_updates(loop):
+      x = update.reduce
+      if x.arg is Ops.MAX and dtypes.is_float(x.dtype):
+        flag = self._nan_flags[x] = f"{self._names[x]}_nan"
+        lines.append(f"{pad}int {flag} = 0;")
+
+  def after_loop(self, loop: Loop, lines: list[str], pad: str) -> None:
+    for x in loop.reduces:
+      if (flag := self._nan_flags.get(x)) is not None:
+        acc = self._names[x]
+        lines.append(f"{pad}if ({flag}) {acc} = {self.literal(float('nan'), x.dtype)};")
+
   def accumulate(self, x: UOp) -> str:
     # a sum of products (matmul, conv) accumulates with one fused multiply-add: one rounding instead of two, as BLAS
     # does; elementwise a*b+c keeps both roundings (-ffp-contract=off), as numpy computes it
+    if (flag := self._nan_flags.get(x)) is not None:
+      acc, value = self._name(x), self._name(x.src[0])
+      return f"({flag} |= ({value} != {value}), ({value} > {acc} ? {value} : {acc}))"
     product = x.src[0]
     if x.arg is Ops.ADD and product.op is Ops.MUL and product.dtype in FMA_FUNCTIONS:
       a, b = (self._name(s) for s in product.src)
@@ -93,6 +113,7 @@ class CPURenderer(CStyleRenderer):
     updates = self.reduction_updates(loop)
     if not updates: return ""
     clauses = " ".join(f"reduction({OMP_REDUCTION[u.reduce.arg]}:{self._names[u.reduce]})" for u in updates)
+    clauses += "".join(f" reduction(|:{self._nan_flags[u.reduce]})" for u in updates if u.reduce in self._nan_flags)
     return f"#pragma omp simd {clauses}"
 
 

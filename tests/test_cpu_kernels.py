@@ -1,0 +1,115 @@
+"""The CPU's hot kernels: register tiles and strips shaped by the machine (KernelTarget), fused multiply-add
+accumulation, NaN-keeping vectorized max with both compilers, and linking with the system linker."""
+from __future__ import annotations
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import numpy as np
+import pytest
+from tinycore import Tensor
+from tinycore.codegen.optimize import DEFAULT_TARGET, KernelTarget, optimize_kernel, register_tile, strip_widths
+from tinycore.uop.ops import Ops
+
+pytest.importorskip("tiny_cpu", reason="tiny-cpu is not installed")
+from tiny_cpu.compiler import CPUCompiler, find_c_compiler, find_linker  # noqa: E402
+from tiny_cpu.device import CPUProgram  # noqa: E402
+from tiny_cpu.renderer import CPURenderer, host_target  # noqa: E402
+
+pytestmark = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler (install clang or gcc, or set CC)")
+AVX512 = KernelTarget(vector_lanes=16, vector_registers=32, cores=2, strip_vectors=32)
+
+
+def kernel_of(t: Tensor):
+  return next(call.src[0] for call in t.schedule_linear().src if call.src[0].op is Ops.SINK)
+
+
+def upcast_sizes(sink) -> list[int]:
+  ranges = sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] == "upcast"), key=lambda r: r.arg[0])
+  return [r.src[0].arg for r in ranges]
+
+
+def test_register_tile_and_strips_follow_the_target():
+  assert register_tile(AVX512) == (32, 8)                       # two 16-lane vectors per row, 8 rows in 32 registers
+  assert register_tile(KernelTarget(8, 16)) == (16, 4)
+  assert strip_widths(4096, AVX512)[0] == 512                   # 32 vectors of accumulators
+  assert strip_widths(512, AVX512)[0] == 256                    # ... but one strip per core
+  assert register_tile(DEFAULT_TARGET) == (16, 4)               # other devices keep the tiles they had
+
+
+def test_matmul_tile_puts_the_contiguous_dim_innermost_and_columns_outside():
+  a, b = Tensor(np.ones((64, 96), np.float32)).realize(), Tensor(np.ones((96, 128), np.float32)).realize()
+  tiled = optimize_kernel(kernel_of(a @ b), AVX512)
+  assert upcast_sizes(tiled) == [8, 32]                         # rows, then columns (whole vectors innermost)
+  loops = sorted((u for u in tiled.toposort() if u.op is Ops.RANGE and u.arg[1] == "loop"), key=lambda r: r.arg[0])
+  assert [r.src[0].arg for r in loops] == [128 // 32, 64 // 8]  # the column-panel loop is the outer one
+
+
+def test_column_sum_strip_is_a_vectorized_loop():
+  m = Tensor(np.ones((64, 4096), np.float32)).realize()
+  source = CPURenderer(2, AVX512).render("colsum", optimize_kernel(kernel_of(m.sum(0)), AVX512)).source
+  assert "[512];" in source and "#pragma omp simd\n" in source and "#pragma GCC unroll" not in source
+
+
+def test_matmul_accumulates_with_fused_multiply_add():
+  a, b = Tensor(np.ones((8, 16), np.float32)).realize(), Tensor(np.ones((16, 32), np.float32)).realize()
+  source = CPURenderer(1, AVX512).render("mm", optimize_kernel(kernel_of(a @ b), AVX512)).source
+  assert "tc_fmaf(" in source
+
+
+@pytest.mark.parametrize("n", [256, 384])
+def test_matmul_values_with_the_machine_tile(n):
+  rng = np.random.default_rng(n)
+  x, y = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(x) @ Tensor(y)).numpy(), x @ y, rtol=1e-4, atol=1e-4)
+  batched = rng.standard_normal((3, 64, n)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(batched) @ Tensor(y)).numpy(), batched @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_column_and_row_sums_match_numpy():
+  m = np.random.default_rng(1).standard_normal((1024, 2048)).astype(np.float32)
+  t = Tensor(m)
+  np.testing.assert_allclose(t.sum(0).numpy(), m.sum(0), rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(t.sum(1).numpy(), m.sum(1), rtol=1e-4, atol=1e-3)
+
+
+def test_host_target_reads_the_cpu():
+  target = host_target(3)
+  assert target.cores == 3 and target.vector_lanes in (4, 8, 16) and target.vector_registers in (16, 32)
+
+
+MAX_WITH_NAN = """
+import numpy as np
+from tinycore import Tensor
+x = np.arange(4096, dtype=np.float32); x[1234] = np.nan
+rows = np.ones((4, 4096), np.float32); rows[2, 7] = np.nan
+print(np.isnan(Tensor(x).max().numpy()), np.isnan(Tensor(rows).max(1).numpy()).tolist(), Tensor(-x).min().numpy())
+"""
+
+
+@pytest.mark.parametrize("compiler", ["clang", "gcc"])
+def test_vectorized_max_keeps_nan_with_each_compiler(compiler, tmp_path):
+  if shutil.which(compiler) is None: pytest.skip(f"{compiler} is not installed")
+  env = dict(os.environ, CC=compiler, TINYCORE_DEVICE="CPU", TINYCORE_CACHE_DIR=str(tmp_path))
+  out = subprocess.run([sys.executable, "-c", MAX_WITH_NAN], env=env, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.split("[")[0].strip() == "True"
+  assert "[False, False, True, False]" in out.stdout and out.stdout.strip().endswith("nan")
+
+
+ADD_ONE = "void add_one(float* restrict data0, const float* restrict data1) { data0[0] = sqrtf(data1[0]) + 1.0f; }"
+
+
+@pytest.mark.parametrize("linker", ["ld", "driver"])
+def test_kernels_link_with_the_system_linker_or_the_driver(linker, monkeypatch, tmp_path):
+  if linker == "ld" and shutil.which("ld") is None: pytest.skip("no system linker")
+  monkeypatch.setenv("TINYCORE_CPU_LINKER", linker)
+  monkeypatch.setenv("TINYCORE_CACHE_DIR", str(tmp_path))
+  compiler = CPUCompiler()
+  assert (compiler.linker is None) == (linker == "driver") and (find_linker() is None) == (linker == "driver")
+  program = CPUProgram("add_one", compiler.compile("#include <math.h>\n" + ADD_ONE))
+  src, dst = np.array([16.0], np.float32), np.zeros(1, np.float32)
+  program.function.argtypes = None
+  program.function(dst.ctypes.data_as(ctypes.c_void_p), src.ctypes.data_as(ctypes.c_void_p))
+  assert dst[0] == 5.0
