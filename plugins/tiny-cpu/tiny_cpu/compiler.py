@@ -15,9 +15,9 @@ from tinycore.plugin import COMPILE_TIMEOUT_ENV, Compiler, compile_timeout_s, ru
 # -fopenmp-simd honours the renderer's `omp simd reduction` pragmas (vectorized reductions) without an OpenMP runtime
 COMPILE_FLAGS = ("-O2", "-march=native", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off", "-fopenmp-simd")
 LINK_FLAGS = ("-lm",)
-# the compiler driver's own link step costs clang about 30 ms (gcc about 10) per kernel, mostly finding and reading the C
-# runtime's startup files and libraries that a kernel never needs; the system linker called directly on the object
-# links in about 5 ms. Undefined symbols (libm's, libc's memcpy) bind when the library loads into the process.
+# the compiler driver's own link step costs clang about 30 ms (gcc about 10) per kernel, mostly finding and reading
+# the C runtime's startup files and libraries that a kernel never needs; the system linker called directly on the
+# object links in about 5 ms. Undefined symbols (libm's, libc's memcpy) bind when the library loads into the process.
 LINKER_ENV = "TINYCORE_CPU_LINKER"
 
 
