@@ -86,7 +86,8 @@ class CPURenderer(CStyleRenderer):
   def before_loop(self, loop: Loop, lines: list[str], pad: str) -> None:
     for update in self.reduction_updates(loop):
       x = update.reduce
-      if x.arg is Ops.MAX and dtypes.is_float(x.dtype):
+      # only an accumulator declared for this very loop: one kept across an outer loop needs its flag there too
+      if x.arg is Ops.MAX and dtypes.is_float(x.dtype) and x in loop.reduces:
         flag = self._nan_flags[x] = f"{self._names[x]}_nan"
         lines.append(f"{pad}int {flag} = 0;")
 
@@ -112,6 +113,9 @@ class CPURenderer(CStyleRenderer):
     # an innermost reduction loop may be reassociated, so the compiler can keep several partial sums in vectors
     updates = self.reduction_updates(loop)
     if not updates: return ""
+    # a float max without a NaN flag must not be vectorized: the lanes' combination would drop NaN
+    if any(u.reduce.arg is Ops.MAX and dtypes.is_float(u.reduce.dtype) and u.reduce not in self._nan_flags
+           for u in updates): return ""
     clauses = " ".join(f"reduction({OMP_REDUCTION[u.reduce.arg]}:{self._names[u.reduce]})" for u in updates)
     clauses += "".join(f" reduction(|:{self._nan_flags[u.reduce]})" for u in updates if u.reduce in self._nan_flags)
     return f"#pragma omp simd {clauses}"
