@@ -255,6 +255,11 @@ def allreduce_kind(count: int, numel: int) -> str:
   return "naive"
 
 
+def allreduce_settings() -> tuple[int, int, int]:
+  """The settings an allreduce's lowering depends on (part of the schedule cache key)."""
+  return (int(RING.value), int(ALL2ALL.value), int(ALLREDUCE_CAST.value))
+
+
 def chunk_bounds(numel: int, count: int) -> list[tuple[int, int]]:
   """`count` chunks of a flat buffer, each a multiple of the largest of 32, 16, 8, 4, 2 that divides numel."""
   factor = next((f for f in (32, 16, 8, 4, 2) if numel % f == 0), 1)
