@@ -6,7 +6,7 @@ builds the ordinary logical graph on top; the scheduler lowers it lane by lane (
 """
 from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
-from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.ops import Ops, UOp, prod
 from tinycore.device.registry import Device
 from tinycore.schedule.multi import MultiError, lane_bounds, multi_value
 
@@ -44,8 +44,16 @@ def shard(t: Tensor, devices: Sequence[str], axis: int | None = None) -> Tensor:
     if axis is not None:
       lo, hi = lane_bounds(t.shape[axis], len(target), i)
       part = part.shrink(tuple((lo, hi) if d == axis else (0, s) for d, s in enumerate(t.shape)))
-    lanes.append(part if part.device == device else UOp(Ops.COPY, part.dtype, (part,), device))
+    lanes.append(stored_on(device, part))
   return t._apply(multi_value(lanes, axis))
+
+
+def stored_on(device: str, value: UOp) -> UOp:
+  """value stored into fresh storage on `device` (a copy when it lives elsewhere): every lane owns its buffer."""
+  buf = UOp.new_buffer(device, prod(value.shape), value.dtype)
+  view = buf.reshape(value.shape)
+  source = value if value.device == device else UOp(Ops.COPY, value.dtype, (value,), device)
+  return UOp(Ops.AFTER, buf.dtype, (buf, UOp(Ops.STORE, None, (view, source)))).reshape(value.shape)
 
 
 def to_devices(t: Tensor, device: str | tuple[str, ...]) -> Tensor:

@@ -76,8 +76,24 @@ def _check_devices(node: UOp, multis: list[UOp]) -> tuple[str, ...]:
   return devices.pop()
 
 
+def _narrowed_allreduce(node: UOp, src: UOp) -> UOp | None:
+  """A cast to float16/bfloat16 of an allreduced float32 value (a 16-bit sum accumulates in float32): with
+  ALLREDUCE_CAST the lanes are cast down before the allreduce, so its copies move 16-bit data."""
+  if not ALLREDUCE_CAST.value or node.op is not Ops.CAST or node.dtype not in (dtypes.float16, dtypes.bfloat16):
+    return None
+  lane = lanes_of(src)[0]
+  selected = lane.src[0] if lane.op is Ops.RESHAPE else lane  # (a reduce without keepdim reshapes its result)
+  if selected.op is not Ops.MSELECT or selected.src[0].op is not Ops.ALLREDUCE: return None
+  combined = selected.src[0]
+  narrow = UOp(Ops.MSTACK, node.dtype, tuple(x.cast(node.dtype) for x in combined.src[0].src))
+  narrowed = UOp(Ops.ALLREDUCE, node.dtype, (narrow,), combined.arg)
+  return multi_value([UOp(Ops.MSELECT, node.dtype, (narrowed,), i).reshape(lane.shape)
+                      for i in range(len(narrow.src))], None)
+
+
 def _lower_elementwise(node: UOp, srcs: list[UOp]) -> UOp:
   """An elementwise op over sharded operands runs lane-wise; a replicated operand is cut to each lane's slice."""
+  if (narrowed := _narrowed_allreduce(node, srcs[0])) is not None: return narrowed
   multis = [s for s in srcs if is_multi(s)]
   devices = _check_devices(node, multis)
   single = [s for s in srcs if not is_multi(s) and s.device is not None]
@@ -129,8 +145,9 @@ def _lower_movement(node: UOp, src: UOp) -> UOp:
     shape = tuple(lanes[0].shape[i] if i == axis else s for i, s in enumerate(arg))
     return multi_value([lane.expand(shape) for lane in lanes], axis)
   if op is Ops.PAD:
-    if arg[axis] != (0, 0): raise MultiError(f"pad of the sharded axis {axis}: gather (.to(device)) or reshard first")
-    return multi_value([lane.pad(arg) for lane in lanes], axis)
+    if arg[axis] == (0, 0): return multi_value([lane.pad(arg) for lane in lanes], axis)
+    # the padded axis no longer splits into the same shards: every lane gets the whole tensor, padded
+    return multi_value([gather(src, d).pad(arg) for d in devices_of(src)], None)
   if op is Ops.SHRINK:
     if arg[axis] == (0, src.shape[axis]):
       bounds = tuple((0, lanes[0].shape[axis]) if i == axis else b for i, b in enumerate(arg))

@@ -73,7 +73,7 @@ tensor_spec: list[tuple[UPat, Predicate]] = _common + [
   (UPat(Ops.COPY, name="x"), lambda x: len(x.src) == 1 and isinstance(x.arg, (str, tuple))),
   (UPat(Ops.STORE, name="x"), lambda x: len(x.src) == 2 and x.src[0].shape == x.src[1].shape),
   (UPat(Ops.AFTER, name="x"),
-   lambda x: x.src[0].base.op in (Ops.BUFFER, Ops.AFTER) and all(s.op is Ops.STORE for s in x.src[1:])),
+   lambda x: x.src[0].base.op in (Ops.BUFFER, Ops.AFTER, Ops.UNSHARD) and all(s.op is Ops.STORE for s in x.src[1:])),
   # multi-device values: lanes stacked into a tuple value, one lane selected, the logical tensor, a collective
   (UPat(Ops.MSTACK, name="x"), lambda x: len(x.src) >= 1 and all(isinstance(s.device, str) for s in x.src)),
   (UPat(Ops.MSELECT, name="x"), lambda x: len(x.src) == 1 and isinstance(x.arg, int)),
