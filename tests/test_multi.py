@@ -307,3 +307,37 @@ def test_tuple_kernels_split_per_lane_and_count_per_lane(rng):
   out = (t * 3).contiguous().realize()
   assert GlobalCounters.kernel_count == 4
   _close(out, x * 3)
+
+
+# ---------------------------------------------------------------------------- data parallel training
+def _sgd_run(devices, steps=3):
+  from tinycore import nn
+  from tinycore.nn import optim
+  from tinycore.nn.state import get_parameters
+  Tensor.manual_seed(0)
+  l1, l2 = nn.Linear(8, 16), nn.Linear(16, 4)
+  params = get_parameters([l1, l2])
+  if devices:
+    for p in params: p.replace(p.to(devices).realize())
+  opt = optim.SGD(params, lr=0.1, momentum=0.9)
+  rng = np.random.default_rng(0)
+  losses = []
+  with Tensor.train():
+    for _ in range(steps):
+      x = Tensor(rng.standard_normal((8, 8)).astype(np.float32))
+      y = Tensor(rng.integers(0, 4, 8).astype(np.int32))
+      if devices: x, y = x.shard(devices, axis=0), y.shard(devices, axis=0)
+      opt.zero_grad()
+      loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y)
+      loss.backward()
+      Tensor.realize(loss, *opt.schedule_step())
+      losses.append(loss.item())
+  return losses, [p.numpy() for p in params]
+
+
+@pytest.mark.parametrize("devices", [("CPU:0", "CPU:1"), CPU4])
+def test_sharded_sgd_steps_match_one_device(devices):
+  losses, weights = _sgd_run(None)
+  sharded_losses, sharded_weights = _sgd_run(devices)
+  np.testing.assert_allclose(sharded_losses, losses, atol=1e-5)
+  for single, sharded in zip(weights, sharded_weights): np.testing.assert_allclose(sharded, single, atol=1e-5)

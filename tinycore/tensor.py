@@ -202,7 +202,11 @@ class Tensor(TensorOps):
   def empty(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> Tensor:
     shape = Tensor._shape_arg(shape)
     dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    buf = UOp.new_buffer(_canonical_device(device), prod(shape), dtype)
+    target = _canonical_device(device)
+    if isinstance(target, tuple):  # a buffer on every device of the tuple
+      from tinycore.schedule.multi import multi_value
+      return Tensor(multi_value([UOp.new_buffer(d, prod(shape), dtype).reshape(shape) for d in target], None), **kwargs)
+    buf = UOp.new_buffer(target, prod(shape), dtype)
     return Tensor(buf.reshape(shape), **kwargs)
 
   @staticmethod

@@ -200,8 +200,15 @@ def _lower_store(node: UOp, target: UOp, value: UOp) -> UOp:
 
 
 def _lower_after(node: UOp, srcs: list[UOp]) -> UOp:
+  """Each lane's buffer after that lane's stores. The AFTER sits on the buffer itself (below the lane's reshape),
+  as on one device, so the schedule orders the stores after every read of the buffer's previous value."""
   base, effects = srcs[0], srcs[1:]
-  lanes = [UOp(Ops.AFTER, lane.dtype, (lane, *(e.src[i] for e in effects))) for i, lane in enumerate(lanes_of(base))]
+  lanes = []
+  for i, lane in enumerate(lanes_of(base)):
+    storage = lane
+    while storage.op is Ops.RESHAPE: storage = storage.src[0]
+    after = UOp(Ops.AFTER, storage.dtype, (storage, *(e.src[i] for e in effects)))
+    lanes.append(after.reshape(lane.shape))
   return multi_value(lanes, base.arg)
 
 
