@@ -232,6 +232,13 @@ def create_schedule(original_roots: list[UOp], scalars: ScalarBindings | None = 
   return linear, becomes
 
 
+def _became(lane: UOp, becomes: dict[UOp, UOp]) -> UOp:
+  """What a lane became: its buffer, or a reshape of its realized source's buffer (a stored lane's view)."""
+  if lane in becomes: return becomes[lane]
+  if lane.op is Ops.RESHAPE and lane.src[0] in becomes: return becomes[lane.src[0]].reshape(lane.shape)
+  return lane
+
+
 def map_logical_nodes(multi: MultiLowering, becomes: dict[UOp, UOp]) -> None:
   """What each node of the logical (multi-device) graph became: the stack of its lanes' buffers."""
   for node, low in multi.nodes.items():
@@ -239,6 +246,6 @@ def map_logical_nodes(multi: MultiLowering, becomes: dict[UOp, UOp]) -> None:
     if not is_multi(low):
       if low in becomes: becomes[node] = becomes[low]
       continue
-    lanes = [becomes.get(lane, lane) for lane in lanes_of(low)]
+    lanes = [_became(lane, becomes) for lane in lanes_of(low)]
     if all(_is_buffer_view(lane) for lane in lanes) and lanes != list(lanes_of(low)):
       becomes[node] = multi_value(lanes, low.arg)
