@@ -186,10 +186,13 @@ def test_assign_and_realize(devs, rng):
   _close(t, expected)
 
 
-def test_operands_sharded_differently_raise(rng):
-  a = Tensor(_rand(rng, 4, 4)).shard(CPU4, axis=0)
-  b = Tensor(_rand(rng, 4, 4)).shard(CPU4, axis=1)
-  with pytest.raises(MultiError, match="different axes"): (a + b).realize()
+def test_operands_sharded_differently(rng):
+  x, y = _rand(rng, 4, 4), _rand(rng, 4, 4)
+  a, b = Tensor(x).shard(CPU4, axis=0), Tensor(y).shard(CPU4, axis=1)
+  out = a + b  # as in tinygrad, the second operand is resharded onto the first one's axis (copies)
+  linear = out.contiguous().schedule_linear()
+  assert any(c.src[0].op is Ops.COPY for c in linear.src)
+  _close(out, x + y)
   with pytest.raises(RuntimeError, match="different devices"): a + Tensor(_rand(rng, 4, 4))
   with pytest.raises(RuntimeError, match="different devices"):
     a + Tensor(_rand(rng, 4, 4)).shard(("CPU:1", "CPU:0", "CPU:2", "CPU:3"), axis=0)
@@ -342,3 +345,13 @@ def test_sharded_sgd_steps_match_one_device(devices):
   sharded_losses, sharded_weights = _sgd_run(devices)
   np.testing.assert_allclose(sharded_losses, losses, atol=1e-5)
   for single, sharded in zip(weights, sharded_weights): np.testing.assert_allclose(sharded, single, atol=1e-5)
+
+
+def test_assign_resharding_and_replicated_values(rng):
+  x, y = _rand(rng, 4, 8), _rand(rng, 4, 8)
+  t = Tensor(x).shard(CPU4, axis=0).realize()
+  t.assign(Tensor(y).shard(CPU4, axis=1)).realize()  # another axis: resharded onto t's
+  _close(t, y)
+  t.assign(Tensor(x).to(CPU4) * 2).realize()         # replicated: each lane keeps its rows
+  _close(t, x * 2)
+  assert t.uop.arg == 0 and all(lane.shape == (1, 8) for lane in t.uop.src[0].src)

@@ -98,10 +98,10 @@ def _lower_elementwise(node: UOp, srcs: list[UOp]) -> UOp:
   devices = _check_devices(node, multis)
   single = [s for s in srcs if not is_multi(s) and s.device is not None]
   if single: raise MultiError(f"{node.op.name} of a tensor on {devices} and one on {single[0].device}: move one first")
-  axes = {m.arg for m in multis} - {None}
-  if len(axes) > 1:
-    raise MultiError(f"{node.op.name} of tensors sharded on different axes {sorted(axes)}: reshard one (.shard) first")
-  axis = axes.pop() if axes else None
+  # the first sharded operand's axis wins; an operand sharded on another axis is resharded (gathered onto each device)
+  axis = next((m.arg for m in multis if m.arg is not None), None)
+  srcs = [multi_value([gather(s, d) for d in devices], None) if is_multi(s) and s.arg not in (None, axis) else s
+          for s in srcs]
   n = len(devices)
   lanes = []
   for i in range(n):
@@ -184,13 +184,13 @@ def _lower_copy(node: UOp, src: UOp) -> UOp:
 
 
 def _lower_store(node: UOp, target: UOp, value: UOp) -> UOp:
-  """A store into a sharded view stores each lane's part of the value into that lane (the value is resharded if it
-  is replicated; a single-device value was copied to the tuple by assign)."""
+  """A store into a sharded view stores each lane's part of the value into that lane (a replicated value is cut to
+  each lane's slice; a single-device value was copied to the tuple by assign)."""
   if not is_multi(target): raise MultiError("a store of a multi-device value into a single-device tensor: gather first")
   if not is_multi(value): raise MultiError(f"store of a value on {value.device} into a tensor on {devices_of(target)}")
   devices, n, axis = _check_devices(node, [target, value]), len(devices_of(target)), target.arg
-  if value.arg is not None and value.arg != axis:
-    raise MultiError(f"assign of a tensor sharded on axis {value.arg} into one sharded on axis {axis}")
+  if value.arg is not None and value.arg != axis:  # resharded onto the target's axis (gathered onto each device)
+    value = multi_value([gather(value, d) for d in devices], None)
   stores = []
   for i in range(len(devices)):
     lane_value = lanes_of(value)[i]
