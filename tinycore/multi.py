@@ -21,7 +21,8 @@ def canonical_devices(devices: Sequence[str]) -> str | tuple[str, ...]:
   if isinstance(canonical, tuple) and len(set(canonical)) != len(canonical):
     raise MultiError(f"a device tuple names a device twice: {canonical}")
   for name in (canonical,) if isinstance(canonical, str) else canonical:
-    if not Device.spec_for(name).compute: raise MultiError(f"cannot shard onto {name}: it stores bytes, runs no kernels")
+    if not Device.spec_for(name).compute:
+      raise MultiError(f"cannot shard onto {name}: it stores bytes and runs no kernels")
   return canonical
 
 

@@ -14,7 +14,8 @@ from tinycore.schedule.rangeify import KernelBuilder, NeedsRealize, build_store_
 from tinycore.uop.spec import check_spec, spec_enabled
 from tinycore.schedule.copies import (contiguous_region, has_buffer_identity, is_storage_only, lower_copies,
                                      region_uop, storage_root)
-from tinycore.schedule.multi import MultiLowering, is_multi, lane_roots, lanes_of, lower_multi, multi_value, stacked_call
+from tinycore.schedule.multi import (MultiLowering, is_multi, lane_roots, lanes_of, lower_multi, multi_value,
+                                    stacked_call)
 
 
 class ScheduleError(RuntimeError):
@@ -169,7 +170,8 @@ def order_jobs(ctx: ScheduleContext, jobs: list[Job]) -> list[Job]:
     for lane in job.lanes:
       if (prev := lane.after_prev) is None: continue
       deps[i].update(p for p in producer.get(prev, []) if p != i)
-      deps[i].update(p for p in readers.get(prev, []) if p != i and lane.writes not in {x.writes for x in jobs[p].lanes})
+      deps[i].update(p for p in readers.get(prev, [])
+                     if p != i and lane.writes not in {x.writes for x in jobs[p].lanes})
   # Kahn's algorithm, lowest index first, so independent jobs keep graph order
   import heapq
   indegree = [len(d) for d in deps]

@@ -363,8 +363,8 @@ def stacked_call(calls: list[UOp]) -> UOp | None:
   """One CALL for the same kernel on every lane: each buffer argument an MSTACK of the lanes' buffers. None when
   the lanes' kernels or scalar arguments differ."""
   first = calls[0]
-  if first.src[0].op is not Ops.SINK or any(c.src[0] is not first.src[0] or len(c.src) != len(first.src) for c in calls):
-    return None
+  if first.src[0].op is not Ops.SINK: return None
+  if any(c.src[0] is not first.src[0] or len(c.src) != len(first.src) for c in calls): return None
   args = []
   for position in range(1, len(first.src)):
     column = [c.src[position] for c in calls]

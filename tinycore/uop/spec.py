@@ -33,8 +33,8 @@ def _is_variable(x: UOp) -> bool:
 
 def _call_arguments(call: UOp) -> bool:
   """A CALL's arguments are buffers, then (for a kernel) scalars: values (CONST, BIND) or placeholders (DEFINE_VAR)."""
-  kinds = [0 if a.op in (Ops.BUFFER, Ops.BUFFER_VIEW) or _is_lane_stack(a) else 1 if a.op in (Ops.CONST, Ops.BIND, Ops.DEFINE_VAR) else 2
-           for a in call.src[1:]]
+  kinds = [0 if a.op in (Ops.BUFFER, Ops.BUFFER_VIEW) or _is_lane_stack(a)
+           else 1 if a.op in (Ops.CONST, Ops.BIND, Ops.DEFINE_VAR) else 2 for a in call.src[1:]]
   if kinds != sorted(kinds) or 2 in kinds: return False
   if call.src[0].op is Ops.SINK: return kinds.count(1) == len(kernel_scalars(call.src[0]))  # one per parameter
   return 1 not in kinds or call.src[0].op is Ops.PROGRAM
