@@ -6,7 +6,7 @@ from tinycore import Context, Device, GlobalCounters, Tensor, dtypes
 from tinycore.device.buffers import linear_buffers
 from tinycore.engine.realize import run_linear
 from tinycore.hcq import SignalWait
-from tinycore.hcq.runtime import call_is_hcq, compile_linear
+from tinycore.hcq.runtime import call_is_hcq, compile_linear, queue_of
 from tinycore.schedule.multi import MultiError, chunk_bounds, split_lanes
 from tinycore.uop.ops import Ops
 
@@ -290,6 +290,10 @@ def test_sim_lanes_copy_on_the_source_queue_and_wait_across_lanes(rng):
   t = Tensor(x).shard(("SIM:0", "SIM:1"), axis=0).realize()
   out = t.sum(0).contiguous()
   linear = split_lanes(out.schedule_linear())
+  copy_calls = [c for c in linear.src if c.src[0].op is Ops.COPY]
+  assert len(copy_calls) == 2
+  for call in copy_calls:  # enqueued on the source device's copy queue (peer writes beat peer reads)
+    assert queue_of(call) == (Device[call.src[2].device], "copy") and call.src[1].device != call.src[2].device
   compiled = compile_linear(linear, input_uops=linear_buffers(linear))
   batch = next(call.src[0].arg for call in compiled.src if call_is_hcq(call))
   sim0, sim1 = Device["SIM"], Device["SIM:1"]
