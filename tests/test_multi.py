@@ -359,3 +359,10 @@ def test_assign_resharding_and_replicated_values(rng):
   t.assign(Tensor(x).to(CPU4) * 2).realize()         # replicated: each lane keeps its rows
   _close(t, x * 2)
   assert t.uop.arg == 0 and all(lane.shape == (1, 8) for lane in t.uop.src[0].src)
+
+
+def test_shard_in_place(rng):
+  x = _rand(rng, 4, 2)
+  t = Tensor(x)
+  assert t.shard_(CPU4, axis=0) is t and t.device == tuple(Device.canonicalize(d) for d in CPU4)
+  _close(t, x)

@@ -346,6 +346,10 @@ class Tensor(TensorOps):
     from tinycore.multi import shard
     return shard(self, devices, axis)
 
+  def shard_(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+    """Shard this tensor in place: it now lives on the device tuple (see shard)."""
+    return self.replace(self.shard(devices, axis))
+
   def to(self, device: str | tuple | None) -> Tensor:
     if device is None: return self
     target = Device.canonicalize(device)
