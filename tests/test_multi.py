@@ -157,6 +157,18 @@ def test_getitem_and_cat(devs, rng):
   _close(xs.cat(xs, dim=0), np.concatenate([x, x], 0))
 
 
+def test_softmax_argmax_cumsum_and_advanced_indexing(devs, rng):
+  n = len(devs)
+  x = _rand(rng, 2 * n, 5)
+  xs = Tensor(x).shard(devs, axis=0)
+  e = np.exp(x - x.max(0, keepdims=True))
+  _close(xs.softmax(0), e / e.sum(0, keepdims=True))
+  _close(xs.softmax(1), np.exp(x) / np.exp(x).sum(1, keepdims=True))
+  np.testing.assert_equal(xs.argmax(0).numpy(), x.argmax(0))
+  _close(xs.cumsum(0), x.cumsum(0), atol=1e-4)
+  _close(xs[Tensor([0, 2 * n - 1, 1])], x[[0, 2 * n - 1, 1]])  # a one-device index is replicated onto the tuple
+
+
 def test_matmul_data_and_model_parallel(devs, rng):
   n = len(devs)
   x, w = _rand(rng, 2 * n, 8), _rand(rng, 8, 2 * n)
