@@ -44,7 +44,9 @@ def mark_realized(ctx: ScheduleContext, roots: list[UOp], graph: dict[UOp, None]
     if node.op is Ops.CONTIGUOUS and not has_buffer_identity(node.src[0]): ctx.realize(node)
     elif node.op is Ops.AFTER: ctx.realize(node)
   for root in roots:
-    if not _is_buffer_view(root) and not (root.op is Ops.CONTIGUOUS and has_buffer_identity(root.src[0])):
+    # (a reshape of a node realized anyway reads that node's buffer: it is not stored twice)
+    if not _is_buffer_view(root) and not (root.op is Ops.CONTIGUOUS and has_buffer_identity(root.src[0])) and \
+        not (root.op is Ops.RESHAPE and _strip_reshapes(root) in ctx.realized):
       ctx.realize(root)
   # the source of a cross-device store is realized on its own device first, so the store only moves bytes
   for node in graph:

@@ -91,9 +91,17 @@ def _narrowed_allreduce(node: UOp, src: UOp) -> UOp | None:
                       for i in range(len(narrow.src))], None)
 
 
+def _is_materialized(lane: UOp) -> bool:
+  """A lane that the schedule stores anyway, behind reshapes: a CONTIGUOUS, or a lane of an allreduce's result."""
+  while lane.op is Ops.RESHAPE: lane = lane.src[0]
+  return lane.op is Ops.CONTIGUOUS or (lane.op is Ops.MSELECT and lane.src[0].op is Ops.ALLREDUCE)
+
+
 def _lower_elementwise(node: UOp, srcs: list[UOp]) -> UOp:
   """An elementwise op over sharded operands runs lane-wise; a replicated operand is cut to each lane's slice."""
   if (narrowed := _narrowed_allreduce(node, srcs[0])) is not None: return narrowed
+  if node.op is Ops.CONTIGUOUS and is_multi(srcs[0]) and all(_is_materialized(lane) for lane in lanes_of(srcs[0])):
+    return srcs[0]  # the lanes are stored already (an allreduce's results): nothing to copy
   multis = [s for s in srcs if is_multi(s)]
   devices = _check_devices(node, multis)
   single = [s for s in srcs if not is_multi(s) and s.device is not None]
