@@ -3,6 +3,7 @@ download), with Adam; print a progress line per epoch and the held-out test accu
 
     pip install -e '.[examples]' -e plugins/tiny-cpu
     python examples/train_digits.py                      # default device; --device CPU:1, --model conv, --epochs 20
+    python examples/train_digits.py --devices CPU:0,CPU:1  # data parallel: the batch sharded over two devices
 """
 from __future__ import annotations
 import argparse
@@ -13,6 +14,8 @@ import time
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--device", help="device to train on (default: tinycore's default device)")
+  parser.add_argument("--devices", help="data parallel over these devices (comma-separated): the weights are "
+                      "replicated on each, every batch is split evenly between them, gradients are allreduced")
   parser.add_argument("--model", choices=("mlp", "conv"), default="mlp")
   parser.add_argument("--epochs", type=int, default=12)
   parser.add_argument("--batch-size", type=int, default=32)
@@ -74,15 +77,17 @@ def make_train_step(model, opt):
   return train_step
 
 
-def run_epoch(step_fn, x_train, y_train, batch_size: int, order) -> tuple[float, float]:
-  """(mean loss, accuracy) over the epoch's full batches, in the given order."""
+def run_epoch(step_fn, x_train, y_train, batch_size: int, order, devices=None) -> tuple[float, float]:
+  """(mean loss, accuracy) over the epoch's full batches, in the given order (each batch sharded over `devices`)."""
   from tinycore import Tensor
   steps = len(y_train) // batch_size
   loss_sum = correct = 0.0
   with Tensor.train():
     for step in range(steps):
       batch = order[step * batch_size:(step + 1) * batch_size]
-      loss, hits = step_fn(Tensor(x_train[batch]), Tensor(y_train[batch]))
+      x, y = Tensor(x_train[batch]), Tensor(y_train[batch])
+      if devices: x, y = x.shard(devices, axis=0), y.shard(devices, axis=0)
+      loss, hits = step_fn(x, y)
       loss_sum, correct = loss_sum + loss.item(), correct + hits.item()
   return loss_sum / steps, correct / (steps * batch_size)
 
@@ -97,27 +102,34 @@ def train(args: argparse.Namespace, log=print) -> dict:
   x_train, y_train, x_test, y_test = load_split(args.seed)
   Tensor.manual_seed(args.seed)
   model = build_model(args.model)
+  devices = tuple(args.devices.split(",")) if args.devices else None
+  if devices:
+    if args.batch_size % len(devices): raise SystemExit(f"--batch-size {args.batch_size} does not split over {devices}")
+    for weight in get_parameters(model): weight.replace(weight.to(devices).realize())  # replicated on each device
   opt = optim.Adam(get_parameters(model), lr=args.lr)
   step_fn = make_train_step(model, opt)
   if args.jit: step_fn = TinyJit(step_fn)
   rng = np.random.default_rng(args.seed)
-  log(f"training a {args.model} on {Device.DEFAULT}{' (jitted step)' if args.jit else ''}: {len(y_train)} train / "
+  where = f"{','.join(devices)} (data parallel)" if devices else Device.DEFAULT
+  log(f"training a {args.model} on {where}{' (jitted step)' if args.jit else ''}: {len(y_train)} train / "
       f"{len(y_test)} test images, {args.epochs} epochs of {len(y_train) // args.batch_size} steps "
       f"(batch {args.batch_size})")
   losses, start = [], time.perf_counter()
   for epoch in range(1, args.epochs + 1):
     epoch_start = time.perf_counter()
-    loss, accuracy = run_epoch(step_fn, x_train, y_train, args.batch_size, rng.permutation(len(y_train)))
+    loss, accuracy = run_epoch(step_fn, x_train, y_train, args.batch_size, rng.permutation(len(y_train)), devices)
     losses.append(loss)
     rate = len(y_train) // args.batch_size * args.batch_size / (time.perf_counter() - epoch_start)
     log(f"epoch {epoch:3d}/{args.epochs}  loss {loss:.4f}  train accuracy {accuracy:.3f}  {rate:8.0f} images/s")
   with Tensor.test():
-    predictions = model(Tensor(x_test)).argmax(-1).numpy()
+    predictions = model(Tensor(x_test).to(devices) if devices else Tensor(x_test)).argmax(-1).numpy()
   test_accuracy = float((predictions == y_test).mean())
   seconds = time.perf_counter() - start
   log(f"trained in {seconds:.1f} s")
   log(f"test accuracy: {test_accuracy:.3f}")
-  safe_save(get_state_dict(model), args.out)
+  state = get_state_dict(model)
+  if devices: state = {name: weight.to(devices[0]) for name, weight in state.items()}  # gathered (replicas agree)
+  safe_save(state, args.out)
   log(f"saved the weights to {args.out}")
   return {"losses": losses, "test_accuracy": test_accuracy, "seconds": seconds}
 

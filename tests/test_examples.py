@@ -27,3 +27,16 @@ def test_train_digits_loss_falls_and_weights_are_saved(tmp_path):
   weights = safe_load(out)
   assert sorted(weights) == ["l1.bias", "l1.weight", "l2.bias", "l2.weight"]
   assert weights["l1.weight"].shape == (128, 64)
+
+
+def test_train_digits_data_parallel_matches_one_device(tmp_path):
+  pytest.importorskip("sklearn", reason="examples need scikit-learn: pip install -e '.[examples]'")
+  example = load_example("train_digits")
+  common = ["--epochs", "1", "--batch-size", "32"]
+  single = example.train(example.parse_args(common + ["--out", str(tmp_path / "a.safetensors")]), log=lambda _: None)
+  lines: list[str] = []
+  sharded = example.train(example.parse_args(common + ["--devices", "CPU:0,CPU:1", "--out",
+                                                       str(tmp_path / "b.safetensors")]), log=lines.append)
+  assert "CPU:0,CPU:1 (data parallel)" in lines[0]
+  assert abs(sharded["losses"][0] - single["losses"][0]) < 1e-5
+  assert sharded["test_accuracy"] == single["test_accuracy"]

@@ -238,8 +238,8 @@ def functional(root: UOp) -> UOp:
   return done[root]
 
 
-# storage and constants: the gradient stops here
-LEAF_OPS = frozenset({Ops.BUFFER, Ops.BUFFER_VIEW, Ops.CONST, Ops.ARANGE, Ops.DEVICE, Ops.UNIQUE})
+# storage and constants: the gradient stops here (a tensor on a device tuple is its lanes' storage)
+LEAF_OPS = frozenset({Ops.BUFFER, Ops.BUFFER_VIEW, Ops.CONST, Ops.ARANGE, Ops.DEVICE, Ops.UNIQUE, Ops.UNSHARD})
 
 
 def _target_path(root: UOp, targets: set[UOp]) -> list[UOp]:

@@ -52,3 +52,8 @@ class Context(contextlib.ContextDecorator):
 
 # training mode: BatchNorm normalizes with batch statistics (and updates its running ones), dropout drops
 TRAINING = ContextVar("TRAINING", 0)
+# multi-device allreduce: RING>=2 (ALL2ALL>=2) forces a ring (all-to-all) allreduce, >=1 allows it on more than two
+# devices past 256k elements; ALLREDUCE_CAST keeps float16/bfloat16 data in that dtype while it is copied
+RING = ContextVar("RING", 1)
+ALL2ALL = ContextVar("ALL2ALL", 0)
+ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)

@@ -25,11 +25,19 @@ ReturnType = TypeVar("ReturnType")
 __all__ = ["TinyJit", "JitError"]
 
 
+def _input_buffers(u: UOp) -> list[UOp]:
+  """The BUFFERs an input tensor is: its buffer, or on a device tuple each lane's (None where one is not stored)."""
+  if u.op is Ops.UNSHARD:  # a lane with pending stores (an AFTER) is not yet stored
+    return [lane.buffer_uop if has_buffer_identity(lane) and lane.base.op is Ops.BUFFER else None
+            for lane in u.src[0].src]
+  return [u.buffer_uop if has_buffer_identity(u) else None]
+
+
 def _input_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
   tensors = [a for a in args if isinstance(a, Tensor)] + [v for _, v in sorted(kwargs.items()) if isinstance(v, Tensor)]
   if len({id(t) for t in tensors}) != len(tensors): raise JitError("the same tensor is passed twice to a TinyJit")
   # inputs must be whole realized buffers: realize the ones that are not (a lazy value, a view)
-  lazy = [t for t in tensors if not has_buffer_identity(t.uop)]
+  lazy = [t for t in tensors if None in _input_buffers(t.uop)]
   if lazy: Tensor.realize(*lazy)
   return tensors
 
@@ -84,7 +92,7 @@ class TinyJit(Generic[ReturnType]):
     return self._replay(inputs, _variable_values(args, kwargs))
 
   def _capture(self, inputs: list[Tensor], args: tuple, kwargs: dict) -> ReturnType:
-    input_uops = [t.uop.buffer_uop for t in inputs]
+    input_uops = [b for t in inputs for b in _input_buffers(t.uop)]
     with capturing() as linears:
       ret = self.fxn(*args, **kwargs)
       self.outputs = _output_tensors(ret)
@@ -103,7 +111,7 @@ class TinyJit(Generic[ReturnType]):
                      f"{self._describe(signature)}; jit a function per input shape (or reset())")
     if set(var_vals) != self.variable_names:
       raise JitError(f"TinyJit Variables changed: captured {sorted(self.variable_names)}, got {sorted(var_vals)}")
-    self.plan.run([buffer_of(t.uop.buffer_uop) for t in inputs], var_vals)
+    self.plan.run([buffer_of(b) for t in inputs for b in _input_buffers(t.uop)], var_vals)
     fresh = iter([Tensor(u) for u in self.output_uops])
     if isinstance(self.ret, (tuple, list)): return type(self.ret)(next(fresh) for _ in self.ret)
     return next(fresh) if self.outputs else None

@@ -19,11 +19,11 @@ from tinycore.tensor_ops import TensorOps
 all_tensors: dict[weakref.ref, None] = {}
 
 
-def _canonical_device(device: str | None) -> str:
+def _canonical_device(device: str | tuple | None) -> str | tuple:
   """The canonical name of a device the caller asked for; an unknown or unopenable device fails here, at creation."""
   if device is None: return Device.DEFAULT
   name = Device.canonicalize(device)
-  Device[name]
+  for each in (name,) if isinstance(name, str) else name: Device[each]
   return name
 
 
@@ -202,7 +202,11 @@ class Tensor(TensorOps):
   def empty(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> Tensor:
     shape = Tensor._shape_arg(shape)
     dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    buf = UOp.new_buffer(_canonical_device(device), prod(shape), dtype)
+    target = _canonical_device(device)
+    if isinstance(target, tuple):  # a buffer on every device of the tuple
+      from tinycore.schedule.multi import multi_value
+      return Tensor(multi_value([UOp.new_buffer(d, prod(shape), dtype).reshape(shape) for d in target], None), **kwargs)
+    buf = UOp.new_buffer(target, prod(shape), dtype)
     return Tensor(buf.reshape(shape), **kwargs)
 
   @staticmethod
@@ -337,9 +341,22 @@ class Tensor(TensorOps):
     target = self.device if device is None else Device.canonicalize(device)
     return Tensor.empty(*self.shape, device=target, dtype=self.dtype).assign(self)
 
-  def to(self, device: str | None) -> Tensor:
+  def shard(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+    """This tensor split evenly along `axis` over a tuple of devices (replicated on each when axis is None)."""
+    from tinycore.multi import shard
+    return shard(self, devices, axis)
+
+  def shard_(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+    """Shard this tensor in place: it now lives on the device tuple (see shard)."""
+    return self.replace(self.shard(devices, axis))
+
+  def to(self, device: str | tuple | None) -> Tensor:
     if device is None: return self
     target = Device.canonicalize(device)
+    if target == self.device: return self
+    if isinstance(target, tuple) or isinstance(self.device, tuple):
+      from tinycore.multi import to_devices
+      return to_devices(self, target)
     Device[target]  # fail early and clearly on an unknown device
     if target == self.device: return self
     # a copy to a storage device (DISK) is a store into fresh storage there; any other device change is a COPY
@@ -352,7 +369,7 @@ class Tensor(TensorOps):
     from tinycore.schedule.copies import has_buffer_identity
     if is_capturing(): raise JitError("reading tensor data inside a TinyJit function would bake the value into the "
                                       "replays: return the tensor and read it after the call")
-    t = self
+    t = self if not isinstance(self.device, tuple) else self.to(self.device[0])  # gathered
     if not has_buffer_identity(t.uop):
       device = t.device if Device[t.device].can_compute else Device.host_compute_device()
       t = t.clone(device)
@@ -366,6 +383,7 @@ class Tensor(TensorOps):
   def numpy(self):
     """A numpy array with this tensor's values (one copy: read straight from a host-visible buffer)."""
     import numpy as np
+    if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()  # gathered
     if self.dtype is dtypes.bfloat16:
       readable = self if Device[self.device].can_compute else self.to(Device.host_compute_device())
       return readable.cast(dtypes.float32).numpy()

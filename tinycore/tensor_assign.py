@@ -39,15 +39,15 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
     # device such as DISK is a store into its buffer: no COPY.) The copy rules drop this COPY again when the target
     # is a whole buffer.
     value = value.to(target.device)
-  if storage_root(target.uop).op not in (Ops.BUFFER, Ops.AFTER):
+  if not has_storage(target.uop):
     # the tensor whose storage this is a view of: tracked per tensor (Tensor.view_of), not by graph, since two
     # tensors built alike (two Tensor.zeros(4)) are one graph node yet separate storage
     owner = target.view_of
     if owner is None:
       target.uop = value.uop  # nothing else sees this tensor's storage: it simply becomes the value
       return
-    if storage_root(owner.uop).op not in (Ops.BUFFER, Ops.AFTER): give_own_storage(owner)
-    if storage_root(target.uop).op not in (Ops.BUFFER, Ops.AFTER):
+    if not has_storage(owner.uop): give_own_storage(owner)
+    if not has_storage(target.uop):
       raise RuntimeError(f"cannot assign into a view of {storage_root(target.uop).op.name}: it has no storage")
   store_target, stored = bitcast_to_source(target.uop, value.uop)
   base = storage_root(store_target)
@@ -55,6 +55,13 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
   # every view of this buffer (the target itself included) now reads the stored value
   for t in live_tensors():
     if storage_root(t.uop) is base: t.uop = t.uop.substitute({base: after})
+
+
+def has_storage(u: UOp) -> bool:
+  """u is a view of stored data: a buffer (or a pending AFTER), or on a device tuple every lane's buffer."""
+  root = storage_root(u)
+  if root.op is Ops.UNSHARD: return all(storage_root(lane).op in (Ops.BUFFER, Ops.AFTER) for lane in root.src[0].src)
+  return root.op in (Ops.BUFFER, Ops.AFTER)
 
 
 def bitcast_to_source(target: UOp, value: UOp) -> tuple[UOp, UOp]:

@@ -91,6 +91,8 @@ def _index_tensor(index: Any, device: str) -> Tensor:
   if index.dtype is dtypes.bool:
     raise NotImplementedError("boolean mask indexing has a data-dependent shape; use where() or masked_fill()")
   if dtypes.is_float(index.dtype): raise IndexError(f"tensors used as indices must be integers, got {index.dtype}")
+  # an index into a tensor on a device tuple is replicated onto those devices
+  if isinstance(device, tuple) and index.device != device: index = index.to(device)
   return index
 
 

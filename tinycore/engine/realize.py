@@ -6,6 +6,7 @@ from tinycore.hcq.runtime import holding_runtime_lock
 from tinycore.device.buffers import buffer_of, linear_buffers
 from tinycore.engine.jit import is_capturing, record_linear
 from tinycore.schedule.cache import cached_schedule, schedule_template
+from tinycore.schedule.multi import split_lanes
 
 
 class GlobalCounters:
@@ -32,6 +33,7 @@ def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
   from tinycore.device.registry import Device
   from tinycore.hcq.device import is_hcq_device
   from tinycore.hcq.runtime import call_is_hcq, compile_linear, uses_queues, wait_for_queues
+  linear = split_lanes(linear)  # a tuple CALL runs once per lane (and counts once per lane)
   if any(uses_queues(call) for call in linear.src):
     linear = compile_linear(linear, input_uops=linear_buffers(linear))
   written: dict[str, None] = {}
@@ -74,6 +76,7 @@ def realize_roots(roots: list[UOp]) -> dict[UOp, UOp]:
   from tinycore.hcq.runtime import compile_template
   template, mapping = schedule_template(roots)
   linear, keys, values = template.src
+  linear = split_lanes(linear)
   if is_capturing(): record_linear(linear.substitute(mapping))  # TinyJit replays it later
   bound = UOp(Ops.SINK, None, (compile_template(linear), keys, values)).substitute(mapping)
   if bound.src[0].src: run_linear(bound.src[0])

@@ -14,6 +14,8 @@ from tinycore.schedule.rangeify import KernelBuilder, NeedsRealize, build_store_
 from tinycore.uop.spec import check_spec, spec_enabled
 from tinycore.schedule.copies import (contiguous_region, has_buffer_identity, is_storage_only, lower_copies,
                                      region_uop, storage_root)
+from tinycore.schedule.multi import (MultiLowering, is_multi, lane_roots, lanes_of, lower_multi, multi_value,
+                                    stacked_call)
 
 
 class ScheduleError(RuntimeError):
@@ -42,7 +44,9 @@ def mark_realized(ctx: ScheduleContext, roots: list[UOp], graph: dict[UOp, None]
     if node.op is Ops.CONTIGUOUS and not has_buffer_identity(node.src[0]): ctx.realize(node)
     elif node.op is Ops.AFTER: ctx.realize(node)
   for root in roots:
-    if not _is_buffer_view(root) and not (root.op is Ops.CONTIGUOUS and has_buffer_identity(root.src[0])):
+    # (a reshape of a node realized anyway reads that node's buffer: it is not stored twice)
+    if not _is_buffer_view(root) and not (root.op is Ops.CONTIGUOUS and has_buffer_identity(root.src[0])) and \
+        not (root.op is Ops.RESHAPE and _strip_reshapes(root) in ctx.realized):
       ctx.realize(root)
   # the source of a cross-device store is realized on its own device first, so the store only moves bytes
   for node in graph:
@@ -61,6 +65,28 @@ class Job:
   """One CALL being built: what it writes (a version node) and what it reads."""
   def __init__(self, writes: UOp, call: UOp, reads: list[UOp], after_prev: UOp | None = None):
     self.writes, self.call, self.reads, self.after_prev = writes, call, reads, after_prev
+    self.lanes: list[Job] = [self]  # a tuple CALL: the per-lane jobs it runs
+
+
+def stack_lane_jobs(jobs: list[Job], groups: list[tuple[UOp, ...]]) -> list[Job]:
+  """The jobs computing the lanes of one tuple value with the same kernel become one job: a CALL whose buffer
+  arguments are MSTACKs of the lanes' buffers (one CALL, run once per lane)."""
+  by_writes: dict[UOp, list[Job]] = {}
+  for job in jobs: by_writes.setdefault(job.writes, []).append(job)
+  merged: dict[int, Job] = {}  # id of a lane job -> its tuple job
+  for group in groups:
+    lane_jobs = [by_writes.get(lane, []) for lane in group]
+    if any(len(js) != 1 for js in lane_jobs) or len({id(js[0]) for js in lane_jobs}) != len(group): continue
+    lanes = [js[0] for js in lane_jobs]
+    if any(id(j) in merged for j in lanes) or (call := stacked_call([j.call for j in lanes])) is None: continue
+    stacked = Job(lanes[0].writes, call, [r for j in lanes for r in j.reads], lanes[0].after_prev)
+    stacked.lanes = lanes
+    for j in lanes: merged[id(j)] = stacked
+  out: list[Job] = []
+  for job in jobs:
+    if id(job) not in merged: out.append(job)
+    elif merged[id(job)].lanes[0] is job: out.append(merged[id(job)])
+  return out
 
 
 def build_jobs(ctx: ScheduleContext) -> list[Job]:
@@ -128,7 +154,8 @@ def order_jobs(ctx: ScheduleContext, jobs: list[Job]) -> list[Job]:
   """Topological order: producers before readers (RAW), readers of a buffer version before the store that replaces
   it (WAR), and stores to one buffer in graph order (WAW)."""
   producer: dict[UOp, list[int]] = {}
-  for i, job in enumerate(jobs): producer.setdefault(job.writes, []).append(i)
+  for i, job in enumerate(jobs):
+    for lane in job.lanes: producer.setdefault(lane.writes, []).append(i)
   readers: dict[UOp, list[int]] = {}
   for i, job in enumerate(jobs):
     for r in job.reads: readers.setdefault(r, []).append(i)
@@ -142,10 +169,11 @@ def order_jobs(ctx: ScheduleContext, jobs: list[Job]) -> list[Job]:
         raise ScheduleError("a kernel reads a buffer both before and after an assign to it; "
                             "realize() the earlier read first")
       versions_by_buffer[buf] = r
-    if job.after_prev is not None:
-      prev = job.after_prev
+    for lane in job.lanes:
+      if (prev := lane.after_prev) is None: continue
       deps[i].update(p for p in producer.get(prev, []) if p != i)
-      deps[i].update(p for p in readers.get(prev, []) if p != i and jobs[p].writes is not job.writes)
+      deps[i].update(p for p in readers.get(prev, [])
+                     if p != i and lane.writes not in {x.writes for x in jobs[p].lanes})
   # Kahn's algorithm, lowest index first, so independent jobs keep graph order
   import heapq
   indegree = [len(d) for d in deps]
@@ -170,8 +198,10 @@ def create_schedule(original_roots: list[UOp], scalars: ScalarBindings | None = 
   arguments; `scalars` holds their values in case a kernel has too many arguments and bakes some in."""
   original = UOp(Ops.SINK, None, tuple(original_roots))
   if spec_enabled(): check_spec(original, "tensor")
-  lowered = lower_copies(original)
-  sink = lowered[original]
+  multi = lower_multi(original)
+  lane_sink = UOp(Ops.SINK, None, tuple(lane_roots(multi.nodes[original])))
+  lowered = lower_copies(lane_sink)
+  sink = lowered[lane_sink]
   roots = list(sink.src)
   graph = sink.toposort()
   ctx = ScheduleContext(scalars)
@@ -186,6 +216,7 @@ def create_schedule(original_roots: list[UOp], scalars: ScalarBindings | None = 
       ctx.realize(e.node)
       ctx.reduce_owner.clear()
   else: raise ScheduleError("scheduling did not converge")
+  jobs = stack_lane_jobs(jobs, [tuple(lowered.get(lane, lane) for lane in g) for g in multi.groups])
   ordered = order_jobs(ctx, jobs)
   linear = UOp(Ops.LINEAR, None, tuple(job.call for job in ordered))
   if spec_enabled(): check_spec(linear, "linear")
@@ -201,4 +232,24 @@ def create_schedule(original_roots: list[UOp], scalars: ScalarBindings | None = 
     if lowered_node is not node and lowered_node in becomes: becomes[node] = becomes[lowered_node]
     elif lowered_node is not node and lowered_node.op is Ops.RESHAPE and lowered_node.src[0] in becomes:
       becomes[node] = becomes[lowered_node.src[0]].reshape(node.shape)
+  map_logical_nodes(multi, becomes)
   return linear, becomes
+
+
+def _became(lane: UOp, becomes: dict[UOp, UOp]) -> UOp:
+  """What a lane became: its buffer, or a reshape of its realized source's buffer (a stored lane's view)."""
+  if lane in becomes: return becomes[lane]
+  if lane.op is Ops.RESHAPE and lane.src[0] in becomes: return becomes[lane.src[0]].reshape(lane.shape)
+  return lane
+
+
+def map_logical_nodes(multi: MultiLowering, becomes: dict[UOp, UOp]) -> None:
+  """What each node of the logical (multi-device) graph became: the stack of its lanes' buffers."""
+  for node, low in multi.nodes.items():
+    if low is node or node in becomes: continue
+    if not is_multi(low):
+      if low in becomes: becomes[node] = becomes[low]
+      continue
+    lanes = [_became(lane, becomes) for lane in lanes_of(low)]
+    if all(_is_buffer_view(lane) for lane in lanes) and lanes != list(lanes_of(low)):
+      becomes[node] = multi_value(lanes, low.arg)

@@ -12,6 +12,7 @@ from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import scalar_value, scalar_word
 from tinycore.schedule import create_schedule
+from tinycore.schedule.multi import allreduce_settings
 from tinycore.schedule.scalars import ScalarBindings, bound_variables, python_scalars, scalar_placeholder
 
 MAX_ENTRIES = 4096
@@ -54,13 +55,14 @@ def _baked_values(baked: tuple[UOp, ...], values: dict[UOp, UOp]) -> tuple:
   return tuple(scalar_word(scalar_value(values[p]), p.dtype) for p in baked)
 
 
-def _cached(key: UOp, values: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, ...]]:
+def _cached(graph: UOp, values: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, ...]]:
+  key = (graph, allreduce_settings())  # the settings that choose how a multi-device graph is lowered
   if (hit := schedules.get((key, _baked_values(baked_scalars.get(key) or (), values)))) is not None:
     ScheduleCacheStats.hits += 1
     return hit
   ScheduleCacheStats.misses += 1
   bindings = ScalarBindings(values)
-  linear, becomes = create_schedule(list(key.src), bindings)
+  linear, becomes = create_schedule(list(graph.src), bindings)
   keys, bound = tuple(becomes.keys()), tuple(becomes.values())
   template = UOp(Ops.SINK, None, (linear, UOp(Ops.SINK, None, keys), UOp(Ops.SINK, None, bound)))
   fresh = tuple(n for n in template.toposort() if n.op is Ops.BUFFER and n.src[0].arg > 0)

@@ -79,6 +79,8 @@ class KernelBuilder:
       return inner if cond is None else UOp(Ops.WHERE, u.dtype, (cond, inner, UOp.const(u.dtype, 0)))
     if op is Ops.CONST: return UOp.const(u.dtype, u.arg)
     if op is Ops.DEFINE_VAR: return self.scalar(u)
+    # a scalar placeholder on a device tuple, read by one lane: the same kernel argument on every lane
+    if op is Ops.MSELECT and u.src[0].op is Ops.DEFINE_VAR: return self.scalar(u.src[0])
     if op is Ops.ARANGE: return idx[0].cast(u.dtype)
     if op in (Ops.CONTIGUOUS, Ops.DETACH): return self.lower(u.src[0], idx, valid)
     if op is Ops.REDUCE_AXIS: return self.lower_reduce(u, idx, valid)

@@ -54,6 +54,12 @@ class Ops(Enum):
   STORE = auto()        # src: (target, value); tensor level: target is a view of a buffer; kernel level: an INDEX
   AFTER = auto()        # src: (buffer, *effects); the buffer's value once the effects (STOREs) ran
 
+  # --- multi-device (tensor level; tinycore.schedule.multi lowers them to per-lane graphs)
+  MSTACK = auto()       # src: one value per lane (device i); a tuple-device value of the lanes' shape
+  MSELECT = auto()      # src: (tuple-device value,), arg: lane i; that lane's value, on device[i]
+  UNSHARD = auto()      # src: (MSTACK,), arg: sharded axis or None (replicated); the logical tensor over the lanes
+  ALLREDUCE = auto()    # src: (tuple-device value,), arg: Ops.ADD | MUL | MAX; every lane gets the lanes combined
+
   # --- kernel-level ops
   RANGE = auto()        # src: (CONST size,), arg: (id, kind): a loop variable in [0, size)
   REDUCE = auto()       # src: (value, *ranges), arg: the combining ALU op; value folded over the ranges
@@ -206,6 +212,8 @@ class UOp(metaclass=_UOpCache):
     if self.op is Ops.COPY: return self.arg
     if self.op is Ops.BUFFER: return self.src[1].arg
     if self.op is Ops.BUFFER_VIEW: return self.src[0].device
+    if self.op is Ops.MSTACK: return tuple(s.device for s in self.src)
+    if self.op is Ops.MSELECT: return self.src[0].device[self.arg]
     for s in self.src:
       if (d := s.device) is not None: return d
     return None
@@ -364,6 +372,11 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
     if shape is None or u.dtype.itemsize == u.src[0].dtype.itemsize or not shape: return shape
     return shape[:-1] + (shape[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize,)
   if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.AFTER, Ops.CAST): return u.src[0].shape
+  if op in (Ops.MSTACK, Ops.MSELECT, Ops.ALLREDUCE): return u.src[0].shape
+  if op is Ops.UNSHARD:
+    lane = u.src[0].shape
+    if u.arg is None or lane is None: return lane
+    return lane[:u.arg] + (lane[u.arg] * len(u.src[0].device),) + lane[u.arg + 1:]
   if op in GroupOp.ALU:
     for s in u.src:
       if s.shape is not None: return s.shape

@@ -33,11 +33,16 @@ def _is_variable(x: UOp) -> bool:
 
 def _call_arguments(call: UOp) -> bool:
   """A CALL's arguments are buffers, then (for a kernel) scalars: values (CONST, BIND) or placeholders (DEFINE_VAR)."""
-  kinds = [0 if a.op in (Ops.BUFFER, Ops.BUFFER_VIEW) else 1 if a.op in (Ops.CONST, Ops.BIND, Ops.DEFINE_VAR) else 2
-           for a in call.src[1:]]
+  kinds = [0 if a.op in (Ops.BUFFER, Ops.BUFFER_VIEW) or _is_lane_stack(a)
+           else 1 if a.op in (Ops.CONST, Ops.BIND, Ops.DEFINE_VAR) else 2 for a in call.src[1:]]
   if kinds != sorted(kinds) or 2 in kinds: return False
   if call.src[0].op is Ops.SINK: return kinds.count(1) == len(kernel_scalars(call.src[0]))  # one per parameter
   return 1 not in kinds or call.src[0].op is Ops.PROGRAM
+
+
+def _is_lane_stack(a: UOp) -> bool:
+  """A tuple CALL's buffer argument: one buffer (or view) per lane."""
+  return a.op is Ops.MSTACK and all(s.op in (Ops.BUFFER, Ops.BUFFER_VIEW) for s in a.src)
 
 
 def _same_shapes(x: UOp) -> bool: return len({s.shape for s in x.src if s.shape is not None}) <= 1
@@ -68,7 +73,12 @@ tensor_spec: list[tuple[UPat, Predicate]] = _common + [
   (UPat(Ops.COPY, name="x"), lambda x: len(x.src) == 1 and isinstance(x.arg, (str, tuple))),
   (UPat(Ops.STORE, name="x"), lambda x: len(x.src) == 2 and x.src[0].shape == x.src[1].shape),
   (UPat(Ops.AFTER, name="x"),
-   lambda x: x.src[0].base.op in (Ops.BUFFER, Ops.AFTER) and all(s.op is Ops.STORE for s in x.src[1:])),
+   lambda x: x.src[0].base.op in (Ops.BUFFER, Ops.AFTER, Ops.UNSHARD) and all(s.op is Ops.STORE for s in x.src[1:])),
+  # multi-device values: lanes stacked into a tuple value, one lane selected, the logical tensor, a collective
+  (UPat(Ops.MSTACK, name="x"), lambda x: len(x.src) >= 1 and all(isinstance(s.device, str) for s in x.src)),
+  (UPat(Ops.MSELECT, name="x"), lambda x: len(x.src) == 1 and isinstance(x.arg, int)),
+  (UPat(Ops.UNSHARD, src=(UPat(Ops.MSTACK),), name="x"), lambda x: x.arg is None or isinstance(x.arg, int)),
+  (UPat(Ops.ALLREDUCE, src=(UPat(Ops.MSTACK),), name="x"), lambda x: x.arg in (Ops.ADD, Ops.MUL, Ops.MAX)),
   (UPat(Ops.SINK), lambda: True),
 ]
 
