@@ -1,0 +1,1 @@
+"""tiny-amd: the tinycore AMD GPU device."""
