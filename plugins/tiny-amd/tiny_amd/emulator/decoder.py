@@ -138,6 +138,11 @@ def decode_one(code: bytes, off: int, pc: int) -> Instr:
     name, f = decode_vopd(w, w2, pc)
     needs_lit = any(n in ("v_fmaak_f32", "v_fmamk_f32") for n in (f["opx"], f["opy"]))
     return finish_vector(code, off, pc, 8, "VOPD", name, f, [f["srcx0"], f["srcy0"]], needs_lit)
+  if top6 == 0b111000:  # MUBUF: only the cache invalidations that memory fences emit
+    op = bits(w, 25, 18)
+    name = {43: "buffer_gl0_inv", 44: "buffer_gl1_inv"}.get(op)
+    if name is None: raise DecodeError(f"MUBUF buffer instruction (op {op}) at 0x{pc:x} is not emulated")
+    return Instr(pc, 8, "MUBUF", name, {"op": op})
   fmt = {0b111101: "SMEM", 0b110110: "DS", 0b110111: "FLAT"}.get(top6)
   if fmt is None: raise DecodeError(f"unsupported encoding 0x{w:08x} at 0x{pc:x} (not SOP/SMEM/VOP/DS/FLAT)")
   fmt, name, f = decode_memory(fmt, w, w2, pc)

@@ -7,6 +7,7 @@ import numpy as np
 from tiny_amd.emulator.wave_state import NULL, EmulationError, WaveBatch
 
 LOAD_WIDTH = {"u8": 1, "i8": 1, "u16": 2, "i16": 2, "b32": 4, "b64": 8, "b96": 12, "b128": 16}
+STORE_WIDTH = {"b8": 1, "b16": 2, "b32": 4, "b64": 8, "b96": 12, "b128": 16}
 
 
 def exec_smem(st: WaveBatch, ins) -> None:
@@ -76,14 +77,12 @@ def load_d16(st: WaveBatch, f: dict, kind: str, addrs: np.ndarray, mask: np.ndar
 
 def global_store(st: WaveBatch, f: dict, kind: str, addrs: np.ndarray, mask: np.ndarray) -> None:
   if kind in ("d16_hi_b16", "d16_hi_b8"):
-    raw = (st.vgpr[f["data"]][mask] >> np.uint32(16)).astype(np.uint32)
-    nbytes = 2 if kind.endswith("16") else 1
+    words = (st.vgpr[f["data"]][mask] >> np.uint32(16))[:, None]
+    nbytes = STORE_WIDTH[kind[7:]]
   else:
-    nbytes = LOAD_WIDTH[kind]
+    nbytes = STORE_WIDTH[kind]
     words = np.stack([st.vgpr[f["data"] + i][mask] for i in range(max(1, nbytes // 4))], axis=1)
-    raw = words
-  data = np.ascontiguousarray(raw.astype(np.uint32)).view(np.uint8).reshape(len(addrs), -1)[:, :nbytes]
-  st.memory.scatter(addrs, np.ascontiguousarray(data))
+  st.memory.scatter(addrs, np.ascontiguousarray(as_bytes(words, nbytes)))
 
 
 ATOMIC_FN = {
@@ -166,7 +165,7 @@ def exec_ds(st: WaveBatch, ins) -> None:
       nbytes = 1 if kind.startswith("b8") else 2
       words = (st.vgpr[f["data0"]][mask] >> np.uint32(16))[:, None]
     else:
-      nbytes = {"b8": 1, "b16": 2}.get(kind) or LOAD_WIDTH[kind]
+      nbytes = STORE_WIDTH[kind]
       words = np.stack([st.vgpr[f["data0"] + i][mask] for i in range(max(1, nbytes // 4))], axis=1)
     return lds_write(st, lds_index(st, addr, mask, nbytes, ins), as_bytes(words, nbytes))
   return ds_atomic(st, ins, op, addr, mask)

@@ -70,12 +70,17 @@ def handler_for(ins):
   return {"SOP1": salu.exec_sop1, "SOP2": salu.exec_sop2, "SOPC": salu.exec_sopc, "SOPK": salu.exec_sopk,
           "SOPP": exec_sopp, "SMEM": memory_ops.exec_smem, "DS": memory_ops.exec_ds, "GLOBAL": memory_ops.exec_global,
           "FLAT": memory_ops.exec_global, "SCRATCH": memory_ops.exec_global, "VOP3P": exec_unsupported,
+          "MUBUF": exec_cache_invalidate,
           "INVALID": exec_unsupported}[ins.fmt]
 
 
 def exec_unsupported(st: WaveBatch, ins) -> None:
   reason = ins.f.get("error", "not implemented")
   raise EmulationError(f"cannot execute {ins.name} ({ins.fmt}) at 0x{ins.pc:x}: {reason}")
+
+
+def exec_cache_invalidate(st: WaveBatch, ins) -> None:
+  """buffer_gl0_inv / buffer_gl1_inv: the emulator has no caches, memory is always coherent."""
 
 
 def exec_sopp(st: WaveBatch, ins) -> None:

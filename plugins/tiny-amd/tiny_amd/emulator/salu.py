@@ -49,7 +49,7 @@ def _sop2_table() -> dict:
       return field, ne0(field)
     return fn
   t = {
-    "s_add_u32": (32, carry_add), "s_addc_u32": (32, carry_add),
+    "s_add_u32": (32, lambda a, b, c: carry_add(a, b, 0)), "s_addc_u32": (32, carry_add),
     "s_sub_u32": (32, lambda a, b, c: borrow_sub(a, b, 0)), "s_subb_u32": (32, borrow_sub),
     "s_add_i32": (32, signed_add), "s_sub_i32": (32, signed_sub),
     "s_absdiff_i32": (32, lambda a, b, c: (np.abs(s64(i32(a)) - s64(i32(b))).astype(np.uint32),) * 2),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tiny_amd.emulator.valu_ops import CARRY, VOP
-from tiny_amd.emulator.wave_state import EXEC, LANE_IDS, LITERAL, VCC, EmulationError, WaveBatch
+from tiny_amd.emulator.wave_state import EXEC, LANE_IDS, LITERAL, VCC, EmulationError, WaveBatch, inline_constant
 
 NP_TYPE = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i32": np.int32, "u32": np.uint32,
            "i64": np.int64, "u64": np.uint64, "i16": np.int16, "u16": np.uint16}
@@ -22,12 +22,10 @@ def read_source(st: WaveBatch, code: int, typ: str, hi_half: bool) -> np.ndarray
   width = WIDTH[typ]
   if typ == "mask": return st.lanes_of(st.sread(code))
   if width == 16:
-    raw = st.vread(code, 32, typ == "f16")
-    if code < 256 and code != LITERAL and not (code < 128):  # inline constant: already the 16-bit value
-      raw16 = raw.astype(np.uint16)
-    else:
-      raw16 = ((raw >> np.uint32(16)) if hi_half else raw).astype(np.uint16)
-    return raw16.view(NP_TYPE[typ])
+    const = inline_constant(code, 16, typ == "f16")
+    if const is not None: return np.array([[const]], np.uint16).view(NP_TYPE[typ])
+    raw = st.vread(code, 32)
+    return ((raw >> np.uint32(16)) if hi_half else raw).astype(np.uint16).view(NP_TYPE[typ])
   raw = st.vread(code, width, typ in FLOAT)
   return raw.astype(RAW[width], copy=False).view(NP_TYPE[typ])
 

@@ -1,0 +1,243 @@
+"""RDNA3 interpreter: real gfx1100 machine code (hand-written IR compiled by llvmlite) against numpy."""
+import numpy as np
+import pytest
+from emulator_helpers import Kernel
+
+TID = """declare i32 @llvm.amdgcn.workitem.id.x()
+declare i32 @llvm.amdgcn.workitem.id.y()
+declare i32 @llvm.amdgcn.workgroup.id.x()
+declare i32 @llvm.amdgcn.workgroup.id.y()
+declare void @llvm.amdgcn.s.barrier()
+"""
+
+
+def elementwise(body: str, out_t: str, in_ts: list[str], decls: str = "") -> str:
+  """A kernel out[i] = body(in0[i], in1[i], ...) over a 1-D grid of 64-thread workgroups, guarded by i < n."""
+  params = ", ".join([f"ptr addrspace(1) noalias %out"] + [f"ptr addrspace(1) noalias %p{k}" for k in range(len(in_ts))])
+  loads = "\n".join(f"  %g{k} = getelementptr {t}, ptr addrspace(1) %p{k}, i32 %i\n  %x{k} = load {t}, ptr addrspace(1) %g{k}"
+                    for k, t in enumerate(in_ts))
+  return TID + decls + f"""
+define amdgpu_kernel void @k({params}, i32 %n) {{
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %g = call i32 @llvm.amdgcn.workgroup.id.x()
+  %b = mul i32 %g, 64
+  %i = add i32 %b, %t
+  %in = icmp slt i32 %i, %n
+  br i1 %in, label %body, label %end
+body:
+{loads}
+{body}
+  %go = getelementptr {out_t}, ptr addrspace(1) %out, i32 %i
+  store {out_t} %r, ptr addrspace(1) %go
+  br label %end
+end:
+  ret void
+}}"""
+
+
+def run_elementwise(body, out_dtype, inputs, decls="", n=None):
+  np_to_ir = {np.float32: "float", np.float16: "half", np.float64: "double", np.int32: "i32", np.uint32: "i32",
+              np.int64: "i64", np.uint8: "i8", np.int8: "i8", np.int16: "i16", np.uint16: "i16"}
+  ir = elementwise(body, np_to_ir[out_dtype], [np_to_ir[x.dtype.type] for x in inputs], decls)
+  n = n or len(inputs[0])
+  out = np.zeros(len(inputs[0]), out_dtype)
+  Kernel(ir, "k")(out, *inputs, n, grid=(-(-n // 64), 1, 1), block=(64, 1, 1))
+  return out
+
+
+rng = np.random.default_rng(0)
+F = rng.standard_normal(200).astype(np.float32) * 10
+G = (rng.random(200).astype(np.float32) + 0.25) * np.where(rng.random(200) < 0.5, -1, 1).astype(np.float32)
+
+
+def test_float_arith_and_division_exact():
+  out = run_elementwise("  %m = fmul float %x0, %x1\n  %s = fsub float %m, %x0\n  %r = fdiv float %s, %x1", np.float32, [F, G])
+  np.testing.assert_array_equal(out, ((F * G) - F) / G)
+
+
+def test_partial_last_workgroup_leaves_tail_untouched():
+  out = run_elementwise("  %r = fadd float %x0, 1.0", np.float32, [F], n=150)
+  np.testing.assert_array_equal(out[:150], F[:150] + 1)
+  assert (out[150:] == 0).all()
+
+
+@pytest.mark.parametrize("fn,ref,tol", [
+  ("exp2", np.exp2, 1e-6), ("log2", np.log2, 1e-6), ("sqrt", np.sqrt, 1e-7), ("sin", np.sin, 2e-6),
+  ("cos", np.cos, 2e-6), ("floor", np.floor, 0), ("trunc", np.trunc, 0), ("rint", np.rint, 0), ("fabs", np.abs, 0)])
+def test_float_unary_math(fn, ref, tol):
+  x = np.abs(F) + 0.5 if fn in ("log2", "sqrt") else F / 4
+  out = run_elementwise(f"  %r = call float @llvm.{fn}.f32(float %x0)", np.float32, [x],
+                        decls=f"declare float @llvm.{fn}.f32(float)\n")
+  np.testing.assert_allclose(out, ref(x).astype(np.float32), rtol=tol, atol=tol)
+
+
+def test_min_max_select_compare_nan():
+  x = F.copy(); x[::7] = np.nan
+  body = ("  %mx = call float @llvm.maxnum.f32(float %x0, float %x1)\n  %c = fcmp uno float %x0, %x0\n"
+          "  %r = select i1 %c, float -1.0, float %mx")
+  out = run_elementwise(body, np.float32, [x, G], decls="declare float @llvm.maxnum.f32(float, float)\n")
+  np.testing.assert_array_equal(out, np.where(np.isnan(x), -1, np.fmax(x, G)).astype(np.float32))
+
+
+def test_int_division_and_remainder():
+  a = rng.integers(-2**31, 2**31 - 1, 200).astype(np.int32)
+  b = rng.integers(1, 1000, 200).astype(np.int32) * np.where(rng.random(200) < 0.5, -1, 1).astype(np.int32)
+  out = run_elementwise("  %q = sdiv i32 %x0, %x1\n  %m = srem i32 %x0, %x1\n  %r = add i32 %q, %m", np.int32, [a, b])
+  q = np.trunc(a.astype(np.float64) / b).astype(np.int64)
+  np.testing.assert_array_equal(out, (q + (a - q * b)).astype(np.int32))
+  ua, ub = a.view(np.uint32), np.abs(b).astype(np.uint32)
+  out = run_elementwise("  %r = udiv i32 %x0, %x1", np.uint32, [ua, ub])
+  np.testing.assert_array_equal(out, ua // ub)
+
+
+def test_int64_math():
+  a = rng.integers(-2**62, 2**62, 200).astype(np.int64)
+  b = rng.integers(-2**40, 2**40, 200).astype(np.int64)
+  out = run_elementwise("  %m = mul i64 %x0, 3\n  %s = ashr i64 %x1, 5\n  %r = add i64 %m, %s", np.int64, [a, b])
+  np.testing.assert_array_equal(out, a * 3 + (b >> 5))
+
+
+def test_casts_f32_int_half():
+  x = np.concatenate([F, [np.inf, -np.inf, 3e9, -3e9]]).astype(np.float32)
+  out = run_elementwise("  %r = fptosi float %x0 to i32", np.int32, [x[:200]])
+  np.testing.assert_array_equal(out, np.trunc(x[:200]).astype(np.int32))
+  out = run_elementwise("  %r = fptrunc float %x0 to half", np.float16, [F * 100])
+  np.testing.assert_array_equal(out, (F * 100).astype(np.float16))
+  h = (F * 3).astype(np.float16)
+  out = run_elementwise("  %e = fpext half %x0 to float\n  %r = fmul float %e, 3.0", np.float32, [h])
+  np.testing.assert_array_equal(out, h.astype(np.float32) * 3)
+  u = rng.integers(0, 2**32, 200, dtype=np.uint64).astype(np.uint32)
+  out = run_elementwise("  %r = uitofp i32 %x0 to float", np.float32, [u])
+  np.testing.assert_array_equal(out, u.astype(np.float32))
+
+
+def test_half_arithmetic_true16():
+  a, b = (F / 3).astype(np.float16), G.astype(np.float16)
+  out = run_elementwise("  %m = fmul half %x0, %x1\n  %r = fadd half %m, 0xH3C00", np.float16, [a, b])
+  np.testing.assert_array_equal(out, (a * b) + np.float16(1))
+
+
+def test_double_arithmetic():
+  a, b = F.astype(np.float64) * 1.1, G.astype(np.float64)
+  out = run_elementwise("  %m = fmul double %x0, %x1\n  %r = fadd double %m, %x0", np.float64, [a, b])
+  np.testing.assert_array_equal(out, a * b + a)
+
+
+def test_byte_and_short_loads_stores():
+  a = rng.integers(-128, 127, 200).astype(np.int8)
+  out = run_elementwise("  %e = sext i8 %x0 to i32\n  %m = mul i32 %e, 3\n  %r = trunc i32 %m to i8", np.int8, [a])
+  np.testing.assert_array_equal(out, (a.astype(np.int32) * 3).astype(np.int8))
+  s = rng.integers(0, 65535, 200).astype(np.uint16)
+  out = run_elementwise("  %e = zext i16 %x0 to i32\n  %r = add i32 %e, 70000", np.int32, [s])
+  np.testing.assert_array_equal(out, s.astype(np.int32) + 70000)
+
+
+LDS_SUM = TID + """
+@buf = internal addrspace(3) global [256 x float] undef, align 4
+define amdgpu_kernel void @lds_sum(ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %in) {
+entry:
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %g = call i32 @llvm.amdgcn.workgroup.id.x()
+  %base = mul i32 %g, 256
+  %i = add i32 %base, %t
+  %gp = getelementptr float, ptr addrspace(1) %in, i32 %i
+  %v = load float, ptr addrspace(1) %gp
+  %lp = getelementptr [256 x float], ptr addrspace(3) @buf, i32 0, i32 %t
+  store float %v, ptr addrspace(3) %lp
+  call void @llvm.amdgcn.s.barrier()
+  br label %loop
+loop:
+  %s = phi i32 [128, %entry], [%s2, %next]
+  %act = icmp ult i32 %t, %s
+  br i1 %act, label %add, label %next
+add:
+  %o = add i32 %t, %s
+  %op = getelementptr [256 x float], ptr addrspace(3) @buf, i32 0, i32 %o
+  %a = load float, ptr addrspace(3) %lp
+  %b = load float, ptr addrspace(3) %op
+  %c = fadd float %a, %b
+  store float %c, ptr addrspace(3) %lp
+  br label %next
+next:
+  fence syncscope("workgroup") release
+  call void @llvm.amdgcn.s.barrier()
+  fence syncscope("workgroup") acquire
+  %s2 = lshr i32 %s, 1
+  %more = icmp ne i32 %s2, 0
+  br i1 %more, label %loop, label %done
+done:
+  %first = icmp eq i32 %t, 0
+  br i1 %first, label %write, label %end
+write:
+  %r = load float, ptr addrspace(3) @buf
+  %wp = getelementptr float, ptr addrspace(1) %out, i32 %g
+  store float %r, ptr addrspace(1) %wp
+  br label %end
+end:
+  ret void
+}"""
+
+
+def tree_sum(x: np.ndarray) -> np.ndarray:
+  x = x.copy()
+  s = x.shape[1] // 2
+  while s:
+    x[:, :s] = x[:, :s] + x[:, s:2 * s]
+    s //= 2
+  return x[:, 0]
+
+
+def test_lds_tree_reduction_with_barriers():
+  x = rng.standard_normal(16 * 256).astype(np.float32)
+  out = np.zeros(16, np.float32)
+  stats = Kernel(LDS_SUM, "lds_sum")(out, x, grid=(16, 1, 1), block=(256, 1, 1))
+  np.testing.assert_array_equal(out, tree_sum(x.reshape(16, 256)))
+  assert stats.waves == 16 * 8
+
+
+MATMUL = TID + """
+define amdgpu_kernel void @mm(ptr addrspace(1) noalias %c, ptr addrspace(1) noalias %a, ptr addrspace(1) noalias %b, i32 %n) {
+entry:
+  %tx = call i32 @llvm.amdgcn.workitem.id.x()
+  %ty = call i32 @llvm.amdgcn.workitem.id.y()
+  %gx = call i32 @llvm.amdgcn.workgroup.id.x()
+  %gy = call i32 @llvm.amdgcn.workgroup.id.y()
+  %col0 = mul i32 %gx, 8
+  %col = add i32 %col0, %tx
+  %row0 = mul i32 %gy, 4
+  %row = add i32 %row0, %ty
+  br label %loop
+loop:
+  %k = phi i32 [0, %entry], [%k2, %loop]
+  %acc = phi float [0.0, %entry], [%acc2, %loop]
+  %ai = mul i32 %row, %n
+  %ai2 = add i32 %ai, %k
+  %bi = mul i32 %k, %n
+  %bi2 = add i32 %bi, %col
+  %ap = getelementptr float, ptr addrspace(1) %a, i32 %ai2
+  %bp = getelementptr float, ptr addrspace(1) %b, i32 %bi2
+  %av = load float, ptr addrspace(1) %ap
+  %bv = load float, ptr addrspace(1) %bp
+  %acc2 = call float @llvm.fma.f32(float %av, float %bv, float %acc)
+  %k2 = add i32 %k, 1
+  %more = icmp slt i32 %k2, %n
+  br i1 %more, label %loop, label %done
+done:
+  %ci = mul i32 %row, %n
+  %ci2 = add i32 %ci, %col
+  %cp = getelementptr float, ptr addrspace(1) %c, i32 %ci2
+  store float %acc2, ptr addrspace(1) %cp
+  ret void
+}
+declare float @llvm.fma.f32(float, float, float)
+"""
+
+
+def test_matmul_2d_grid_and_workgroup_ids():
+  n = 16
+  a, b = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
+  c = np.zeros((n, n), np.float32)
+  Kernel(MATMUL, "mm")(c, a, b, n, grid=(n // 8, n // 4, 1), block=(8, 4, 1))
+  ref = np.zeros((n, n), np.float64)
+  for k in range(n): ref = (a[:, k:k + 1].astype(np.float64) * b[k] + ref).astype(np.float32).astype(np.float64)
+  np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
