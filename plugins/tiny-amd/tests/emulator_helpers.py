@@ -7,25 +7,15 @@ import struct
 import numpy as np
 import pytest
 
-from tiny_amd.emulator.loader import load_code_object
+from tiny_amd.emulator.loader import compile_ir, load_code_object
 from tiny_amd.emulator.memory import MemoryRegistry
 from tiny_amd.emulator.rdna3 import DispatchRegisters, DispatchStats, run_dispatch
 
-llvm = pytest.importorskip("llvmlite.binding")
-
-HEADER = 'target triple = "amdgcn-amd-amdhsa"\n'
+pytest.importorskip("llvmlite.binding")
 
 
 def compile_gfx1100(ir: str, cpu: str = "gfx1100") -> bytes:
-  """LLVM IR -> relocatable AMDGPU ELF."""
-  llvm.initialize_all_targets()
-  llvm.initialize_all_asmprinters()
-  machine = llvm.Target.from_triple("amdgcn-amd-amdhsa").create_target_machine(cpu=cpu, opt=2, reloc="pic")
-  module = llvm.parse_assembly(HEADER + ir)
-  module.verify()
-  builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=2))
-  builder.getModulePassManager().run(module, builder)
-  return machine.emit_object(module)
+  return compile_ir(ir, cpu)
 
 
 class Kernel:

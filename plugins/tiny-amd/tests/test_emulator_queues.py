@@ -61,7 +61,8 @@ def kfd():
 
 def sdma_copy(dst: int, src: int, nbytes: int) -> list[int]: return [1, nbytes - 1, 0, *lo_hi(src), *lo_hi(dst)]
 def sdma_fence(addr: int, value: int) -> list[int]: return [5, *lo_hi(addr), value]
-def sdma_poll_geq(addr: int, value: int) -> list[int]: return [8 | 5 << 28 | 1 << 31, *lo_hi(addr), value, 0xFFFFFFFF, 10]
+def sdma_poll_geq(addr: int, value: int) -> list[int]:
+  return [8 | 5 << 28 | 1 << 31, *lo_hi(addr), value, 0xFFFFFFFF, 10]  # mem_poll, function GEQ
 
 
 def test_driver_properties_and_memory(kfd):

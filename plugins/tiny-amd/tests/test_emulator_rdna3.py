@@ -13,22 +13,22 @@ declare void @llvm.amdgcn.s.barrier()
 
 def elementwise(body: str, out_t: str, in_ts: list[str], decls: str = "") -> str:
   """A kernel out[i] = body(in0[i], in1[i], ...) over a 1-D grid of 64-thread workgroups, guarded by i < n."""
-  params = ", ".join([f"ptr addrspace(1) noalias %out"] + [f"ptr addrspace(1) noalias %p{k}" for k in range(len(in_ts))])
-  loads = "\n".join(f"  %g{k} = getelementptr {t}, ptr addrspace(1) %p{k}, i32 %i\n  %x{k} = load {t}, ptr addrspace(1) %g{k}"
-                    for k, t in enumerate(in_ts))
+  params = ", ".join(["ptr addrspace(1) noalias %out"] + [f"ptr addrspace(1) noalias %p{k}" for k in range(len(in_ts))])
+  loads = "\n".join(f"  %g{k} = getelementptr {t}, ptr addrspace(1) %p{k}, i32 %k_i\n"
+                    f"  %x{k} = load {t}, ptr addrspace(1) %g{k}" for k, t in enumerate(in_ts))
   return TID + decls + f"""
 define amdgpu_kernel void @k({params}, i32 %n) {{
-  %t = call i32 @llvm.amdgcn.workitem.id.x()
-  %g = call i32 @llvm.amdgcn.workgroup.id.x()
-  %b = mul i32 %g, 64
-  %i = add i32 %b, %t
-  %in = icmp slt i32 %i, %n
-  br i1 %in, label %body, label %end
+  %k_t = call i32 @llvm.amdgcn.workitem.id.x()
+  %k_g = call i32 @llvm.amdgcn.workgroup.id.x()
+  %k_b = mul i32 %k_g, 64
+  %k_i = add i32 %k_b, %k_t
+  %k_in = icmp slt i32 %k_i, %n
+  br i1 %k_in, label %body, label %end
 body:
 {loads}
 {body}
-  %go = getelementptr {out_t}, ptr addrspace(1) %out, i32 %i
-  store {out_t} %r, ptr addrspace(1) %go
+  %k_o = getelementptr {out_t}, ptr addrspace(1) %out, i32 %k_i
+  store {out_t} %r, ptr addrspace(1) %k_o
   br label %end
 end:
   ret void
@@ -37,7 +37,7 @@ end:
 
 def run_elementwise(body, out_dtype, inputs, decls="", n=None):
   np_to_ir = {np.float32: "float", np.float16: "half", np.float64: "double", np.int32: "i32", np.uint32: "i32",
-              np.int64: "i64", np.uint8: "i8", np.int8: "i8", np.int16: "i16", np.uint16: "i16"}
+              np.int64: "i64", np.uint64: "i64", np.uint8: "i8", np.int8: "i8", np.int16: "i16", np.uint16: "i16"}
   ir = elementwise(body, np_to_ir[out_dtype], [np_to_ir[x.dtype.type] for x in inputs], decls)
   n = n or len(inputs[0])
   out = np.zeros(len(inputs[0]), out_dtype)
@@ -51,7 +51,8 @@ G = (rng.random(200).astype(np.float32) + 0.25) * np.where(rng.random(200) < 0.5
 
 
 def test_float_arith_and_division_exact():
-  out = run_elementwise("  %m = fmul float %x0, %x1\n  %s = fsub float %m, %x0\n  %r = fdiv float %s, %x1", np.float32, [F, G])
+  body = "  %m = fmul float %x0, %x1\n  %s = fsub float %m, %x0\n  %r = fdiv float %s, %x1"
+  out = run_elementwise(body, np.float32, [F, G])
   np.testing.assert_array_equal(out, ((F * G) - F) / G)
 
 
@@ -196,7 +197,8 @@ def test_lds_tree_reduction_with_barriers():
 
 
 MATMUL = TID + """
-define amdgpu_kernel void @mm(ptr addrspace(1) noalias %c, ptr addrspace(1) noalias %a, ptr addrspace(1) noalias %b, i32 %n) {
+define amdgpu_kernel void @mm(ptr addrspace(1) noalias %c, ptr addrspace(1) noalias %a,
+                              ptr addrspace(1) noalias %b, i32 %n) {
 entry:
   %tx = call i32 @llvm.amdgcn.workitem.id.x()
   %ty = call i32 @llvm.amdgcn.workitem.id.y()
@@ -241,3 +243,128 @@ def test_matmul_2d_grid_and_workgroup_ids():
   ref = np.zeros((n, n), np.float64)
   for k in range(n): ref = (a[:, k:k + 1].astype(np.float64) * b[k] + ref).astype(np.float32).astype(np.float64)
   np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+I32 = rng.integers(-2**31, 2**31 - 1, 200).astype(np.int32)
+I32B = rng.integers(-1000, 1000, 200).astype(np.int32) | 1
+U64 = rng.integers(0, 2**63, 200, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+I64 = rng.integers(-2**62, 2**62, 200).astype(np.int64)
+BF = (F * 7).astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
+
+
+def bf16_to_f32(u16: np.ndarray) -> np.ndarray: return (u16.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16_rne(x: np.ndarray) -> np.ndarray:
+  u = x.view(np.uint32).astype(np.uint64)
+  return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+CASES = {
+  "i64_udiv_urem": ("  %q = udiv i64 %x0, %x1\n  %m = urem i64 %x0, %x1\n  %r = xor i64 %q, %m", np.uint64,
+                    [U64, U64 >> np.uint64(20)], lambda a, b: (a // b) ^ (a % b)),
+  "i64_sdiv": ("  %r = sdiv i64 %x0, %x1", np.int64, [I64, (I64 >> 30) | 1],
+               lambda a, b: (np.abs(a) // np.abs(b)) * np.sign(a) * np.sign(b)),
+  "f64_div_sqrt": ("  %d = fdiv double %x0, %x1\n  %r = call double @llvm.sqrt.f64(double %d)", np.float64,
+                   [np.abs(F.astype(np.float64)) + 1, np.abs(G.astype(np.float64))], lambda a, b: np.sqrt(a / b)),
+  "f64_to_i64": ("  %r = fptosi double %x0 to i64", np.int64, [F.astype(np.float64) * 1e9],
+                 lambda a: a.astype(np.int64)),
+  "i64_to_f32": ("  %r = sitofp i64 %x0 to float", np.float32, [I64], lambda a: a.astype(np.float32)),
+  "u64_to_f64": ("  %r = uitofp i64 %x0 to double", np.float64, [U64], lambda a: a.astype(np.float64)),
+  "f32_to_u8": ("  %r = fptoui float %x0 to i8", np.uint8, [np.abs(F) * 5], lambda a: a.astype(np.uint8)),
+  "bf16_roundtrip": ("  %b = bitcast i16 %x0 to bfloat\n  %f = fpext bfloat %b to float\n  %m = fmul float %f, 3.0\n"
+                     "  %t = fptrunc float %m to bfloat\n  %r = bitcast bfloat %t to i16", np.uint16,
+                     [(BF >> np.uint32(16)).astype(np.uint16)], lambda a: f32_to_bf16_rne(bf16_to_f32(a) * 3)),
+  "i32_mul_shift_bits": ("  %m = mul i32 %x0, %x1\n  %s = lshr i32 %m, 3\n  %a = ashr i32 %x0, 7\n"
+                         "  %o = or i32 %s, %a\n  %c = call i32 @llvm.ctpop.i32(i32 %o)\n  %r = add i32 %o, %c",
+                         np.int32, [I32, I32B], None),
+  "i32_min_max_abs": ("  %a = call i32 @llvm.smax.i32(i32 %x0, i32 %x1)\n"
+                      "  %b = call i32 @llvm.abs.i32(i32 %a, i1 false)\n"
+                      "  %r = call i32 @llvm.umin.i32(i32 %b, i32 1000000)", np.int32, [I32, I32B],
+                      lambda a, b: np.minimum(np.abs(np.maximum(a, b)).astype(np.uint32), 1000000).astype(np.int32)),
+  "f32_recip_rsqrt_fast": ("  %q = fdiv afn float 1.0, %x0\n  %s = call afn float @llvm.sqrt.f32(float %q)\n"
+                           "  %r = fmul float %s, 2.0", np.float32, [np.abs(F) + 1], lambda a: np.sqrt(1 / a) * 2),
+  "f16_math": ("  %e = call half @llvm.exp2.f16(half %x0)\n  %s = call half @llvm.sqrt.f16(half %e)\n"
+               "  %r = fdiv half %s, %x1", np.float16, [(F / 8).astype(np.float16), (G * 2).astype(np.float16)], None),
+  "select_bool_compare_i8": ("  %c = icmp slt i8 %x0, %x1\n  %r = select i1 %c, i8 %x1, i8 %x0", np.int8,
+                             [I32.astype(np.int8), I32B.astype(np.int8)], lambda a, b: np.maximum(a, b)),
+  "f32_where_isinf_isnan": ("  %a = call float @llvm.fabs.f32(float %x0)\n"
+                            "  %i = fcmp oeq float %a, 0x7FF0000000000000\n"
+                            "  %r = select i1 %i, float 0.0, float %x0", np.float32,
+                            [np.where(np.arange(200) % 5 == 0, np.inf, F).astype(np.float32)],
+                            lambda a: np.where(np.isinf(a), 0, a).astype(np.float32)),
+  "i16_arith": ("  %m = mul i16 %x0, %x1\n  %r = add i16 %m, 7", np.int16,
+                [I32.astype(np.int16), I32B.astype(np.int16)],
+                lambda a, b: a * b + np.int16(7)),
+  "i32_to_f16": ("  %r = sitofp i32 %x0 to half", np.float16, [I32B * 3], lambda a: a.astype(np.float16)),
+  "f64_exp_log_via_f32": ("  %f = fptrunc double %x0 to float\n  %l = call float @llvm.log.f32(float %f)\n"
+                          "  %r = fpext float %l to double", np.float64, [np.abs(F.astype(np.float64)) + 0.5], None),
+}
+DECLS = """declare i32 @llvm.ctpop.i32(i32)
+declare i32 @llvm.smax.i32(i32, i32)
+declare i32 @llvm.abs.i32(i32, i1)
+declare i32 @llvm.umin.i32(i32, i32)
+declare float @llvm.sqrt.f32(float)
+declare double @llvm.sqrt.f64(double)
+declare half @llvm.exp2.f16(half)
+declare half @llvm.sqrt.f16(half)
+declare float @llvm.fabs.f32(float)
+declare float @llvm.log.f32(float)
+"""
+
+
+def reference_for(name, inputs):
+  body, out_dtype, _, ref = CASES[name]
+  if ref is not None: return ref(*inputs)
+  a = inputs
+  if name == "i32_mul_shift_bits":
+    m = (a[0].astype(np.int64) * a[1]).astype(np.int32)
+    o = (m.view(np.uint32) >> 3) | (a[0] >> 7).view(np.uint32)
+    return (o + np.array([bin(int(v)).count("1") for v in o], np.uint32)).view(np.int32)
+  if name == "f16_math":
+    e = np.exp2(a[0].astype(np.float32)).astype(np.float16)
+    root = np.sqrt(e.astype(np.float32)).astype(np.float16).astype(np.float32)
+    return (root / a[1].astype(np.float32)).astype(np.float16)
+  if name == "f64_exp_log_via_f32": return np.log(a[0].astype(np.float32)).astype(np.float64)
+  raise KeyError(name)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_compiled_cases(name):
+  body, out_dtype, inputs, _ = CASES[name]
+  out = run_elementwise(body, out_dtype, inputs, decls=DECLS)
+  ref = np.asarray(reference_for(name, inputs)).astype(out_dtype)
+  if np.dtype(out_dtype).kind == "f":
+    np.testing.assert_allclose(out, ref, rtol=2e-7 if out_dtype != np.float16 else 1e-3)
+  else: np.testing.assert_array_equal(out, ref)
+
+
+SCRATCH = TID + """
+define amdgpu_kernel void @priv(ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %idx) {
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %arr = alloca [16 x i32], align 4, addrspace(5)
+  br label %fill
+fill:
+  %k = phi i32 [0, %0], [%k2, %fill]
+  %v = mul i32 %k, %t
+  %p = getelementptr [16 x i32], ptr addrspace(5) %arr, i32 0, i32 %k
+  store volatile i32 %v, ptr addrspace(5) %p
+  %k2 = add i32 %k, 1
+  %more = icmp slt i32 %k2, 16
+  br i1 %more, label %fill, label %read
+read:
+  %ip = getelementptr i32, ptr addrspace(1) %idx, i32 %t
+  %i = load i32, ptr addrspace(1) %ip
+  %q = getelementptr [16 x i32], ptr addrspace(5) %arr, i32 0, i32 %i
+  %r = load volatile i32, ptr addrspace(5) %q
+  %op = getelementptr i32, ptr addrspace(1) %out, i32 %t
+  store i32 %r, ptr addrspace(1) %op
+  ret void
+}"""
+
+
+def test_private_array_in_scratch():
+  idx = rng.integers(0, 16, 64).astype(np.int32)
+  out = np.zeros(64, np.int32)
+  Kernel(SCRATCH, "priv")(out, idx, grid=(1, 1, 1), block=(64, 1, 1))
+  np.testing.assert_array_equal(out, idx * np.arange(64))

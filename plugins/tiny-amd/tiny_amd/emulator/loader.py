@@ -43,6 +43,20 @@ class Section:
   address: int = 0
 
 
+def compile_ir(ir: str, cpu: str = "gfx1100") -> bytes:
+  """LLVM IR (amdgcn-amd-amdhsa) -> relocatable AMDGPU ELF via llvmlite, O2 pipeline first (as the plugin does).
+  Used by the emulator's tests and benchmark to make real machine code from hand-written kernels."""
+  import llvmlite.binding as llvm
+  llvm.initialize_all_targets()
+  llvm.initialize_all_asmprinters()
+  machine = llvm.Target.from_triple("amdgcn-amd-amdhsa").create_target_machine(cpu=cpu, opt=2, reloc="pic")
+  module = llvm.parse_assembly('target triple = "amdgcn-amd-amdhsa"\n' + ir)
+  module.verify()
+  builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=2))
+  builder.getModulePassManager().run(module, builder)
+  return machine.emit_object(module)
+
+
 def read_sections(elf: bytes) -> list[Section]:
   if elf[:4] != b"\x7fELF" or elf[4] != 2: raise ValueError("not a 64-bit ELF")
   shoff, = struct.unpack_from("<Q", elf, 0x28)

@@ -37,8 +37,8 @@ def lane_addresses(st: WaveBatch, ins) -> np.ndarray:
 
 def exec_global(st: WaveBatch, ins) -> None:
   f, name = ins.f, ins.name
-  if ins.fmt == "SCRATCH": raise EmulationError(f"scratch memory ({name} at 0x{ins.pc:x}) is not emulated")
   mask = st.lane_mask()
+  if ins.fmt == "SCRATCH": return exec_scratch(st, ins, mask)
   if not mask.any(): return None
   addrs = lane_addresses(st, ins)[mask]
   op = name.split("_", 1)[1]
@@ -229,3 +229,57 @@ def ds_permute(st: WaveBatch, ins, mask: np.ndarray) -> None:
   result = np.zeros_like(data)
   for w, l in zip(*np.nonzero(mask)): result[w, lane[w, l]] = data[w, l]
   st.vwrite(f["vdst"], result, np.ones_like(mask) & st.active[:, None])
+
+
+# ---- scratch (private per-lane memory, gfx11 architected flat scratch)
+MAX_SCRATCH_BYTES = 1 << 16
+
+
+def scratch_offsets(st: WaveBatch, ins, mask: np.ndarray) -> np.ndarray:
+  """Per-lane byte offsets into the lane's private segment: saddr (if not off) + vaddr (if SVE) + offset."""
+  f = ins.f
+  off = np.full(mask.shape, f["offset"], np.int64)
+  if f["saddr"] != NULL: off = off + st.sgpr[:, f["saddr"]].astype(np.int64)[:, None]
+  if f["sve"]: off = off + st.vgpr[f["addr"]].astype(np.int64)
+  return off[mask]
+
+
+def scratch_storage(st: WaveBatch, end: int, ins) -> np.ndarray:
+  """The batch's private memory, [waves * 32 lanes, bytes], grown on demand up to MAX_SCRATCH_BYTES per lane."""
+  have = getattr(st, "scratch", None)
+  if have is not None and have.shape[1] >= end: return have
+  if end > MAX_SCRATCH_BYTES:
+    raise EmulationError(f"{ins.name} at 0x{ins.pc:x}: private offset {end} beyond {MAX_SCRATCH_BYTES} bytes")
+  size = max(256, 1 << (end - 1).bit_length())
+  grown = np.zeros((st.nwaves * 32, size), np.uint8)
+  if have is not None: grown[:, :have.shape[1]] = have
+  st.scratch = grown
+  return grown
+
+
+def exec_scratch(st: WaveBatch, ins, mask: np.ndarray) -> None:
+  f, op = ins.f, ins.name.split("_", 1)[1]
+  if not mask.any(): return None
+  offs = scratch_offsets(st, ins, mask)
+  lanes = np.flatnonzero(mask.reshape(-1))
+  kind = op.split("_", 1)[1]
+  if op.startswith("load_"):
+    if kind.startswith("d16"): raise EmulationError(f"unsupported {ins.name} at 0x{ins.pc:x}")
+    nbytes = LOAD_WIDTH[kind]
+    mem = scratch_storage(st, int(offs.max()) + nbytes, ins)
+    data = mem[lanes[:, None], offs[:, None] + np.arange(nbytes)]
+    if nbytes >= 4:
+      words = np.ascontiguousarray(data).view(np.uint32)
+      for i in range(nbytes // 4): st.vgpr[f["vdst"] + i][mask] = words[:, i]
+    else:
+      dtype = {"u8": np.uint8, "i8": np.int8, "u16": np.uint16, "i16": np.int16}[kind]
+      st.vgpr[f["vdst"]][mask] = np.ascontiguousarray(data).view(dtype)[:, 0].astype(np.int32).view(np.uint32)
+    return None
+  if op.startswith("store_"):
+    if kind.startswith("d16"): raise EmulationError(f"unsupported {ins.name} at 0x{ins.pc:x}")
+    nbytes = STORE_WIDTH[kind]
+    words = np.stack([st.vgpr[f["data"] + i][mask] for i in range(max(1, nbytes // 4))], axis=1)
+    mem = scratch_storage(st, int(offs.max()) + nbytes, ins)
+    mem[lanes[:, None], offs[:, None] + np.arange(nbytes)] = as_bytes(words, nbytes)
+    return None
+  raise EmulationError(f"unsupported {ins.name} at 0x{ins.pc:x}")

@@ -13,18 +13,21 @@ first also makes s_barrier correct for structured code: no wave passes a barrier
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 
 import attrs
 import numpy as np
 
-from tiny_amd.emulator import decoder, memory_ops, salu, vector
+from tiny_amd.emulator import decoder, memory_ops, packed, salu, vector
 from tiny_amd.emulator.memory import MemoryRegistry
 from tiny_amd.emulator.wave_state import EXEC, LANES, VCC, EmulationError, WaveBatch
 
 MAX_LANES_PER_BATCH = 8192   # bounds VGPR memory (regs x lanes x 4 bytes) while keeping numpy calls wide
 LDS_GRANULE = 512            # gfx11 RSRC2.LDS_SIZE unit, bytes
 MAX_CODE_BYTES = 1 << 20
+TRACE = os.environ.get("TINYCORE_AMD_EMU_TRACE", "") not in ("", "0")  # print every executed instruction
 SOPP_NOPS = {"s_nop", "s_clause", "s_delay_alu", "s_waitcnt", "s_waitcnt_depctr", "s_set_inst_prefetch_distance",
              "s_sleep", "s_setprio", "s_round_mode", "s_denorm_mode", "s_sendmsg", "s_ttracedata_imm",
              "s_incperflevel", "s_decperflevel", "s_wait_event"}
@@ -69,7 +72,7 @@ def handler_for(ins):
   if ins.fmt == "VOPD": return vector.exec_vopd
   return {"SOP1": salu.exec_sop1, "SOP2": salu.exec_sop2, "SOPC": salu.exec_sopc, "SOPK": salu.exec_sopk,
           "SOPP": exec_sopp, "SMEM": memory_ops.exec_smem, "DS": memory_ops.exec_ds, "GLOBAL": memory_ops.exec_global,
-          "FLAT": memory_ops.exec_global, "SCRATCH": memory_ops.exec_global, "VOP3P": exec_unsupported,
+          "FLAT": memory_ops.exec_global, "SCRATCH": memory_ops.exec_global, "VOP3P": packed.exec_vop3p,
           "MUBUF": exec_cache_invalidate,
           "INVALID": exec_unsupported}[ins.fmt]
 
@@ -155,6 +158,7 @@ def run_batch(st: WaveBatch, program: Program, entry: int, step_limit: int = 50_
       else:
         pc = upc
       ins = program.at(pc)
+      if TRACE: print(f"[rdna3] +0x{pc - entry:04x} {ins.name} waves={int(st.active.sum())}", file=sys.stderr)
       st.literal = ins.lit or 0
       st.branch_cond = None
       ins.handler(st, ins)

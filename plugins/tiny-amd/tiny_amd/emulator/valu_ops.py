@@ -38,6 +38,13 @@ def ctz32(x: np.ndarray) -> np.ndarray:
   return np.where(x == 0, -1, bitlen).astype(np.int32)
 
 
+def cls32(x: np.ndarray) -> np.ndarray:
+  """Leading bits equal to the sign bit, not counting it: -1 for 0 and -1 (v_cls_i32)."""
+  u = x.astype(np.uint32)
+  flipped = np.where(u >> np.uint32(31) == 1, ~u, u)
+  return np.where((u == 0) | (u == 0xFFFFFFFF), -1, clz32(flipped) - 1).astype(np.int32)
+
+
 def popcount32(x: np.ndarray) -> np.ndarray:
   x = x.astype(np.uint32)
   return np.unpackbits(x[..., None].view(np.uint8), axis=-1).sum(-1).astype(np.uint32)
@@ -181,6 +188,8 @@ VOP: dict[str, tuple] = {
   "v_mul_f16": ("f16", ("f16", "f16"), lambda a, b: a * b),
   "v_fma_f16": ("f16", ("f16",) * 3, lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float16)),
   "v_fmac_f16": ("f16", ("f16",) * 3, lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float16)),
+  "v_fmamk_f16": ("f16", ("f16",) * 3, lambda a, b, k: (a.astype(np.float64) * k + b).astype(np.float16)),
+  "v_fmaak_f16": ("f16", ("f16",) * 3, lambda a, b, k: (a.astype(np.float64) * b + k).astype(np.float16)),
   "v_max_f16": ("f16", ("f16", "f16"), np.fmax), "v_min_f16": ("f16", ("f16", "f16"), np.fmin),
   "v_exp_f16": ("f16", ("f16",), np.exp2), "v_log_f16": ("f16", ("f16",), np.log2),
   "v_rcp_f16": ("f16", ("f16",), lambda a: np.float16(1) / a), "v_sqrt_f16": ("f16", ("f16",), np.sqrt),
@@ -199,7 +208,8 @@ VOP: dict[str, tuple] = {
   "v_cvt_f16_f32": ("f16", (F,), lambda a: a.astype(np.float16)),
   "v_cvt_f32_f64": (F, ("f64",), lambda a: a.astype(np.float32)),
   "v_cvt_f64_f32": ("f64", (F,), lambda a: a.astype(np.float64)),
-  "v_cvt_f32_i32": (F, (I,), lambda a: a.astype(np.float32)), "v_cvt_f32_u32": (F, (U,), lambda a: a.astype(np.float32)),
+  "v_cvt_f32_i32": (F, (I,), lambda a: a.astype(np.float32)),
+  "v_cvt_f32_u32": (F, (U,), lambda a: a.astype(np.float32)),
   "v_cvt_f64_i32": ("f64", (I,), lambda a: a.astype(np.float64)),
   "v_cvt_f64_u32": ("f64", (U,), lambda a: a.astype(np.float64)),
   "v_cvt_i32_f32": (I, (F,), lambda a: f32_to_int(a, -2**31, 2**31 - 1, np.int32)),
@@ -212,7 +222,8 @@ VOP: dict[str, tuple] = {
   "v_cvt_f16_i16": ("f16", ("i16",), lambda a: a.astype(np.float16)),
   "v_cvt_u16_f16": ("u16", ("f16",), lambda a: f32_to_int(a, 0, 65535, np.uint16)),
   "v_cvt_i16_f16": ("i16", ("f16",), lambda a: f32_to_int(a, -32768, 32767, np.int16)),
-  "v_cvt_i32_i16": (I, ("i16",), lambda a: a.astype(np.int32)), "v_cvt_u32_u16": (U, ("u16",), lambda a: a.astype(np.uint32)),
+  "v_cvt_i32_i16": (I, ("i16",), lambda a: a.astype(np.int32)),
+  "v_cvt_u32_u16": (U, ("u16",), lambda a: a.astype(np.uint32)),
   "v_cvt_pk_rtz_f16_f32": (U, (F, F), lambda a, b: round_to_f16_toward_zero(a).view(np.uint16).astype(np.uint32)
                            | round_to_f16_toward_zero(b).view(np.uint16).astype(np.uint32) << np.uint32(16)),
   "v_pack_b32_f16": (U, ("u16", "u16"), lambda a, b: a.astype(np.uint32) | b.astype(np.uint32) << np.uint32(16)),
@@ -252,7 +263,8 @@ VOP: dict[str, tuple] = {
   "v_not_b32": (U, (U,), lambda a: ~a), "v_bfrev_b32": (U, (U,), lambda a: bit_reverse32(a)),
   "v_xor3_b32": (U, (U, U, U), lambda a, b, c: a ^ b ^ c), "v_or3_b32": (U, (U, U, U), lambda a, b, c: a | b | c),
   "v_and_or_b32": (U, (U, U, U), lambda a, b, c: (a & b) | c),
-  "v_lshlrev_b32": (U, (U, U), lambda a, b: b << shift32(a)), "v_lshrrev_b32": (U, (U, U), lambda a, b: b >> shift32(a)),
+  "v_lshlrev_b32": (U, (U, U), lambda a, b: b << shift32(a)),
+  "v_lshrrev_b32": (U, (U, U), lambda a, b: b >> shift32(a)),
   "v_ashrrev_i32": (I, (U, I), lambda a, b: b >> shift32(a).astype(np.int32)),
   "v_lshl_or_b32": (U, (U, U, U), lambda a, b, c: (a << shift32(b)) | c),
   "v_lshl_add_u32": (U, (U, U, U), lambda a, b, c: (a << shift32(b)) + c),
@@ -264,11 +276,11 @@ VOP: dict[str, tuple] = {
   "v_bfm_b32": (U, (U, U), lambda a, b: ((np.uint32(1) << shift32(a)) - np.uint32(1)) << shift32(b)),
   "v_alignbit_b32": (U, (U, U, U), lambda a, b, c: ((a.astype(np.uint64) << np.uint64(32) | b) >>
                                                     (c.astype(np.uint64) & np.uint64(31))).astype(np.uint32)),
-  "v_alignbyte_b32": (U, (U, U, U), lambda a, b, c: ((a.astype(np.uint64) << np.uint64(32) | b) >>
-                                                     ((c.astype(np.uint64) & np.uint64(3)) * np.uint64(8))).astype(np.uint32)),
+  "v_alignbyte_b32": (U, (U, U, U), lambda a, b, c: ((a.astype(np.uint64) << np.uint64(32) | b) >> (
+    (c.astype(np.uint64) & np.uint64(3)) * np.uint64(8))).astype(np.uint32)),
   "v_perm_b32": (U, (U, U, U), permute_bytes),
   "v_bcnt_u32_b32": (U, (U, U), lambda a, b: popcount32(a) + b),
-  "v_clz_i32_u32": (I, (U,), clz32), "v_ctz_i32_b32": (I, (U,), ctz32),
+  "v_clz_i32_u32": (I, (U,), clz32), "v_ctz_i32_b32": (I, (U,), ctz32), "v_cls_i32": (I, (U,), cls32),
   "v_cndmask_b32": (U, (U, U, "mask"), lambda a, b, m: np.where(m, b, a)),
   "v_cndmask_b16": ("u16", ("u16", "u16", "mask"), lambda a, b, m: np.where(m, b, a)),
   "v_add_co_u32": (U, (U, U), add_carry, CARRY), "v_sub_co_u32": (U, (U, U), sub_borrow, CARRY),
@@ -283,10 +295,13 @@ VOP: dict[str, tuple] = {
   "v_lshrrev_b64": ("u64", (U, "u64"), lambda a, b: b >> shift64(a)),
   "v_ashrrev_i64": ("i64", (U, "i64"), lambda a, b: b >> shift64(a).astype(np.int64)),
   # 16-bit integer
-  "v_add_nc_u16": ("u16", ("u16", "u16"), lambda a, b: a + b), "v_sub_nc_u16": ("u16", ("u16", "u16"), lambda a, b: a - b),
-  "v_add_nc_i16": ("i16", ("i16", "i16"), lambda a, b: a + b), "v_sub_nc_i16": ("i16", ("i16", "i16"), lambda a, b: a - b),
+  "v_add_nc_u16": ("u16", ("u16", "u16"), lambda a, b: a + b),
+  "v_sub_nc_u16": ("u16", ("u16", "u16"), lambda a, b: a - b),
+  "v_add_nc_i16": ("i16", ("i16", "i16"), lambda a, b: a + b),
+  "v_sub_nc_i16": ("i16", ("i16", "i16"), lambda a, b: a - b),
   "v_mul_lo_u16": ("u16", ("u16", "u16"), lambda a, b: a * b),
-  "v_mad_u16": ("u16", ("u16",) * 3, lambda a, b, c: a * b + c), "v_mad_i16": ("i16", ("i16",) * 3, lambda a, b, c: a * b + c),
+  "v_mad_u16": ("u16", ("u16",) * 3, lambda a, b, c: a * b + c),
+  "v_mad_i16": ("i16", ("i16",) * 3, lambda a, b, c: a * b + c),
   "v_max_u16": ("u16", ("u16", "u16"), np.maximum), "v_min_u16": ("u16", ("u16", "u16"), np.minimum),
   "v_max_i16": ("i16", ("i16", "i16"), np.maximum), "v_min_i16": ("i16", ("i16", "i16"), np.minimum),
   "v_lshlrev_b16": ("u16", ("u16", "u16"), lambda a, b: b << shift16(a)),

@@ -179,7 +179,8 @@ def vopd_half(st: WaveBatch, ins, op: str, src0: int, vsrc1: int, vdst: int) -> 
   if op in VOPD_OPS:
     k = np.float32(np.uint32(st.literal).view(np.float32))
     d = st.vgpr[vdst]
-    return VOPD_OPS[op](a.view(np.float32), b.view(np.float32), d.view(np.float32), k).astype(np.float32).view(np.uint32)
+    result = VOPD_OPS[op](a.view(np.float32), b.view(np.float32), d.view(np.float32), k)
+    return result.astype(np.float32).view(np.uint32)
   if op in VOPD_INT_OPS: return VOPD_INT_OPS[op](a, b, st.lanes_of(st.sgpr[:, VCC])).astype(np.uint32)
   raise EmulationError(f"unsupported VOPD operation {op} at 0x{ins.pc:x}")
 
