@@ -368,3 +368,12 @@ def test_private_array_in_scratch():
   out = np.zeros(64, np.int32)
   Kernel(SCRATCH, "priv")(out, idx, grid=(1, 1, 1), block=(64, 1, 1))
   np.testing.assert_array_equal(out, idx * np.arange(64))
+
+
+def test_division_edge_cases_overflow_underflow_denormal():
+  n = np.array([1, 1e30, 1e-30, 3e38, 1e-38, 1e-40, 1, 5, 0, np.inf, 1, -7, 1e38, 2e-38, -0.0, 6], np.float32)
+  d = np.array([3, 1e-10, 1e10, 0.5, 1e10, 3, 1e-40, 3e38, 0, np.inf, 0, 1e-39, 1e-3, 3e-1, 5, -0.0], np.float32)
+  out = run_elementwise("  %r = fdiv float %x0, %x1", np.float32, [n, d])
+  with np.errstate(all="ignore"): np.testing.assert_array_equal(out, n / d)
+  out = run_elementwise("  %r = fdiv double %x0, %x1", np.float64, [n.astype(np.float64) ** 3, d.astype(np.float64)])
+  with np.errstate(all="ignore"): np.testing.assert_array_equal(out, n.astype(np.float64) ** 3 / d.astype(np.float64))

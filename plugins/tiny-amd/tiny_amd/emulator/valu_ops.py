@@ -92,10 +92,16 @@ def class_mask(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def div_fixup(q: np.ndarray, den: np.ndarray, num: np.ndarray) -> np.ndarray:
-  """The IEEE special cases of num/den (NaN, 0/0, inf/inf, x/0, x/inf); otherwise the computed quotient q."""
+  """v_div_fixup: the IEEE special cases of num/den (NaN, 0/0, inf/inf, x/0, x/inf), else the computed quotient q.
+  The emulator's v_div_scale never rescales (VCC stays 0), so where hardware would have scaled to keep the Newton
+  steps in range (quotients that overflow, underflow or come out denormal) q is not finite/normal: those lanes take
+  the correctly rounded quotient (computed in float64, which rounds f32/f16 correctly: 53 >= 2*24+2 bits)."""
+  wide = np.float64
   with np.errstate(all="ignore"):
+    exact = (num.astype(wide) / den.astype(wide)).astype(q.dtype)
     special = np.isnan(num) | np.isnan(den) | (den == 0) | np.isinf(den) | np.isinf(num)
-    return np.where(special, num / den, q).astype(q.dtype)
+    out_of_range = ~np.isfinite(q) | (np.abs(q) < np.finfo(q.dtype).tiny)
+    return np.where(special | out_of_range, exact, q).astype(q.dtype)
 
 
 def fract(x: np.ndarray) -> np.ndarray:
