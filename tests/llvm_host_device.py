@@ -19,8 +19,10 @@ def llvm_binding() -> Any:
 
 
 def host_target() -> LLVMTarget:
+  """This machine's target; LLVMHOST_MATH_IN_IR=1 uses the renderer's IR math (what GPUs get) instead of libm."""
+  import os
   llvm = llvm_binding()
-  return LLVMTarget(triple=llvm.get_process_triple())
+  return LLVMTarget(triple=llvm.get_process_triple(), math_in_ir=os.environ.get("LLVMHOST_MATH_IN_IR") == "1")
 
 
 class JITCompiler(Compiler):

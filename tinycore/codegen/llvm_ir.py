@@ -626,12 +626,23 @@ declare double @llvm.rint.f64(double)
 declare double @llvm.ldexp.f64.i32(double, i32)
 """
 
-# log2(x) = e + log2(m), m in [sqrt(1/2), sqrt(2)), log(m) = 2 atanh(s), s = (m - 1) / (m + 1)
+# log2(x) = e + log2(m), m in [sqrt(1/2), sqrt(2)) (exponent and mantissa from the bits: LLVM's frexp does not
+# legalize as a vector on x86), , log(m) = 2 atanh(s), s = (m - 1) / (m + 1)
 F64_LOG2 = """
 define internal double @tc_log2_f64(double %x) alwaysinline {
-  %fr = call { double, i32 } @llvm.frexp.f64.i32(double %x)
-  %m0 = extractvalue { double, i32 } %fr, 0
-  %e0 = extractvalue { double, i32 } %fr, 1
+  %tiny = fcmp olt double %x, 0x0010000000000000
+  %scaled = fmul double %x, 0x4350000000000000
+  %xs = select i1 %tiny, double %scaled, double %x
+  %bits = bitcast double %xs to i64
+  %field = lshr i64 %bits, 52
+  %biased = and i64 %field, 2047
+  %eb = trunc i64 %biased to i32
+  %eu = sub i32 %eb, 1022
+  %eadj = sub i32 %eu, 54
+  %e0 = select i1 %tiny, i32 %eadj, i32 %eu
+  %mbits = and i64 %bits, -9218868437227405313
+  %mset = or i64 %mbits, 4602678819172646912
+  %m0 = bitcast i64 %mset to double
   %low = fcmp olt double %m0, 0x3FE6A09E667F3BCD
   %m2 = fmul double %m0, 2.0
   %m = select i1 %low, double %m2, double %m0
@@ -674,7 +685,6 @@ define internal double @tc_log2_f64(double %x) alwaysinline {
   %r4 = select i1 %nan, double %x, double %r3
   ret double %r4
 }
-declare { double, i32 } @llvm.frexp.f64.i32(double)
 """
 
 # sin(x): x = k * pi/2 + r (pi/2 in three parts), then the sin or cos polynomial of r by k mod 4
