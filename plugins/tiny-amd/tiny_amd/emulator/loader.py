@@ -50,7 +50,7 @@ def compile_ir(ir: str, cpu: str = "gfx1100") -> bytes:
   llvm.initialize_all_targets()
   llvm.initialize_all_asmprinters()
   machine = llvm.Target.from_triple("amdgcn-amd-amdhsa").create_target_machine(cpu=cpu, opt=2, reloc="pic")
-  module = llvm.parse_assembly('target triple = "amdgcn-amd-amdhsa"\n' + ir)
+  module = llvm.parse_assembly(ir if "target triple" in ir else 'target triple = "amdgcn-amd-amdhsa"\n' + ir)
   module.verify()
   builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=2))
   builder.getModulePassManager().run(module, builder)

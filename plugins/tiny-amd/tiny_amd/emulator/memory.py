@@ -33,6 +33,17 @@ class HostAllocation:
       pass
 
 
+class ExternalRange(HostAllocation):
+  """Host memory owned by someone else (e.g. a host buffer of the core), made addressable to the emulator."""
+
+  def __init__(self, addr: int, nbytes: int):  # noqa: super().__init__ would map new memory
+    self.nbytes, self.va, self._map = nbytes, addr, None
+    self.bytes = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(addr))
+
+  def release(self) -> None:
+    self.bytes = None
+
+
 class MemoryRegistry:
   """All live allocations, sorted by address; resolves addresses for the packet processors and the interpreter."""
 
@@ -50,9 +61,19 @@ class MemoryRegistry:
       self._allocs.insert(at, alloc)
     return alloc
 
+  def register_external(self, addr: int, nbytes: int) -> ExternalRange:
+    """Makes nbytes of live host memory at addr addressable (until release)."""
+    rng = ExternalRange(addr, max(nbytes, 1))
+    with self._lock:
+      at = bisect.bisect(self._starts, addr)
+      self._starts.insert(at, addr)
+      self._allocs.insert(at, rng)
+    return rng
+
   def release(self, alloc: HostAllocation) -> None:
     with self._lock:
-      at = bisect.bisect_left(self._starts, alloc.va)
+      at = next((i for i in range(bisect.bisect_left(self._starts, alloc.va), len(self._starts))
+                 if self._allocs[i] is alloc or self._starts[i] != alloc.va), len(self._starts))
       if at == len(self._starts) or self._allocs[at] is not alloc:
         raise ValueError(f"free of memory at 0x{alloc.va:x} that this device did not allocate (or already freed)")
       del self._starts[at], self._allocs[at]
@@ -60,8 +81,8 @@ class MemoryRegistry:
 
   def find(self, addr: int, nbytes: int = 1) -> tuple[HostAllocation, int]:
     """The allocation holding [addr, addr+nbytes) and the offset of addr in it."""
-    at = bisect.bisect(self._starts, addr) - 1
-    if at >= 0:
+    nearest = bisect.bisect(self._starts, addr) - 1
+    for at in range(nearest, max(nearest - 64, -1), -1):  # overlapping external ranges: an earlier one may hold it
       alloc = self._allocs[at]
       if addr + nbytes <= alloc.va + alloc.nbytes: return alloc, addr - alloc.va
     raise MemoryFault(f"access of {nbytes} bytes at 0x{addr:x} is outside every allocation")

@@ -1280,6 +1280,7 @@ SCRATCH = {
   37: 'scratch_store_d16_hi_b16',
 }
 VOPD_X = {
+  8: 'v_mov_b32',
   0: 'v_fmac_f32',
   1: 'v_fmaak_f32',
   2: 'v_fmamk_f32',
@@ -1294,6 +1295,7 @@ VOPD_X = {
   12: 'v_dot2acc_f32_f16',
 }
 VOPD_Y = {
+  8: 'v_mov_b32',
   0: 'v_fmac_f32',
   1: 'v_fmaak_f32',
   2: 'v_fmamk_f32',

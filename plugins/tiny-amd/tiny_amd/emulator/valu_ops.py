@@ -313,9 +313,37 @@ VOP: dict[str, tuple] = {
   "v_lshlrev_b16": ("u16", ("u16", "u16"), lambda a, b: b << shift16(a)),
   "v_lshrrev_b16": ("u16", ("u16", "u16"), lambda a, b: b >> shift16(a)),
   "v_ashrrev_i16": ("i16", ("u16", "i16"), lambda a, b: b >> shift16(a).astype(np.int16)),
+  "v_max3_i16": ("i16", ("i16",) * 3, lambda a, b, c: np.maximum(np.maximum(a, b), c)),
+  "v_min3_i16": ("i16", ("i16",) * 3, lambda a, b, c: np.minimum(np.minimum(a, b), c)),
+  "v_max3_u16": ("u16", ("u16",) * 3, lambda a, b, c: np.maximum(np.maximum(a, b), c)),
+  "v_min3_u16": ("u16", ("u16",) * 3, lambda a, b, c: np.minimum(np.minimum(a, b), c)),
+  "v_med3_i16": ("i16", ("i16",) * 3, imed3), "v_med3_u16": ("u16", ("u16",) * 3, imed3),
+  "v_maxmin_f16": ("f16", ("f16",) * 3, lambda a, b, c: np.fmin(np.fmax(a, b), c)),
+  "v_minmax_f16": ("f16", ("f16",) * 3, lambda a, b, c: np.fmax(np.fmin(a, b), c)),
+  "v_mad_i32_i16": (I, ("i16", "i16", I), lambda a, b, c: a.astype(np.int32) * b + c),
+  "v_cvt_pk_i16_i32": (U, (I, I), lambda a, b: pack16(np.clip(a, -32768, 32767), np.clip(b, -32768, 32767))),
+  "v_cvt_pk_u16_u32": (U, (U, U), lambda a, b: pack16(np.minimum(a, 65535), np.minimum(b, 65535))),
+  "v_cvt_pk_i16_f32": (U, (F, F), lambda a, b: pack16(f32_to_int(a, -32768, 32767, np.int32),
+                                                      f32_to_int(b, -32768, 32767, np.int32))),
+  "v_cvt_pk_u16_f32": (U, (F, F), lambda a, b: pack16(f32_to_int(a, 0, 65535, np.int32),
+                                                      f32_to_int(b, 0, 65535, np.int32))),
+  "v_dot2acc_f32_f16": (F, (U, U, F), lambda a, b, d: (halves(a, 0) * halves(b, 0) + halves(a, 1) * halves(b, 1) + d)
+                        .astype(np.float32)),
+  "v_frexp_mant_f16": ("f16", ("f16",), lambda a: np.where(np.isfinite(a), np.frexp(a)[0], a).astype(np.float16)),
+  "v_frexp_exp_i16_f16": ("i16", ("f16",), lambda a: np.where(np.isfinite(a), np.frexp(a)[1], 0).astype(np.int16)),
   "v_and_b16": ("u16", ("u16", "u16"), lambda a, b: a & b), "v_or_b16": ("u16", ("u16", "u16"), lambda a, b: a | b),
   "v_xor_b16": ("u16", ("u16", "u16"), lambda a, b: a ^ b), "v_not_b16": ("u16", ("u16",), lambda a: ~a),
 }
+
+
+def pack16(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+  return (lo.astype(np.uint32) & np.uint32(0xFFFF)) | ((hi.astype(np.uint32) & np.uint32(0xFFFF)) << np.uint32(16))
+
+
+def halves(x: np.ndarray, which: int) -> np.ndarray:
+  """The low (0) or high (1) f16 of packed 32-bit words, as float64."""
+  return ((x.astype(np.uint32) >> np.uint32(16 * which)) & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16) \
+      .astype(np.float64)
 
 
 def fma64(a, b, c):

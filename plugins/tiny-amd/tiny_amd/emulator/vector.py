@@ -13,7 +13,7 @@ NP_TYPE = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i32": np.in
 WIDTH = {"f32": 32, "i32": 32, "u32": 32, "f64": 64, "i64": 64, "u64": 64, "f16": 16, "i16": 16, "u16": 16,
          "mask": 32}
 RAW = {16: np.uint16, 32: np.uint32, 64: np.uint64}
-ACCUMULATE = {"v_fmac_f32", "v_fmac_f16"}  # the destination is also the third source
+ACCUMULATE = {"v_fmac_f32", "v_fmac_f16", "v_dot2acc_f32_f16"}  # the destination is also the third source
 FLOAT = ("f16", "f32", "f64")
 
 
@@ -34,6 +34,17 @@ def true16_register(code: int, is_vgpr_field: bool) -> tuple[int, bool]:
   """In VOP1/VOP2/VOPC a 16-bit VGPR operand's top register bit selects the high half (v0.h = v128 encoding)."""
   if is_vgpr_field and code >= 256: return 256 + ((code - 256) & 0x7F), bool((code - 256) & 0x80)
   return code, False
+
+
+SIGN_BIT_MODIFIERS = {"v_cndmask_b32", "v_cndmask_b16", "v_mov_b32", "v_mov_b16"}  # untyped moves: abs/neg act on bits
+
+
+def sign_bit_modifiers(x: np.ndarray, absolute: bool, negate: bool) -> np.ndarray:
+  """abs/neg on a move's raw bits: clear / flip the (f32 or f16) sign bit."""
+  sign = x.dtype.type(1 << (8 * x.dtype.itemsize - 1))
+  if absolute: x = x & ~sign
+  if negate: x = x ^ sign
+  return x
 
 
 def apply_float_modifiers(x: np.ndarray, typ: str, absolute: bool, negate: bool) -> np.ndarray:
@@ -91,7 +102,10 @@ def exec_vop(st: WaveBatch, ins) -> None:
       if vop3: hi = bool((f["opsel"] >> i) & 1)
       else: code, hi = true16_register(code, True)
     x = read_source(st, code, typ, hi)
-    if vop3 and not sd_form: x = apply_float_modifiers(x, typ, bool((f["abs"] >> i) & 1), bool((f["neg"] >> i) & 1))
+    if vop3 and not sd_form and ins.name in SIGN_BIT_MODIFIERS and typ != "mask":
+      x = sign_bit_modifiers(x, bool((f["abs"] >> i) & 1), bool((f["neg"] >> i) & 1))
+    elif vop3 and not sd_form:
+      x = apply_float_modifiers(x, typ, bool((f["abs"] >> i) & 1), bool((f["neg"] >> i) & 1))
     elif vop3 and typ in FLOAT and (f["neg"] >> i) & 1: x = -x
     args.append(x)
   result = fn(*args)
