@@ -113,8 +113,15 @@ def fract(x: np.ndarray) -> np.ndarray:
 def mul_u24(a, b): return (a.astype(np.uint64) & 0xFFFFFF) * (b.astype(np.uint64) & 0xFFFFFF)
 def sext24(a): return ((a.astype(np.int64) & 0xFFFFFF) ^ 0x800000) - 0x800000
 def mul_i24(a, b): return sext24(a) * sext24(b)
-def sin_turns(x): return np.sin(x.astype(np.float64) * 2 * np.pi).astype(x.dtype)
-def cos_turns(x): return np.cos(x.astype(np.float64) * 2 * np.pi).astype(x.dtype)
+def turns_fraction(x):
+  """v_sin/v_cos take turns and are periodic in them: keep the exact fraction (beyond the documented +-256 turns
+  the hardware's answer is unspecified; the fraction is what its periodic evaluation sees)."""
+  x = x.astype(np.float64)
+  return np.where(np.abs(x) <= 256, x, x - np.floor(x))  # in the valid domain: the turns as given (keeps -0.0)
+
+
+def sin_turns(x): return np.where(np.isfinite(x), np.sin(turns_fraction(x) * 2 * np.pi), np.nan).astype(x.dtype)
+def cos_turns(x): return np.where(np.isfinite(x), np.cos(turns_fraction(x) * 2 * np.pi), np.nan).astype(x.dtype)
 def med3(a, b, c): return np.fmax(np.fmin(a, b), np.fmin(np.fmax(a, b), c))
 def imed3(a, b, c): return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
 def shift64(x): return x.astype(np.uint64) & np.uint64(63)
