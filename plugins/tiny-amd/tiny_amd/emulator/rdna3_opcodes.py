@@ -1280,7 +1280,6 @@ SCRATCH = {
   37: 'scratch_store_d16_hi_b16',
 }
 VOPD_X = {
-  8: 'v_mov_b32',
   0: 'v_fmac_f32',
   1: 'v_fmaak_f32',
   2: 'v_fmamk_f32',
@@ -1289,13 +1288,13 @@ VOPD_X = {
   5: 'v_sub_f32',
   6: 'v_subrev_f32',
   7: 'v_mul_dx9_zero_f32',
+  8: 'v_mov_b32',
   9: 'v_cndmask_b32',
   10: 'v_max_f32',
   11: 'v_min_f32',
   12: 'v_dot2acc_f32_f16',
 }
 VOPD_Y = {
-  8: 'v_mov_b32',
   0: 'v_fmac_f32',
   1: 'v_fmaak_f32',
   2: 'v_fmamk_f32',
@@ -1304,6 +1303,7 @@ VOPD_Y = {
   5: 'v_sub_f32',
   6: 'v_subrev_f32',
   7: 'v_mul_dx9_zero_f32',
+  8: 'v_mov_b32',
   9: 'v_cndmask_b32',
   10: 'v_max_f32',
   11: 'v_min_f32',
