@@ -84,8 +84,8 @@ def main() -> None:
     for build in builders:
       for op in ops:
         if op in out: continue
-        proc = subprocess.run([LLVM_MC, "-disassemble", "-arch=amdgcn", "-mcpu=gfx1100"], input=words_to_line(build(op)),
-                              capture_output=True, text=True)
+        proc = subprocess.run([LLVM_MC, "-disassemble", "-arch=amdgcn", "-mcpu=gfx1100"],
+                              input=words_to_line(build(op)), capture_output=True, text=True)
         m = re.search(r"(v_dual_\w+)[^:]*::\s*(v_dual_\w+)", proc.stdout)
         if m and "invalid" not in proc.stderr:
           out[op] = (m.group(1) if fmt == "VOPD_X" else m.group(2)).replace("v_dual_", "v_")

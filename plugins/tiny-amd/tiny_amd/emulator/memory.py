@@ -36,7 +36,7 @@ class HostAllocation:
 class ExternalRange(HostAllocation):
   """Host memory owned by someone else (e.g. a host buffer of the core), made addressable to the emulator."""
 
-  def __init__(self, addr: int, nbytes: int):  # noqa: super().__init__ would map new memory
+  def __init__(self, addr: int, nbytes: int):  # no super().__init__(): that would map new memory
     self.nbytes, self.va, self._map = nbytes, addr, None
     self.bytes = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(addr))
 

@@ -23,31 +23,61 @@ def bitlen(x: np.ndarray) -> np.ndarray:
   return np.where(x == 0, 0, np.floor(np.log2(np.maximum(x, 1).astype(np.float64))).astype(np.int64) + 1)
 
 
+# SOP2 building blocks: each returns fn(a, b, scc) -> (result, new SCC or None)
+def logic(fn):
+  return lambda a, b, c: (fn(a, b), ne0(fn(a, b)))
+
+
+def shift(fn):
+  return lambda a, b, c: (fn(a, b), ne0(fn(a, b)))
+
+
+def carry_add(a, b, c):
+  s = a.astype(U64) + b + c
+  return s & M32, (s >> U64(32)).astype(np.uint32)
+
+
+def borrow_sub(a, b, c):
+  s = s64(a) - s64(b) - s64(c)
+  return s.astype(np.uint32), (s < 0).astype(np.uint32)
+
+
+def signed_overflow(s: np.ndarray) -> np.ndarray:
+  return ((s > 2**31 - 1) | (s < -2**31)).astype(np.uint32)
+
+
+def signed_add(a, b, c):
+  s = s64(i32(a)) + s64(i32(b))
+  return s.astype(np.uint32), signed_overflow(s)
+
+
+def signed_sub(a, b, c):
+  s = s64(i32(a)) - s64(i32(b))
+  return s.astype(np.uint32), signed_overflow(s)
+
+
+def shl_add(n):
+  def fn(a, b, c):
+    s = ((a.astype(U64) << U64(n)) & M32) + b
+    return s & M32, (s >> U64(32) != 0).astype(np.uint32)
+  return fn
+
+
+def bfe(signed, width):
+  """s_bfe: offset in b[5:0] (b[4:0] for 32-bit), width in b[22:16]."""
+  def fn(a, b, c):
+    off, w = b.astype(U64) & U64(width - 1), (b.astype(U64) >> U64(16)) & U64(0x7F)
+    field = (a.astype(U64) >> off) & np.where(w >= 64, ~U64(0), (U64(1) << np.minimum(w, 63)) - U64(1))
+    if signed:
+      sign = np.where(w > 0, (field >> np.maximum(w, 1) - U64(1)) & U64(1), 0).astype(bool)
+      field = np.where(sign, field | ~((U64(1) << np.minimum(w, 63)) - U64(1)), field)
+    field = field & (M32 if width == 32 else ~U64(0))
+    return field, ne0(field)
+  return fn
+
+
 # SOP2: name -> (width of sources/result, fn(a, b, scc) -> (result, scc or None))
 def _sop2_table() -> dict:
-  def logic(fn): return lambda a, b, c: (fn(a, b), ne0(fn(a, b)))
-  def shift(fn): return lambda a, b, c: (fn(a, b), ne0(fn(a, b)))
-  def carry_add(a, b, c): s = a.astype(U64) + b + c; return s & M32, (s >> U64(32)).astype(np.uint32)
-  def borrow_sub(a, b, c): s = s64(a) - s64(b) - s64(c); return s.astype(np.uint32), (s < 0).astype(np.uint32)
-  def signed_add(a, b, c):
-    s = s64(i32(a)) + s64(i32(b)); return s.astype(np.uint32), ((s > 2**31 - 1) | (s < -2**31)).astype(np.uint32)
-  def signed_sub(a, b, c):
-    s = s64(i32(a)) - s64(i32(b)); return s.astype(np.uint32), ((s > 2**31 - 1) | (s < -2**31)).astype(np.uint32)
-  def shl_add(n):
-    def fn(a, b, c):
-      s = ((a.astype(U64) << U64(n)) & M32) + b
-      return s & M32, (s >> U64(32) != 0).astype(np.uint32)
-    return fn
-  def bfe(signed, width):
-    def fn(a, b, c):
-      off, w = b.astype(U64) & U64(width - 1), (b.astype(U64) >> U64(16)) & U64(0x7F)
-      field = (a.astype(U64) >> off) & np.where(w >= 64, ~U64(0), (U64(1) << np.minimum(w, 63)) - U64(1))
-      if signed:
-        sign = np.where(w > 0, (field >> np.maximum(w, 1) - U64(1)) & U64(1), 0).astype(bool)
-        field = np.where(sign, field | ~((U64(1) << np.minimum(w, 63)) - U64(1)), field)
-      field = field & (M32 if width == 32 else ~U64(0))
-      return field, ne0(field)
-    return fn
   t = {
     "s_add_u32": (32, lambda a, b, c: carry_add(a, b, 0)), "s_addc_u32": (32, carry_add),
     "s_sub_u32": (32, lambda a, b, c: borrow_sub(a, b, 0)), "s_subb_u32": (32, borrow_sub),
