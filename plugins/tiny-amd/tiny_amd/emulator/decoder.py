@@ -1,6 +1,6 @@
 """RDNA3 (gfx1100) machine-code decoder: bytes -> a list of Instr records (format, mnemonic, operand fields, the
 trailing literal). The encodings follow the RDNA3 ISA; the opcode -> mnemonic tables come from LLVM's own
-disassembler (rdna3_opcodes.py). A code object is decoded once and cached by (address, bytes)."""
+disassembler (rdna3_opcodes.py). rdna3.Program decodes each address once and caches it by (address, bytes)."""
 from __future__ import annotations
 
 import struct
@@ -156,25 +156,3 @@ def finish_vector(code: bytes, off: int, pc: int, size: int, fmt: str, name: str
   if always_literal or LITERAL in srcs:
     return Instr(pc, size + 4, fmt, name, f, struct.unpack_from("<I", code, off + size)[0])
   return Instr(pc, size, fmt, name, f)
-
-
-_cache: dict[tuple[int, bytes], dict[int, Instr]] = {}
-
-
-def decode_program(code: bytes, base: int) -> dict[int, Instr]:
-  """Every instruction of code (placed at address base), keyed by address, decoded linearly up to s_code_end or
-  the end of the bytes; cached by (base, bytes) so each code object is decoded once."""
-  key = (base, code)
-  if key in _cache: return _cache[key]
-  program, off = {}, 0
-  while off + 4 <= len(code):
-    w = struct.unpack_from("<I", code, off)[0]
-    if bits(w, 31, 16) == 0xBF9F: break  # s_code_end: padding after the last kernel
-    try:
-      ins = decode_one(code, off, base + off)
-    except DecodeError as e:  # data or an unsupported instruction: raise only if execution reaches it
-      ins = Instr(base + off, 4, "INVALID", "invalid", {"error": str(e)})
-    program[base + off] = ins
-    off += ins.size
-  _cache[key] = program
-  return program
