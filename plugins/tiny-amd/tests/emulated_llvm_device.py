@@ -19,6 +19,7 @@ from tiny_amd.emulator.memory import MemoryRegistry
 from tiny_amd.emulator.rdna3 import DispatchRegisters, run_dispatch
 
 MEMORY = MemoryRegistry()
+DISPATCHES = 0  # kernels run on the interpreter (tests check the device really executes)
 
 
 def amdgcn_datalayout() -> str:
@@ -57,6 +58,7 @@ class EmulatedProgram:
     self.kernel = kernels[name]
 
   def __call__(self, *bufs: Any, global_size=(1, 1, 1), local_size=(1, 1, 1), vals=(), wait=False):
+    global DISPATCHES
     ranges = [MEMORY.register_external(b.addr, b.nbytes) for b in bufs]
     words = [b.addr for b in bufs] + [v & 0xFFFFFFFFFFFFFFFF for v in vals]
     args = MEMORY.allocate(max(8 * len(words), 8))
@@ -69,6 +71,7 @@ class EmulatedProgram:
                                tuple(local_size) + (1,) * (3 - len(local_size)),
                                tuple(global_size) + (1,) * (3 - len(global_size)))
       stats = run_dispatch(regs, MEMORY)
+      DISPATCHES += 1
     finally:
       MEMORY.release(args)
       for r in ranges: MEMORY.release(r)
