@@ -182,3 +182,18 @@ define amdgpu_kernel void @scale(ptr addrspace(1) noalias %out, ptr addrspace(1)
   kfd.raise_queue_errors()
   np.testing.assert_array_equal(np.frombuffer(dst.view, np.float32), x * np.float32(2.5))
   assert kfd.packet_counts["pm4.DISPATCH_DIRECT"] == 1 and kfd.dispatch_stats[0].waves == n // 32
+
+
+def test_two_devices_share_one_address_space_for_peer_copies():
+  a, b = MockKFD(), MockKFD()
+  try:
+    ring = Ring(a, "sdma")
+    src, dst = a.alloc(4096), b.alloc(4096)
+    src.view[:] = bytes(range(256)) * 16
+    ring.submit(sdma_copy(dst.va, src.va, 4096))
+    ring.drain()
+    a.raise_queue_errors()
+    assert bytes(dst.view) == bytes(range(256)) * 16
+  finally:
+    a.close()
+    b.close()

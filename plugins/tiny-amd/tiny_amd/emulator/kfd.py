@@ -23,12 +23,17 @@ class EmulatedMemory:
   executable: bool = False
 
 
+# One address space for every emulated GPU of the process, as KFD gives a process one virtual address space across
+# its GPUs: an SDMA engine of AMD:0 can copy into memory allocated on AMD:1 (peer-to-peer copies).
+PROCESS_MEMORY = MemoryRegistry()
+
+
 class MockKFD:
   """The emulated gfx1100 driver object."""
   gfx_target = "gfx1100"
 
-  def __init__(self, compute_units: int = 48):
-    self.memory = MemoryRegistry()
+  def __init__(self, compute_units: int = 48, memory: MemoryRegistry | None = None):
+    self.memory = PROCESS_MEMORY if memory is None else memory
     self.properties = {"wave_size": 32, "lds_bytes": 65536, "compute_units": compute_units,
                        "name": "AMD gfx1100 (emulated)"}
     self.packet_counts: Counter = Counter()
@@ -49,7 +54,10 @@ class MockKFD:
     return mem
 
   def free(self, mem: EmulatedMemory) -> None:
-    if self._live.pop(mem.va, None) is not mem: raise ValueError(f"free of unknown memory at 0x{mem.va:x}")
+    if self._live.get(mem.va) is not mem:
+      if self.closed: return  # close() already released everything
+      raise ValueError(f"free of memory at 0x{mem.va:x} that this device did not allocate (or already freed)")
+    del self._live[mem.va]
     mem.view = None
     self.memory.release(mem.allocation)
 
@@ -72,10 +80,12 @@ class MockKFD:
     if queue.error is not None: raise queue.error
 
   def close(self) -> None:
+    """Stops the queues and frees what this device still holds."""
     if self.closed: return
     self.closed = True
     for q in list(self.queues): q.stop()
     self.queues.clear()
+    for mem in list(self._live.values()): self.free(mem)
 
   @property
   def dispatch_stats(self) -> list:
