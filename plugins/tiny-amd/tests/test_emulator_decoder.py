@@ -83,3 +83,20 @@ def test_coverage_lists_only_real_gaps():
   gaps = unsupported()
   assert "v_add_f32" not in gaps.get("VOP2", []) and "s_load_b32" not in gaps.get("SMEM", [])
   assert "v_wmma_f32_16x16x16_f16" in gaps["VOP3P"]
+
+
+def test_fma_is_correctly_rounded():
+  from fractions import Fraction
+  from tiny_amd.emulator.valu_ops import fma64, fma_narrow
+  rng = np.random.default_rng(3)
+  a = rng.standard_normal(3000) * 10.0 ** rng.integers(-20, 20, 3000)
+  b = rng.standard_normal(3000) * 10.0 ** rng.integers(-20, 20, 3000)
+  c = -(a * b) * (1 + rng.standard_normal(3000) * 1e-15)
+  ref = np.array([float(Fraction(x) * Fraction(y) + Fraction(z)) for x, y, z in zip(a, b, c)])
+  np.testing.assert_array_equal(fma64(a, b, c), ref)
+  # f32: (1+2^-12)^2 + 2^-60 = 1 + 2^-11 + 2^-24 + 2^-60 lies just above the tie between two floats: the correct
+  # rounding goes up; rounding through float64 first would lose 2^-60 and round the tie down to even
+  x, tiny = np.float32(1 + 2.0**-12), np.float32(2.0**-60)
+  assert fma_narrow(np.array([x]), np.array([x]), np.array([tiny]), np.float32)[0] == np.float32(1 + 2**-11 + 2**-23)
+  assert np.isnan(fma64(np.array([np.inf]), np.array([0.0]), np.array([1.0]))[0])
+  assert fma64(np.array([np.inf]), np.array([2.0]), np.array([1.0]))[0] == np.inf

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from tiny_amd.emulator.valu_ops import fma_narrow
 from tiny_amd.emulator.wave_state import EmulationError, WaveBatch, inline_constant
 
 H, U, I = np.float16, np.uint16, np.int16
 PACKED = {
   "v_pk_add_f16": (H, lambda a, b, c: a + b), "v_pk_mul_f16": (H, lambda a, b, c: a * b),
-  "v_pk_fma_f16": (H, lambda a, b, c: (a.astype(np.float64) * b + c).astype(H)),
+  "v_pk_fma_f16": (H, lambda a, b, c: fma_narrow(a, b, c, H)),
   "v_pk_max_f16": (H, lambda a, b, c: np.fmax(a, b)), "v_pk_min_f16": (H, lambda a, b, c: np.fmin(a, b)),
   "v_pk_add_u16": (U, lambda a, b, c: a + b), "v_pk_sub_u16": (U, lambda a, b, c: a - b),
   "v_pk_add_i16": (I, lambda a, b, c: a + b), "v_pk_sub_i16": (I, lambda a, b, c: a - b),
@@ -71,12 +72,11 @@ def mix_source(st: WaveBatch, f: dict, i: int) -> np.ndarray:
 def fma_mix(st: WaveBatch, ins, mask: np.ndarray) -> None:
   f = ins.f
   a, b, c = (mix_source(st, f, i) for i in range(3))
-  value = (a.astype(np.float64) * b + c)
   if ins.name == "v_fma_mix_f32":
-    out = value.astype(np.float32)
+    out = fma_narrow(a, b, c, np.float32)
     if f["clamp"]: out = np.clip(out, 0, 1)
     return st.vwrite(f["vdst"], np.broadcast_to(out.view(np.uint32), mask.shape), mask)
-  h = value.astype(np.float32).astype(np.float16)
+  h = fma_narrow(a, b, c, np.float16)
   if f["clamp"]: h = np.clip(h, 0, 1).astype(np.float16)
   bits = h.view(np.uint16).astype(np.uint32)
   old = st.vgpr[f["vdst"]]

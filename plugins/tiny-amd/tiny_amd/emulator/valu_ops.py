@@ -159,10 +159,10 @@ VOP: dict[str, tuple] = {
   # f32 arithmetic
   "v_add_f32": (F, (F, F), lambda a, b: a + b), "v_sub_f32": (F, (F, F), lambda a, b: a - b),
   "v_subrev_f32": (F, (F, F), lambda a, b: b - a), "v_mul_f32": (F, (F, F), lambda a, b: a * b),
-  "v_fma_f32": (F, (F, F, F), lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float32)),
-  "v_fmac_f32": (F, (F, F, F), lambda a, b, d: (a.astype(np.float64) * b + d).astype(np.float32)),
-  "v_fmamk_f32": (F, (F, F, F), lambda a, b, k: (a.astype(np.float64) * k + b).astype(np.float32)),
-  "v_fmaak_f32": (F, (F, F, F), lambda a, b, k: (a.astype(np.float64) * b + k).astype(np.float32)),
+  "v_fma_f32": (F, (F, F, F), lambda a, b, c: fma_narrow(a, b, c, np.float32)),
+  "v_fmac_f32": (F, (F, F, F), lambda a, b, d: fma_narrow(a, b, d, np.float32)),
+  "v_fmamk_f32": (F, (F, F, F), lambda a, b, k: fma_narrow(a, k, b, np.float32)),
+  "v_fmaak_f32": (F, (F, F, F), lambda a, b, k: fma_narrow(a, b, k, np.float32)),
   "v_min_f32": (F, (F, F), np.fmin), "v_max_f32": (F, (F, F), np.fmax),
   "v_min3_f32": (F, (F, F, F), lambda a, b, c: np.fmin(np.fmin(a, b), c)),
   "v_max3_f32": (F, (F, F, F), lambda a, b, c: np.fmax(np.fmax(a, b), c)),
@@ -179,11 +179,11 @@ VOP: dict[str, tuple] = {
   "v_frexp_mant_f32": (F, (F,), lambda a: np.where(np.isfinite(a), np.frexp(a)[0], a).astype(np.float32)),
   "v_frexp_exp_i32_f32": (I, (F,), lambda a: np.where(np.isfinite(a), np.frexp(a)[1], 0).astype(np.int32)),
   "v_div_fixup_f32": (F, (F, F, F), div_fixup),
-  "v_div_fmas_f32": (F, (F, F, F), lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float32)),
+  "v_div_fmas_f32": (F, (F, F, F), lambda a, b, c: fma_narrow(a, b, c, np.float32)),
   "v_div_scale_f32": (F, (F, F, F), lambda a, b, c: (a, np.zeros(np.broadcast(a, b, c).shape, bool)), CARRY),
   # f64
   "v_add_f64": ("f64", ("f64", "f64"), lambda a, b: a + b), "v_mul_f64": ("f64", ("f64", "f64"), lambda a, b: a * b),
-  "v_fma_f64": ("f64", ("f64",) * 3, lambda a, b, c: np.fma(a, b, c) if hasattr(np, "fma") else fma64(a, b, c)),
+  "v_fma_f64": ("f64", ("f64",) * 3, lambda a, b, c: fma64(a, b, c)),
   "v_min_f64": ("f64", ("f64", "f64"), np.fmin), "v_max_f64": ("f64", ("f64", "f64"), np.fmax),
   "v_ldexp_f64": ("f64", ("f64", I), lambda a, b: np.ldexp(a, np.clip(b, -3000, 3000))),
   "v_rcp_f64": ("f64", ("f64",), lambda a: 1 / a), "v_rsq_f64": ("f64", ("f64",), lambda a: 1 / np.sqrt(a)),
@@ -199,10 +199,10 @@ VOP: dict[str, tuple] = {
   "v_add_f16": ("f16", ("f16", "f16"), lambda a, b: a + b), "v_sub_f16": ("f16", ("f16", "f16"), lambda a, b: a - b),
   "v_subrev_f16": ("f16", ("f16", "f16"), lambda a, b: b - a),
   "v_mul_f16": ("f16", ("f16", "f16"), lambda a, b: a * b),
-  "v_fma_f16": ("f16", ("f16",) * 3, lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float16)),
-  "v_fmac_f16": ("f16", ("f16",) * 3, lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float16)),
-  "v_fmamk_f16": ("f16", ("f16",) * 3, lambda a, b, k: (a.astype(np.float64) * k + b).astype(np.float16)),
-  "v_fmaak_f16": ("f16", ("f16",) * 3, lambda a, b, k: (a.astype(np.float64) * b + k).astype(np.float16)),
+  "v_fma_f16": ("f16", ("f16",) * 3, lambda a, b, c: fma_narrow(a, b, c, np.float16)),
+  "v_fmac_f16": ("f16", ("f16",) * 3, lambda a, b, c: fma_narrow(a, b, c, np.float16)),
+  "v_fmamk_f16": ("f16", ("f16",) * 3, lambda a, b, k: fma_narrow(a, k, b, np.float16)),
+  "v_fmaak_f16": ("f16", ("f16",) * 3, lambda a, b, k: fma_narrow(a, b, k, np.float16)),
   "v_max_f16": ("f16", ("f16", "f16"), np.fmax), "v_min_f16": ("f16", ("f16", "f16"), np.fmin),
   "v_exp_f16": ("f16", ("f16",), np.exp2), "v_log_f16": ("f16", ("f16",), np.log2),
   "v_rcp_f16": ("f16", ("f16",), lambda a: np.float16(1) / a), "v_sqrt_f16": ("f16", ("f16",), np.sqrt),
@@ -353,17 +353,65 @@ def halves(x: np.ndarray, which: int) -> np.ndarray:
       .astype(np.float64)
 
 
+def two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """s + e == a + b exactly (Knuth)."""
+  s = a + b
+  bb = s - a
+  return s, (a - (s - bb)) + (b - bb)
+
+
+def two_product(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """p + e == a * b exactly (Dekker, Veltkamp splitting), barring overflow/underflow."""
+  def split(x):
+    t = 134217729.0 * x  # 2**27 + 1
+    hi = t - (t - x)
+    return hi, x - hi
+  p = a * b
+  ah, al = split(a)
+  bh, bl = split(b)
+  return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def add_round_to_odd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """a + b rounded to odd: if inexact, the neighbour of the truncated value whose last mantissa bit is 1."""
+  s, e = two_sum(a, b)
+  even = (s.view(np.uint64) & np.uint64(1)) == 0
+  inexact = np.isfinite(e) & (e != 0)  # non-finite sums have no rounding error to encode
+  return np.where(inexact & even, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
+
+
+@np.errstate(all="ignore")
+def fma_narrow(a: np.ndarray, b: np.ndarray, c: np.ndarray, dtype) -> np.ndarray:
+  """f32/f16 fused multiply-add, correctly rounded: a*b is exact in f64, the sum is rounded to odd in f64 and then
+  once to the target (53 >= 2 + 24 bits, so that single rounding is exact)."""
+  prod = a.astype(np.float64) * b.astype(np.float64)
+  return add_round_to_odd(prod, np.asarray(c).astype(np.float64)).astype(dtype)
+
+
+@np.errstate(all="ignore")
 def fma64(a, b, c):
-  """f64 fused multiply-add without an intermediate rounding, via exact rational arithmetic where it matters."""
-  if hasattr(np, "fma"): return np.fma(a, b, c)
-  from fractions import Fraction
-  a, b, c = np.broadcast_arrays(a, b, c)
-  out = (a * b + c).astype(np.float64)
-  finite = np.isfinite(out) & np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
-  flat = out.reshape(-1)
-  for i in np.flatnonzero(finite.reshape(-1)):
-    flat[i] = float(Fraction(float(a.flat[i])) * Fraction(float(b.flat[i])) + Fraction(float(c.flat[i])))
-  return flat.reshape(out.shape)
+  """f64 fused multiply-add, correctly rounded: Boldo & Melquiond's emulation RN(th + RO(tl + ul)) with
+  (uh, ul) = a*b exactly and (th, tl) = c + uh exactly; lanes near overflow/underflow or non-finite go through
+  exact rational arithmetic."""
+  a, b, c = (np.asarray(x, np.float64) for x in np.broadcast_arrays(a, b, c))
+  uh, ul = two_product(a, b)
+  th, tl = two_sum(c, uh)
+  out = th + add_round_to_odd(tl, ul)
+  mags = np.maximum(np.maximum(np.abs(a), np.abs(b)), np.abs(c))
+  tiny = (np.abs(uh) < 2.0**-900) & (uh != 0) | ((np.abs(out) < 2.0**-900) & (a * b != 0))
+  risky = ~np.isfinite(out) | ~np.isfinite(mags) | (mags > 2.0**500) | (np.abs(uh) > 2.0**900) | tiny
+  if risky.any():
+    from fractions import Fraction
+    flat = out.reshape(-1)
+    for i in np.flatnonzero(risky.reshape(-1)):
+      x, y, z = float(a.flat[i]), float(b.flat[i]), float(c.flat[i])
+      if all(np.isfinite(v) for v in (x, y, z)):
+        try: flat[i] = float(Fraction(x) * Fraction(y) + Fraction(z))
+        except OverflowError: flat[i] = np.inf if Fraction(x) * Fraction(y) + Fraction(z) > 0 else -np.inf
+      else:
+        flat[i] = x * y + z
+    out = flat.reshape(out.shape)
+  return out
 
 
 def bit_reverse32(a: np.ndarray) -> np.ndarray:

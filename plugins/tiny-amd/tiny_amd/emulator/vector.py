@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiny_amd.emulator.valu_ops import CARRY, VOP
+from tiny_amd.emulator.valu_ops import CARRY, VOP, fma_narrow
 from tiny_amd.emulator.wave_state import EXEC, LANE_IDS, LITERAL, VCC, EmulationError, WaveBatch, inline_constant
 
 NP_TYPE = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i32": np.int32, "u32": np.uint32,
@@ -171,9 +171,9 @@ def exec_lane_op(st: WaveBatch, ins) -> None:
 
 
 VOPD_OPS = {
-  "v_fmac_f32": lambda a, b, d, k: (a.astype(np.float64) * b + d).astype(np.float32),
-  "v_fmaak_f32": lambda a, b, d, k: (a.astype(np.float64) * b + k).astype(np.float32),
-  "v_fmamk_f32": lambda a, b, d, k: (a.astype(np.float64) * k + b).astype(np.float32),
+  "v_fmac_f32": lambda a, b, d, k: fma_narrow(a, b, d, np.float32),
+  "v_fmaak_f32": lambda a, b, d, k: fma_narrow(a, b, k, np.float32),
+  "v_fmamk_f32": lambda a, b, d, k: fma_narrow(a, k, b, np.float32),
   "v_mul_f32": lambda a, b, d, k: a * b, "v_add_f32": lambda a, b, d, k: a + b, "v_sub_f32": lambda a, b, d, k: a - b,
   "v_subrev_f32": lambda a, b, d, k: b - a, "v_max_f32": lambda a, b, d, k: np.fmax(a, b),
   "v_min_f32": lambda a, b, d, k: np.fmin(a, b),
