@@ -102,16 +102,6 @@ def exec_sopp(st: WaveBatch, ins) -> None:
   st.branch_cond, st.branch_target = cond(), target
 
 
-def branch_to_indirect(st: WaveBatch, targets: np.ndarray) -> None:
-  """s_setpc/s_swappc/s_call: a per-wave absolute target (uniform in practice)."""
-  live = targets[st.active]
-  if len(set(live.tolist())) != 1: raise EmulationError("divergent indirect branch targets are not supported")
-  st.branch_cond, st.branch_target = np.ones(st.nwaves, bool), int(live[0])
-
-
-WaveBatch.branch_to = branch_to_indirect
-
-
 class Program:
   """The decoded code at one address, fetched lazily from memory and cached by (address, bytes)."""
   _cache: dict = {}

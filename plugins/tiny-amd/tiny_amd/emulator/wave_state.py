@@ -86,6 +86,12 @@ class WaveBatch:
     value = np.asarray(value).astype(np.uint32)
     self.scc = value if self.all_active else np.where(self.active, value, self.scc)
 
+  def branch_to(self, targets: np.ndarray) -> None:
+    """s_setpc/s_swappc/s_call: an absolute target per wave (uniform in practice; divergent targets are refused)."""
+    live = targets[self.active]
+    if len(set(live.tolist())) != 1: raise EmulationError("divergent indirect branch targets are not supported")
+    self.branch_cond, self.branch_target = np.ones(self.nwaves, bool), int(live[0])
+
   # ---- vector side: arrays broadcastable to [waves, 32]
   def lane_mask(self) -> np.ndarray:
     """Lanes that execute: the EXEC bit of each lane, in active waves only."""
