@@ -377,3 +377,41 @@ def test_division_edge_cases_overflow_underflow_denormal():
   with np.errstate(all="ignore"): np.testing.assert_array_equal(out, n / d)
   out = run_elementwise("  %r = fdiv double %x0, %x1", np.float64, [n.astype(np.float64) ** 3, d.astype(np.float64)])
   with np.errstate(all="ignore"): np.testing.assert_array_equal(out, n.astype(np.float64) ** 3 / d.astype(np.float64))
+
+
+DIVERGENT = TID + """
+define amdgpu_kernel void @div(ptr addrspace(1) noalias %out) {
+entry:
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %g = call i32 @llvm.amdgcn.workgroup.id.x()
+  %n = mul i32 %g, 3
+  %odd = and i32 %g, 1
+  %isodd = icmp ne i32 %odd, 0
+  br i1 %isodd, label %loop, label %even
+loop:
+  %k = phi i32 [0, %entry], [%k2, %loop]
+  %acc = phi i32 [0, %entry], [%acc2, %loop]
+  %acc2 = add i32 %acc, %k
+  %k2 = add i32 %k, 1
+  %more = icmp slt i32 %k2, %n
+  br i1 %more, label %loop, label %done
+even:
+  %neg = sub i32 0, %g
+  br label %done
+done:
+  %r = phi i32 [%acc2, %loop], [%neg, %even]
+  %r2 = add i32 %r, %t
+  %base = mul i32 %g, 64
+  %i = add i32 %base, %t
+  %p = getelementptr i32, ptr addrspace(1) %out, i32 %i
+  store i32 %r2, ptr addrspace(1) %p
+  ret void
+}"""
+
+
+def test_waves_with_different_scalar_paths_in_one_batch():
+  out = np.zeros(12 * 64, np.int32)
+  Kernel(DIVERGENT, "div")(out, grid=(12, 1, 1), block=(64, 1, 1))
+  g = np.arange(12)[:, None]
+  per_group = np.where(g % 2 == 1, (3 * g - 1) * (3 * g) // 2, -g)
+  np.testing.assert_array_equal(out.reshape(12, 64), per_group + np.arange(64))
