@@ -377,5 +377,10 @@ class AMDDevice(HCQDevice):
     ring = self.queues["compute"].ring
     ring.wait_until(lambda: self.timeline.value >= self.epoch, "waiting for the device timeline")
 
+  @property
+  def status_note(self) -> str | None:  # type: ignore[override]
+    """"emulated gfx1100" on the emulator (what `tinycore devices` shows after "ok")."""
+    return None if type(self.driver).__name__ == "KFDDriver" else f"emulated {self.arch}"
+
   def capabilities(self) -> dict[str, Any]:
-    return {"arch": self.arch, "wave": WAVE_SIZE[self.arch], "emulated": type(self.driver).__name__ != "KFDDriver"}
+    return {**super().capabilities(), "arch": self.arch, "wave": WAVE_SIZE[self.arch]}
