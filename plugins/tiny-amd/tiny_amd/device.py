@@ -50,6 +50,13 @@ class AMDMemory:
   memory: Any = None
 
 
+def map_host(driver: Any, address: int, nbytes: int) -> Any:
+  """Host memory made addressable by the GPU at its own address: `driver.map_host` (a real GPU pins and maps it);
+  a driver without that method (the contract's emulator) addresses host memory directly, so nothing is mapped."""
+  if hasattr(driver, "map_host"): return driver.map_host(address, nbytes)
+  return None
+
+
 class HostMappings:
   """Host pages pinned for the GPU (signal pages), shared by the AMD devices of one driver."""
 
@@ -60,7 +67,7 @@ class HostMappings:
     start = address // PAGE * PAGE
     with self.lock:
       for page in range(start, address + nbytes, PAGE):
-        if page not in self.pages: self.pages[page] = self.driver.map_host(page, PAGE)
+        if page not in self.pages: self.pages[page] = map_host(self.driver, page, PAGE)
 
 
 class AMDAllocator(LRUAllocator[AMDMemory]):
@@ -82,8 +89,9 @@ class AMDAllocator(LRUAllocator[AMDMemory]):
     if isinstance(handle := buf.get_buf(), AMDMemory): return BufferStorage(AMDMemory(handle.addr, handle.nbytes), None, None)
     if (host := buf.host) is None:
       raise RuntimeError(f"{self.device.device} cannot address {buf.device} memory: it has no host view")
-    pinned = self.device.driver.map_host(view_address(host), host.nbytes)
-    return BufferStorage(AMDMemory(pinned.va, host.nbytes, pinned), pinned, host)
+    address = view_address(host)
+    pinned = map_host(self.device.driver, address, host.nbytes)
+    return BufferStorage(AMDMemory(address, host.nbytes, pinned), pinned, host)
 
   def _unmap(self, mapping: BufferStorage) -> None:
     if mapping.meta is not None: self.device.driver.unmap_host(mapping.meta)

@@ -16,7 +16,11 @@ def emulated() -> bool: return os.environ.get(EMULATE_ENV) == "1"
 
 def probe() -> str | None:
   """None when AMD can be opened here, else why not."""
-  if emulated(): return None
+  if emulated():
+    import importlib.util
+    if importlib.util.find_spec("tiny_amd.emulator") is None:
+      return f"{EMULATE_ENV}=1 but tiny_amd.emulator is not installed"
+    return None
   from tiny_amd.driver import kfd_absent_reason
   return kfd_absent_reason()
 
