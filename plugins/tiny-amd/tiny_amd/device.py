@@ -58,16 +58,33 @@ def map_host(driver: Any, address: int, nbytes: int) -> Any:
 
 
 class HostMappings:
-  """Host pages pinned for the GPU (signal pages), shared by the AMD devices of one driver."""
+  """Host memory pinned for the GPU, shared by the AMD devices of one driver: signal pages (kept for the process)
+  and host buffers (counted: AMD and AMD:1 may map the same buffer; the driver sees it once)."""
 
   def __init__(self, driver: Any):
-    self.driver, self.pages, self.lock = driver, {}, threading.Lock()
+    self.driver, self.lock = driver, threading.Lock()
+    self.pinned: dict[tuple[int, int], list] = {}   # (address, nbytes) -> [driver mapping, users]
 
   def ensure(self, address: int, nbytes: int = 8) -> None:
+    """Keep the pages holding [address, address + nbytes) mapped (signals)."""
     start = address // PAGE * PAGE
+    for page in range(start, address + nbytes, PAGE):
+      if (page, PAGE) not in self.pinned: self.pin(page, PAGE)
+
+  def pin(self, address: int, nbytes: int) -> Any:
     with self.lock:
-      for page in range(start, address + nbytes, PAGE):
-        if page not in self.pages: self.pages[page] = map_host(self.driver, page, PAGE)
+      entry = self.pinned.get((address, nbytes))
+      if entry is None: entry = self.pinned[(address, nbytes)] = [map_host(self.driver, address, nbytes), 0]
+      entry[1] += 1
+      return entry[0]
+
+  def unpin(self, address: int, nbytes: int) -> None:
+    with self.lock:
+      entry = self.pinned[(address, nbytes)]
+      entry[1] -= 1
+      if entry[1] == 0:
+        del self.pinned[(address, nbytes)]
+        if entry[0] is not None: self.driver.unmap_host(entry[0])
 
 
 class AMDAllocator(LRUAllocator[AMDMemory]):
@@ -90,11 +107,11 @@ class AMDAllocator(LRUAllocator[AMDMemory]):
     if (host := buf.host) is None:
       raise RuntimeError(f"{self.device.device} cannot address {buf.device} memory: it has no host view")
     address = view_address(host)
-    pinned = map_host(self.device.driver, address, host.nbytes)
-    return BufferStorage(AMDMemory(address, host.nbytes, pinned), pinned, host)
+    self.device.host_mappings.pin(address, host.nbytes)
+    return BufferStorage(AMDMemory(address, host.nbytes), (address, host.nbytes), host)
 
   def _unmap(self, mapping: BufferStorage) -> None:
-    if mapping.meta is not None: self.device.driver.unmap_host(mapping.meta)
+    if mapping.meta is not None: self.device.host_mappings.unpin(*mapping.meta)
 
   def _copyin(self, dst: AMDMemory, src: memoryview) -> None:
     source = src if src.format == "B" else src.cast("B")

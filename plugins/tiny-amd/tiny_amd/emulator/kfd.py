@@ -48,6 +48,19 @@ class MockKFD:
     self._live[mem.va] = mem
     return mem
 
+  def map_host(self, address: int, nbytes: int) -> EmulatedMemory:
+    """Host memory addressed in place by the emulated GPU at VA == its address (the real driver pins it as a userptr
+    allocation): the plugin's signals, the core's staging ring, CPU and PYTHON buffers."""
+    from tiny_amd.emulator.memory import ExternalAllocation
+    alloc = ExternalAllocation(address, nbytes)
+    self.memory.register(alloc)
+    mem = EmulatedMemory(address, nbytes, None, alloc)
+    self._live[mem.va] = mem
+    return mem
+
+  def unmap_host(self, mem: EmulatedMemory) -> None:
+    self.free(mem)
+
   def free(self, mem: EmulatedMemory) -> None:
     if self._live.pop(mem.va, None) is not mem: raise ValueError(f"free of unknown memory at 0x{mem.va:x}")
     mem.view = None

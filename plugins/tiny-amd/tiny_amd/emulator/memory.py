@@ -33,6 +33,16 @@ class HostAllocation:
       pass
 
 
+class ExternalAllocation:
+  """Host memory the emulated GPU addresses in place (`MockKFD.map_host`): the same bytes, not a copy."""
+  def __init__(self, va: int, nbytes: int):
+    self.va, self.nbytes = va, nbytes
+    self.bytes = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(va))
+
+  def release(self) -> None:
+    self.bytes = None
+
+
 class MemoryRegistry:
   """All live allocations, sorted by address; resolves addresses for the packet processors and the interpreter."""
 
@@ -49,6 +59,13 @@ class MemoryRegistry:
       self._starts.insert(at, alloc.va)
       self._allocs.insert(at, alloc)
     return alloc
+
+  def register(self, alloc: ExternalAllocation) -> None:
+    """Make existing host memory addressable (the driver's map_host)."""
+    with self._lock:
+      at = bisect.bisect(self._starts, alloc.va)
+      self._starts.insert(at, alloc.va)
+      self._allocs.insert(at, alloc)
 
   def release(self, alloc: HostAllocation) -> None:
     with self._lock:
