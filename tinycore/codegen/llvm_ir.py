@@ -40,6 +40,7 @@ class LLVMTarget:
   datalayout: str = ""
   global_addrspace: int = 0
   local_addrspace: int = 3          # LDS / shared memory (for renderers that declare it)
+  private_addrspace: int = 0        # where allocas live (5 on amdgcn)
   calling_convention: str = ""      # e.g. "amdgpu_kernel"
   kernel_attributes: str = "nounwind"
   workgroup_id: str = ""            # e.g. "llvm.amdgcn.workgroup.id.{axis}" (returns i32)
@@ -209,9 +210,15 @@ class LLVMRenderer(CStyleRenderer):
     return self._emit(f"call {ret} @{fn}({', '.join(f'{t} {v}' for t, v in args)})")
 
   def _alloca(self, ir: str) -> str:
+    """A stack slot in the entry block; refer to it as `{self._slot} {name}`."""
     name = self._fresh("slot")
-    self._allocas.append(f"  {name} = alloca {ir}")
+    space = self.target.private_addrspace
+    self._allocas.append(f"  {name} = alloca {ir}" + (f", addrspace({space})" if space else ""))
     return name
+
+  @property
+  def _slot(self) -> str:
+    return f"ptr addrspace({self.target.private_addrspace})" if self.target.private_addrspace else "ptr"
 
   # ------------------------------------------------------------------ names of values
   def _key(self, u: UOp) -> Any:
@@ -220,7 +227,7 @@ class LLVMRenderer(CStyleRenderer):
   def _value(self, u: UOp) -> str:
     if u.op is Ops.CONST: return literal(u.arg, u.dtype)
     if u.op is Ops.RANGE and u.arg[1] == "upcast": return str(self._lane[u])
-    if u.op is Ops.REDUCE: return self._emit(f"load {ir_type(u.dtype)}, ptr {self._names[self._key(u)]}")
+    if u.op is Ops.REDUCE: return self._emit(f"load {ir_type(u.dtype)}, {self._slot} {self._names[self._key(u)]}")
     return self._names[self._key(u)]
 
   # ------------------------------------------------------------------ the loop tree
@@ -260,15 +267,15 @@ class LLVMRenderer(CStyleRenderer):
       self._emit_block(loop.body)
       return
     counter = self._alloca(index)
-    self._lines.append(f"  store {index} 0, ptr {counter}")
+    self._lines.append(f"  store {index} 0, {self._slot} {counter}")
     head, body, done = self._label("loop"), self._label("body"), self._label("done")
     self._lines.append(f"  br label %{head}")
     self._start_block(head)
-    value = self._names[loop.range] = self._emit(f"load {index}, ptr {counter}")
+    value = self._names[loop.range] = self._emit(f"load {index}, {self._slot} {counter}")
     self._emit_branch(self._emit(f"icmp slt {index} {value}, {size}"), body, done)
     self._start_block(body)
     self._emit_block(loop.body)
-    self._lines.append(f"  store {index} {self._emit(f'add {index} {value}, 1')}, ptr {counter}")
+    self._lines.append(f"  store {index} {self._emit(f'add {index} {value}, 1')}, {self._slot} {counter}")
     self._lines.append(f"  br label %{head}")
     self._start_block(done)
 
@@ -288,15 +295,15 @@ class LLVMRenderer(CStyleRenderer):
     for lane in lanes:
       self._lane = lane
       slot = self._names[self._key(x)] = self._alloca(ir_type(x.dtype))
-      self._lines.append(f"  store {ir_type(x.dtype)} {literal(identity_element(x.arg, x.dtype), x.dtype)}, ptr {slot}")
+      self._lines.append(f"  store {ir_type(x.dtype)} {literal(identity_element(x.arg, x.dtype), x.dtype)}, {self._slot} {slot}")
     self._lane = {}
 
   def _emit_update(self, item: AccUpdate) -> None:
     x = item.reduce
     slot, kind = self._names[self._key(x)], ir_type(x.dtype)
-    acc, value = self._emit(f"load {kind}, ptr {slot}"), self._value(x.src[0])
+    acc, value = self._emit(f"load {kind}, {self._slot} {slot}"), self._value(x.src[0])
     updated = self.binary(x.arg, x.dtype, value, acc) if x.arg is Ops.MAX else self.binary(x.arg, x.dtype, acc, value)
-    self._lines.append(f"  store {kind} {updated}, ptr {slot}")
+    self._lines.append(f"  store {kind} {updated}, {self._slot} {slot}")
 
   # ------------------------------------------------------------------ statements
   def _address(self, index: UOp) -> tuple[str, str | None]:

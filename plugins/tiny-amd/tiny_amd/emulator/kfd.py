@@ -7,7 +7,7 @@ from collections import Counter
 
 import attrs
 
-from tiny_amd.emulator.memory import HostAllocation, MemoryRegistry
+from tiny_amd.emulator.memory import ExternalAllocation, HostAllocation, MemoryRegistry
 from tiny_amd.emulator.pm4 import ComputeQueue
 from tiny_amd.emulator.queues import PacketError, Queue
 from tiny_amd.emulator.sdma import SDMAQueue
@@ -19,7 +19,7 @@ class EmulatedMemory:
   va: int
   nbytes: int
   view: memoryview | None
-  allocation: HostAllocation = attrs.field(repr=False)
+  allocation: HostAllocation | ExternalAllocation = attrs.field(repr=False)
   executable: bool = False
 
 
@@ -50,14 +50,25 @@ class MockKFD:
     self.raise_queue_errors()
     alloc = self.memory.allocate(nbytes)
     mem = EmulatedMemory(alloc.va, nbytes, memoryview(alloc.bytes) if host_visible else None, alloc, executable)
-    self._live[mem.va] = mem
+    self._live[id(mem)] = mem
     return mem
 
+  def map_host(self, address: int, nbytes: int) -> EmulatedMemory:
+    """Host memory addressed in place by the emulated GPU at VA == its address (the real driver pins it as a userptr
+    allocation): the plugin's signals, the core's staging ring, CPU and PYTHON buffers."""
+    self.raise_queue_errors()
+    mem = EmulatedMemory(address, nbytes, None, self.memory.register_external(address, nbytes))
+    self._live[id(mem)] = mem  # by identity: the same host range may be mapped more than once
+    return mem
+
+  def unmap_host(self, mem: EmulatedMemory) -> None:
+    self.free(mem)
+
   def free(self, mem: EmulatedMemory) -> None:
-    if self._live.get(mem.va) is not mem:
+    if self._live.get(id(mem)) is not mem:
       if self.closed: return  # close() already released everything
       raise ValueError(f"free of memory at 0x{mem.va:x} that this device did not allocate (or already freed)")
-    del self._live[mem.va]
+    del self._live[id(mem)]
     mem.view = None
     self.memory.release(mem.allocation)
 

@@ -33,12 +33,11 @@ class HostAllocation:
       pass
 
 
-class ExternalRange(HostAllocation):
-  """Host memory owned by someone else (e.g. a host buffer of the core), made addressable to the emulator."""
-
-  def __init__(self, addr: int, nbytes: int):  # no super().__init__(): that would map new memory
-    self.nbytes, self.va, self._map = nbytes, addr, None
-    self.bytes = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(addr))
+class ExternalAllocation:
+  """Host memory the emulated GPU addresses in place (`MockKFD.map_host`): the same bytes, not a copy."""
+  def __init__(self, va: int, nbytes: int):
+    self.va, self.nbytes = va, nbytes
+    self.bytes = np.ctypeslib.as_array((ctypes.c_uint8 * max(nbytes, 1)).from_address(va))[:nbytes]
 
   def release(self) -> None:
     self.bytes = None
@@ -61,14 +60,18 @@ class MemoryRegistry:
       self._allocs.insert(at, alloc)
     return alloc
 
-  def register_external(self, addr: int, nbytes: int) -> ExternalRange:
-    """Makes nbytes of live host memory at addr addressable (until release)."""
-    rng = ExternalRange(addr, max(nbytes, 1))
+  def register(self, alloc: ExternalAllocation) -> None:
+    """Make existing host memory addressable (the driver's map_host)."""
     with self._lock:
-      at = bisect.bisect(self._starts, addr)
-      self._starts.insert(at, addr)
-      self._allocs.insert(at, rng)
-    return rng
+      at = bisect.bisect(self._starts, alloc.va)
+      self._starts.insert(at, alloc.va)
+      self._allocs.insert(at, alloc)
+
+  def register_external(self, addr: int, nbytes: int) -> ExternalAllocation:
+    """Makes nbytes of live host memory at addr addressable until release (overlapping ranges are fine)."""
+    alloc = ExternalAllocation(addr, nbytes)
+    self.register(alloc)
+    return alloc
 
   def release(self, alloc: HostAllocation) -> None:
     with self._lock:
