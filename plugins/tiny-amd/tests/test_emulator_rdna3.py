@@ -415,3 +415,25 @@ def test_waves_with_different_scalar_paths_in_one_batch():
   g = np.arange(12)[:, None]
   per_group = np.where(g % 2 == 1, (3 * g - 1) * (3 * g) // 2, -g)
   np.testing.assert_array_equal(out.reshape(12, 64), per_group + np.arange(64))
+
+
+BPERMUTE = TID + """
+declare i32 @llvm.amdgcn.ds.bpermute(i32, i32)
+define amdgpu_kernel void @rot(ptr addrspace(1) noalias %out) {
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %n = add i32 %t, 1
+  %src = and i32 %n, 31
+  %addr = shl i32 %src, 2
+  %v = mul i32 %t, 10
+  %r = call i32 @llvm.amdgcn.ds.bpermute(i32 %addr, i32 %v)
+  %p = getelementptr i32, ptr addrspace(1) %out, i32 %t
+  store i32 %r, ptr addrspace(1) %p
+  ret void
+}"""
+
+
+def test_ds_bpermute_reads_another_lane():
+  out = np.zeros(64, np.int32)
+  Kernel(BPERMUTE, "rot")(out, grid=(1, 1, 1), block=(64, 1, 1))
+  lanes = np.arange(64)
+  np.testing.assert_array_equal(out, (lanes // 32 * 32 + (lanes + 1) % 32) * 10)

@@ -223,9 +223,8 @@ def ds_permute(st: WaveBatch, ins, mask: np.ndarray) -> None:
   lane = ((addr >> np.uint32(2)) & np.uint32(31)).astype(np.int64)
   data = st.vgpr[f["data0"]]
   waves = np.arange(st.nwaves)[:, None]
-  if ins.name == "ds_bpermute_b32":
-    result = np.where(mask, data[waves, lane], 0)  # reading a disabled lane gives its register value
-    return st.vwrite(f["vdst"], data[waves, lane], mask) if result is not None else None
+  if ins.name == "ds_bpermute_b32":  # reading a lane EXEC disables still gives its register value
+    return st.vwrite(f["vdst"], data[waves, lane], mask)
   result = np.zeros_like(data)
   for w, l in zip(*np.nonzero(mask)): result[w, lane[w, l]] = data[w, l]
   st.vwrite(f["vdst"], result, np.ones_like(mask) & st.active[:, None])

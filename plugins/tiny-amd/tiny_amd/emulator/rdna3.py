@@ -61,10 +61,6 @@ class DispatchStats:
   wave_instructions: int = 0
   waves: int = 0
   seconds: float = 0.0
-  unsupported: list = attrs.field(factory=list)
-
-
-HANDLERS = {}
 
 
 def handler_for(ins):
@@ -109,10 +105,11 @@ class Program:
   def __init__(self, memory: MemoryRegistry, address: int):
     alloc, off = memory.find(address)
     code = alloc.bytes[off:off + min(alloc.nbytes - off, MAX_CODE_BYTES)].tobytes()
-    end = code.find(b"\x00\x00\x9f\xbf")  # s_code_end: padding after the last kernel
+    # the cache key stops at s_code_end (the padding after the kernels), decoding may read on (a literal can look
+    # like s_code_end)
+    end = code.find(b"\x00\x00\x9f\xbf")
     while end != -1 and end % 4: end = code.find(b"\x00\x00\x9f\xbf", end + 1)
-    code = code if end == -1 else code[:end]
-    key = (address, code)
+    key = (address, code if end == -1 else code[:end])
     cached = Program._cache.get(key)
     self.instructions = cached if cached is not None else {}
     if cached is None: Program._cache[key] = self.instructions
