@@ -100,3 +100,16 @@ def test_fma_is_correctly_rounded():
   assert fma_narrow(np.array([x]), np.array([x]), np.array([tiny]), np.float32)[0] == np.float32(1 + 2**-11 + 2**-23)
   assert np.isnan(fma64(np.array([np.inf]), np.array([0.0]), np.array([1.0]))[0])
   assert fma64(np.array([np.inf]), np.array([2.0]), np.array([1.0]))[0] == np.inf
+
+
+def test_scalar_bit_ops():
+  st = batch(1)
+  st.sgpr[0, 0], st.sgpr[0, 1], st.sgpr[0, 2] = 0xF0, 3, 0xFFFFFFF0
+  salu.exec_sop1(st, decode(0xBE801201))  # s_bitset1_b32 s0, s1: set bit 3
+  assert st.sgpr[0, 0] == 0xF8
+  salu.exec_sop1(st, decode(0xBE831802))  # s_bcnt1_i32_b32 s3, s2
+  assert st.sgpr[0, 3] == 28 and st.scc[0] == 1
+  salu.exec_sop1(st, decode(0xBE840402))  # s_brev_b32 s4, s2
+  assert st.sgpr[0, 4] == 0x0FFFFFFF
+  salu.exec_sop1(st, decode(0xBE850C02))  # s_cls_i32 s5, s2: 27 bits after the sign equal it
+  assert st.sgpr[0, 5] == 27

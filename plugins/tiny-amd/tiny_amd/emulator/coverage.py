@@ -9,7 +9,8 @@ LANE_OPS = {"v_nop", "v_pipeflush", "v_readfirstlane_b32", "v_readlane_b32", "v_
 SOP1_OPS = {"s_mov_b32", "s_mov_b64", "s_cmov_b32", "s_cmov_b64", "s_getpc_b64", "s_setpc_b64", "s_swappc_b64",
             "s_not_b32", "s_not_b64", "s_abs_i32", "s_bcnt1_i32_b32", "s_bcnt1_i32_b64", "s_bcnt0_i32_b32",
             "s_bcnt0_i32_b64", "s_sext_i32_i8", "s_sext_i32_i16", "s_ctz_i32_b32", "s_ctz_i32_b64", "s_clz_i32_u32",
-            "s_clz_i32_u64", "s_brev_b32"}
+            "s_clz_i32_u64", "s_brev_b32", "s_brev_b64", "s_cls_i32", "s_bitset0_b32", "s_bitset0_b64",
+            "s_bitset1_b32", "s_bitset1_b64"}
 SOPK_OPS = {"s_movk_i32", "s_cmovk_i32", "s_addk_i32", "s_mulk_i32", "s_getreg_b32", "s_setreg_b32",
             "s_setreg_imm32_b32", "s_version", "s_call_b64"}
 SOPP_OPS = rdna3.SOPP_NOPS | {"s_barrier", "s_endpgm", "s_branch", "s_cbranch_scc0", "s_cbranch_scc1",

@@ -99,6 +99,7 @@ def _sop2_table() -> dict:
     "s_bfe_u64": (64, bfe(False, 64)), "s_bfe_i64": (64, bfe(True, 64)),
     "s_bfm_b32": (32, lambda a, b, c: ((((U64(1) << (a.astype(U64) & U64(31))) - U64(1)) << (b.astype(U64) & U64(31)))
                                        & M32, None)),
+    "s_bfm_b64": (64, lambda a, b, c: (((U64(1) << (a & U64(63))) - U64(1)) << (b & U64(63)), None)),
     "s_mul_i32": (32, lambda a, b, c: ((a.astype(U64) * b) & M32, None)),
     "s_mul_hi_u32": (32, lambda a, b, c: ((a.astype(U64) * b) >> U64(32), None)),
     "s_mul_hi_i32": (32, lambda a, b, c: ((s64(i32(a)) * s64(i32(b))) >> 32, None)),
@@ -159,6 +160,10 @@ def exec_sop1(st: WaveBatch, ins) -> None:
     target = st.sread(f["ssrc0"], 64)
     if name == "s_swappc_b64": st.swrite(f["sdst"], np.full(st.nwaves, ins.pc + ins.size, np.uint64), 64)
     return st.branch_to(target.astype(np.int64))
+  if name.startswith("s_bitset"):  # set/clear bit ssrc0[5:0] of sdst, other bits kept
+    old = st.sread(f["sdst"], width)
+    bit = old.dtype.type(1) << (st.sread(f["ssrc0"]).astype(old.dtype) & old.dtype.type(width - 1))
+    return st.swrite(f["sdst"], old | bit if name.startswith("s_bitset1") else old & ~bit, width)
   a = st.sread(f["ssrc0"], width)
   result, scc = sop1_value(name, a, width)
   st.swrite(f["sdst"], result, 64 if name.endswith("b64") and not name.startswith("s_bcnt") else 32)
@@ -178,8 +183,12 @@ def sop1_value(name: str, a: np.ndarray, width: int):
     return np.where(a == 0, 0xFFFFFFFF, bitlen(low) - 1).astype(np.uint32), None
   if name.startswith("s_clz_i32"):
     return np.where(a == 0, 0xFFFFFFFF, width - bitlen(a)).astype(np.uint32), None
-  if name.startswith("s_brev_b32"):
-    return np.array([int(f"{int(x):032b}"[::-1], 2) for x in a], np.uint32), None
+  if name in ("s_brev_b32", "s_brev_b64"):
+    return np.array([int(f"{int(x):0{width}b}"[::-1], 2) for x in a], a.dtype), None
+  if name == "s_cls_i32":
+    u = a.astype(np.uint32)
+    flipped = np.where(u >> np.uint32(31) == 1, ~u, u)
+    return np.where((u == 0) | (u == 0xFFFFFFFF), 0xFFFFFFFF, 31 - bitlen(flipped)).astype(np.uint32), None
   raise NotImplementedError(name)
 
 
