@@ -541,6 +541,8 @@ class LLVMRenderer(CStyleRenderer):
     if op is Ops.POW and self.target.math_in_ir: return self.power(args[0], args[1], t)
     if self.target.math_in_ir and t == "double" and op in (Ops.EXP2, Ops.LOG2, Ops.SIN):
       return self._call("double", f"tc_{op.name.lower()}_f64", typed)
+    if self.target.math_in_ir and op is Ops.SIN:  # a GPU's sine instruction is exact only for small arguments
+      return self._call("float", "tc_sin_f32", typed)
     name = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc",
             Ops.POW: "pow"}[op]
     return self._call(t, f"llvm.{name}.{suffix}", typed)
@@ -694,7 +696,8 @@ define internal double @tc_log2_f64(double %x) alwaysinline {
 }
 """
 
-# sin(x): x = k * pi/2 + r (pi/2 in three parts), then the sin or cos polynomial of r by k mod 4
+# sin(x): x = k * pi/2 + r (pi/2 in three parts: good while k * pi/2 is exact, |x| up to ~1e5 with few ulp), then
+# the sin or cos polynomial of r (fdlibm's coefficients) by k mod 4
 F64_SIN = """
 define internal double @tc_sin_f64(double %x) alwaysinline {
   %q = fmul double %x, 0x3FE45F306DC9C883
@@ -705,6 +708,25 @@ define internal double @tc_sin_f64(double %x) alwaysinline {
   %r2 = fsub double %r1, %h2
   %h3 = fmul double %k, 0x3BA3198A2E037073
   %r = fsub double %r2, %h3
+  %kq = fmul double %k, 0.25
+  %kf = call double @llvm.floor.f64(double %kq)
+  %k4 = fmul double %kf, 4.0
+  %km = fsub double %k, %k4
+  %quad = fptosi double %km to i32
+  %res = call double @tc_sin_reduced(double %r, i32 %quad)
+  %bad = fcmp uno double %r, %r
+  %checked = select i1 %bad, double %r, double %res
+  %zero = fcmp oeq double %x, 0.0
+  %out = select i1 %zero, double %x, double %checked
+  ret double %out
+}
+declare double @llvm.rint.f64(double)
+declare double @llvm.floor.f64(double)
+"""
+
+# sin(r + quad * pi/2) for |r| <= pi/4
+SIN_REDUCED = """
+define internal double @tc_sin_reduced(double %r, i32 %quad) alwaysinline {
   %z = fmul double %r, %r
   %s7 = fmul double %z, 0x3DE5D93A5ACFD57C
   %s6 = fadd double %s7, 0xBE5AE5E68A2B9CEB
@@ -734,23 +756,75 @@ define internal double @tc_sin_f64(double %x) alwaysinline {
   %hz = fmul double %z, 0.5
   %c0 = fsub double 1.0, %hz
   %cos = fadd double %c0, %c1
-  %kq = fmul double %k, 0.25
-  %kf = call double @llvm.floor.f64(double %kq)
-  %k4 = fmul double %kf, 4.0
-  %km = fsub double %k, %k4
-  %quad = fptosi double %km to i32
   %odd = trunc i32 %quad to i1
   %bit1 = and i32 %quad, 2
   %flip = icmp ne i32 %bit1, 0
   %v = select i1 %odd, double %cos, double %sin
   %nv = fneg double %v
   %res = select i1 %flip, double %nv, double %v
-  %bad = fcmp uno double %r, %r
-  %out = select i1 %bad, double %r, double %res
-  ret double %out
+  ret double %res
 }
-declare double @llvm.rint.f64(double)
-declare double @llvm.floor.f64(double)
+"""
+
+# float32 sin: |x| < 2**16 through the float64 path; beyond, Payne-Hanek reduction: x = m * 2**e (m: 24 bits), and
+# x * 2/pi mod 4 = m * (128 bits of 2/pi from bit e + 126) / 2**126 mod 4, exactly, from floor(2/pi * 2**256)
+# (its 64-bit words are the i128 constants below; selects and i128 shifts, no memory: GPUs would spill a table)
+F32_SIN = """
+define internal float @tc_sin_f32(float %x) alwaysinline {
+  %ax = call float @llvm.fabs.f32(float %x)
+  %small = fcmp olt float %ax, 65536.0
+  %xd = fpext float %x to double
+  %near = call double @tc_sin_f64(double %xd)
+  %bits = bitcast float %ax to i32
+  %ef = lshr i32 %bits, 23
+  %e = sub i32 %ef, 150
+  %mant = and i32 %bits, 8388607
+  %m = or i32 %mant, 8388608
+  %shift0 = sub i32 130, %e
+  %shift = call i32 @llvm.umin.i32(i32 %shift0, i32 191)
+  %word = lshr i32 %shift, 6
+  %bit32 = and i32 %shift, 63
+  %bit = zext i32 %bit32 to i128
+  %w0 = icmp eq i32 %word, 0
+  %w1 = icmp eq i32 %word, 1
+  %lo1 = select i1 %w1, i128 335169735719490880175270950034913595457, i128 216630482969909636093804454941121895872
+  %lo = select i1 %w0, i128 291612810388623577912198875041123517793, i128 %lo1
+  %hi1 = select i1 %w1, i128 11743562013128004905, i128 0
+  %hi = select i1 %w0, i128 18169587780923219392, i128 %hi1
+  %low_part = lshr i128 %lo, %bit
+  %hi_up = shl i128 %hi, 64
+  %up_by = sub i128 64, %bit
+  %high_part = shl i128 %hi_up, %up_by
+  %f = or i128 %low_part, %high_part
+  %m128 = zext i32 %m to i128
+  %prod = mul i128 %m128, %f
+  %quad128 = lshr i128 %prod, 126
+  %quad0 = trunc i128 %quad128 to i32
+  %fraction = shl i128 %prod, 2
+  %top = lshr i128 %fraction, 75
+  %top64 = trunc i128 %top to i64
+  %topd = uitofp i64 %top64 to double
+  %frac = fmul double %topd, 0x3CA0000000000000
+  %up = fcmp ogt double %frac, 0.5
+  %fm1 = fsub double %frac, 1.0
+  %fr = select i1 %up, double %fm1, double %frac
+  %q1 = add i32 %quad0, 1
+  %quad = select i1 %up, i32 %q1, i32 %quad0
+  %r = fmul double %fr, 0x3FF921FB54442D18
+  %k = call double @tc_sin_reduced(double %r, i32 %quad)
+  %neg = fcmp olt float %x, 0.0
+  %kn = fneg double %k
+  %far = select i1 %neg, double %kn, double %k
+  %res = select i1 %small, double %near, double %far
+  %rf = fptrunc double %res to float
+  %nan = fcmp uno float %x, %x
+  %inf = fcmp oeq float %ax, 0x7FF0000000000000
+  %bad = or i1 %nan, %inf
+  %out = select i1 %bad, float 0x7FF8000000000000, float %rf
+  ret float %out
+}
+declare float @llvm.fabs.f32(float)
+declare i32 @llvm.umin.i32(i32, i32)
 """
 
 ROUND_ODD_HELPER += "declare double @llvm.fabs.f64(double)\n"
@@ -768,7 +842,8 @@ define internal float @tc_pow_f32(float %a, float %b) alwaysinline {
 HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
   "tc_float_to_bf16": (BF16_HELPERS, ()), "tc_bf16_to_float": (BF16_HELPERS, ()),
   "tc_round_bf16": (BF16_HELPERS, ()), "tc_float_round_odd": (ROUND_ODD_HELPER, ()),
-  "tc_exp2_f64": (F64_EXP2, ()), "tc_log2_f64": (F64_LOG2, ()), "tc_sin_f64": (F64_SIN, ()),
+  "tc_exp2_f64": (F64_EXP2, ()), "tc_log2_f64": (F64_LOG2, ()), "tc_sin_f64": (F64_SIN, ("tc_sin_reduced",)),
+  "tc_sin_reduced": (SIN_REDUCED, ()), "tc_sin_f32": (F32_SIN, ("tc_sin_f64", "tc_sin_reduced")),
   "tc_pow_f64": (_pow_helper("double", "f64", "tc_exp2_f64", "tc_log2_f64"), ("tc_exp2_f64", "tc_log2_f64")),
   "tc_pow_f32": (POW_F32, ("tc_pow_f64",)),
 }
