@@ -235,6 +235,9 @@ class Compiled:
   def finalize(self) -> None:
     """Release device resources at exit."""
 
+  # a short note `tinycore devices` shows after "ok" (e.g. "emulated gfx1100"); None for none
+  status_note: str | None = None
+
   def capabilities(self) -> dict[str, Any]:
     """What `tinycore devices` shows: supported dtypes, whether it computes, ..."""
     caps: dict[str, Any] = {"compute": self.can_compute, "zero_copy_host_view": self.zero_copy_host_view}

@@ -7,9 +7,11 @@ names are covered by API_VERSION: a MINOR bump adds names or optional hooks, a M
 - memory: Allocator, LRUAllocator, BufferSpec, BufferStorage, Buffer, HostAllocator and HostMemory (the core's host
   memory, page-aligned), view_address, HOST_DEVICE (the core's host kind, "PYTHON");
 - compiling and running: Compiled, Compiler, Program, cache_dir;
-- rendering: CStyleRenderer, RenderedKernel, LinearKernel, Loop, AccUpdate, KernelTarget (the machine the optimizer
-  shapes tiles for) and the IR they render (Ops, GroupOp, UOp, DType, dtypes);
-- queue devices (HCQ2): HCQDevice, HWQueue, CommandWriter, Encoded, HCQTimeoutError, Signal, the queue commands
+- rendering: CStyleRenderer, LLVMRenderer and LLVMTarget (LLVM IR for any LLVM target), RenderedKernel, LinearKernel,
+  Loop, AccUpdate, KernelTarget (the machine the optimizer shapes tiles for) and the IR they render (Ops, GroupOp, UOp,
+  DType, dtypes);
+- queue devices (HCQ2): HCQDevice, HWQueue, CommandWriter, Encoded, HCQTimeoutError, Signal, signal_pool, the queue
+  commands
   (Exec, Copy, SignalStore, SignalWait, Timestamp, Barrier, Command) and their run-time values (Value,
   InputAddress, Variable), is_hcq_device, wait_for_queues.
 
@@ -27,6 +29,7 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.codegen.c_style import CStyleRenderer, RenderedKernel
   from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop
   from tinycore.codegen.optimize import KernelTarget
+  from tinycore.codegen.llvm_ir import LLVMRenderer, LLVMTarget
   from tinycore.device.allocator import Allocator, BufferSpec, BufferStorage, LRUAllocator
   from tinycore.device.buffer import Buffer
   from tinycore.device.host import HostAllocator, HostMemory, view_address
@@ -39,7 +42,7 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.hcq.device import (CommandWriter, Encoded, HCQDevice, HCQTimeoutError, HWQueue, is_hcq_device,
                                    queue_timeout_s, raise_timeout_hint)
   from tinycore.hcq.runtime import keep_in_flight_memory, wait_for_queues
-  from tinycore.hcq.signal import Signal
+  from tinycore.hcq.signal import Signal, signal_pool
   from tinycore.plugin.known_failures import KnownFailure
   from tinycore.uop.ops import GroupOp, Ops, UOp
 
@@ -54,6 +57,7 @@ _LAZY_EXPORTS: dict[str, str] = {
   **dict.fromkeys(("CStyleRenderer", "RenderedKernel"), "tinycore.codegen.c_style"),
   **dict.fromkeys(("AccUpdate", "LinearKernel", "Loop"), "tinycore.codegen.linearize"),
   "KernelTarget": "tinycore.codegen.optimize",
+  **dict.fromkeys(("LLVMRenderer", "LLVMTarget"), "tinycore.codegen.llvm_ir"),
   **dict.fromkeys(("DType", "dtypes"), "tinycore.dtype"),
   **dict.fromkeys(("GroupOp", "Ops", "UOp"), "tinycore.uop.ops"),
   **dict.fromkeys(("Barrier", "Command", "Copy", "Exec", "InputAddress", "SignalStore", "SignalWait", "Timestamp",
@@ -61,7 +65,7 @@ _LAZY_EXPORTS: dict[str, str] = {
   **dict.fromkeys(("CommandWriter", "Encoded", "HCQDevice", "HCQTimeoutError", "HWQueue", "is_hcq_device",
                    "queue_timeout_s", "raise_timeout_hint"), "tinycore.hcq.device"),
   "KnownFailure": "tinycore.plugin.known_failures",
-  "Signal": "tinycore.hcq.signal",
+  **dict.fromkeys(("Signal", "signal_pool"), "tinycore.hcq.signal"),
   **dict.fromkeys(("wait_for_queues", "keep_in_flight_memory"), "tinycore.hcq.runtime"),
 }
 
