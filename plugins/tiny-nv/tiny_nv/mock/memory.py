@@ -49,6 +49,12 @@ class DeviceMemory:
         if high <= start + len(array): return array, start
     raise MemoryFault(f"{who}: device address range [{low:#x}, {high:#x}) is outside every allocation")
 
+  def contains(self, address: int) -> bool:
+    """Whether `address` lies inside some allocation."""
+    try: self.region(address, address + 1)
+    except MemoryFault: return False
+    return True
+
   def view(self, address: int, nbytes: int) -> np.ndarray:
     """The bytes at [address, address + nbytes), which must lie in one allocation."""
     array, start = self.region(address, address + nbytes)
