@@ -47,9 +47,13 @@ def binary(t, ins, mods, types, mask):
   if _is_float(ptype):
     if name in ("min", "max") and "NaN" in mods: template = f"np.{name}imum({{a}}, {{b}})"
     else: template = _FLOAT_BINARY[name]
-    expr = template.format(a=_float_in(t, a, ptype), b=_float_in(t, b, ptype))
-    if "ftz" in mods: expr = template.format(a=f"nm.flush_subnormal({_float_in(t, a, ptype)})",
-                                             b=f"nm.flush_subnormal({_float_in(t, b, ptype)})")
+    x, y = _float_in(t, a, ptype), _float_in(t, b, ptype)
+    if "ftz" in mods: x, y = f"nm.flush_subnormal({x})", f"nm.flush_subnormal({y})"
+    rounding = next((m for m in mods if m in ("rz", "rm", "rp")), None)
+    if rounding and name in ("add", "sub", "mul", "div"):   # exact-ish in a wider type, then rounded as asked
+      wide, narrow = ("np.longdouble", "f64") if ptype == "f64" else ("f64", "f16" if ptype == "f16" else "f32")
+      expr = f"nm.round_float({template.format(a=f'np.asarray({x}).astype({wide})', b=y)}, {narrow}, {rounding!r})"
+    else: expr = template.format(a=x, b=y)
     return t.write(d, ptype, _float_out(expr, ptype, mods), mask)
   if name == "shl" or name == "shr":
     return t.write(d, ptype, _INT_BINARY[name].format(a=t.read(a, ptype), b=t.read(b, "u32")), mask)
@@ -94,7 +98,9 @@ def multiply_add(t, ins, mods, types, mask):
     ntype = "f32" if ptype == "bf16" else NUMPY_TYPES[ptype]
     args = [_float_in(t, x, ptype) for x in (a, b, c)]
     if "ftz" in mods: args = [f"nm.flush_subnormal({x})" for x in args]
-    return t.write(d, ptype, _float_out(f"nm.fma({args[0]}, {args[1]}, {args[2]}, {ntype})", ptype, mods), mask)
+    rounding = next((m for m in mods if m in ("rz", "rm", "rp")), "rn")
+    expr = f"nm.fma({args[0]}, {args[1]}, {args[2]}, {ntype}, {rounding!r})"
+    return t.write(d, ptype, _float_out(expr, ptype, mods), mask)
   if "wide" in mods:
     wide = _WIDER[ptype]
     nwide = NUMPY_TYPES[wide]

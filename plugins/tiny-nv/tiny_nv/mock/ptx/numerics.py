@@ -63,10 +63,10 @@ def saturate(x):
   dtype = np.asarray(x).dtype
   return np.where(np.isnan(x), 0, np.clip(x, 0, 1)).astype(dtype)
 
-def fma(a, b, c, dtype):
+def fma(a, b, c, dtype, mode: str = "rn"):
   """Fused multiply-add: computed wider, rounded once to `dtype` (float64 operands round twice, rarely off by 1 ulp)."""
   wide = np.longdouble if np.dtype(dtype) == np.float64 else np.float64
-  return (np.asarray(a).astype(wide) * b + np.asarray(c).astype(wide)).astype(dtype)
+  return round_float(np.asarray(a).astype(wide) * b + np.asarray(c).astype(wide), dtype, mode)
 
 def round_float(x, dtype, mode: str):
   """Round a float value to the float `dtype` with mode rn/rz/rm/rp (numpy's cast is rn; the others step by 1 ulp)."""

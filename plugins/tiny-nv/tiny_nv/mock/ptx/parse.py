@@ -75,9 +75,13 @@ def parse_module(text: str) -> Module:
             if (m := re.search(rf"^\s*\.{k}\s+([\w.,]+)", text, re.M))}
   if header.get("address_size", "64") != "64": raise PTXError(f"only .address_size 64 is supported, got {header}")
   kernels: dict[str, Kernel] = {}
+  outside = text
   for match in _ENTRY.finditer(text):
-    kernel = _parse_entry(text, match)
+    kernel, end = _parse_entry(text, match)
     kernels[kernel.name] = kernel
+    outside = outside[:match.start()] + " " * (end + 1 - match.start()) + outside[end + 1:]
+  shared = [_module_variable(var) for var in _VAR.finditer(outside) if var.group(1) == "shared"]
+  for kernel in kernels.values(): kernel.variables[:0] = shared   # module-scope shared arrays belong to every kernel
   for match in re.finditer(r"^\s*\.(?:visible\s+|extern\s+)?\.?func\b.*$", text, re.M):
     raise PTXError(f"line {_line_of(text, match.start())}: device functions (.func) are not supported: "
                    f"{match.group(0).strip()!r}")
@@ -98,7 +102,12 @@ def _parse_entry(text: str, match: re.Match) -> Kernel:
     pos += 1
   kernel = Kernel(name, params, {}, [], {}, [])
   _parse_body(kernel, text, start + 1, pos)
-  return kernel
+  return kernel, pos
+
+def _module_variable(var: re.Match) -> Variable:
+  _, align, vtype, vname, count = var.groups()
+  return Variable(vname, "shared", TYPE_SIZES[vtype] * int(count or (0 if count == "" else 1)),
+                  int(align or TYPE_SIZES[vtype]))
 
 def _parse_params(text: str) -> list[Param]:
   params, offset = [], 0
