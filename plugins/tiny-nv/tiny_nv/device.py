@@ -36,6 +36,7 @@ import struct
 import threading
 import time
 from typing import Any, Sequence
+import attrs
 from tinycore.plugin import (HOST_DEVICE, Barrier, BufferSpec, BufferStorage, CommandWriter, Copy, Encoded, Exec,
                              HCQDevice, HCQTimeoutError, HWQueue, LRUAllocator, SignalStore, SignalWait, Timestamp,
                              Value, raise_timeout_hint, view_address, wait_for_queues)
@@ -109,12 +110,21 @@ class NVAllocator(LRUAllocator[NVMemory]):
     if (host := buf.host) is None:
       raise RuntimeError(f"{self.device.device} cannot address {buf.device} memory: it has no host view")
     address = view_address(host)
-    memory = NVMemory(self.device.bound_driver().host_register(address, host.nbytes), host.nbytes, address, True)
+    memory = NVMemory(self.device.register_host(address, host.nbytes), host.nbytes, address, True)
     return BufferStorage(memory, memory, host)
 
   def _unmap(self, mapping: BufferStorage) -> None:
     memory = mapping.meta
-    if isinstance(memory, NVMemory) and memory.registered: self.device.bound_driver().host_unregister(memory.host_addr)
+    if isinstance(memory, NVMemory) and memory.registered: self.device.unregister_host(memory.host_addr)
+
+
+@attrs.define
+class HostRegistration:
+  """Host memory pinned and mapped for the GPU (cuMemHostRegister): its length, device address and how many
+  mappings use it."""
+  nbytes: int
+  device_addr: int
+  users: int = 1
 
 
 class NVProgram:
@@ -207,12 +217,12 @@ class NVQueue(HWQueue):
 
 
 class NVDevice(HCQDevice):
-  """An NVIDIA GPU (ordinal `ordinal` of `driver`) on HCQ2: device memory, a compute stream and a copy stream."""
+  """An NVIDIA GPU (ordinal `ordinal` of `driver`) on HCQ2: device memory, a compute stream and a copy stream.
+  `emulated`: the driver is the mock (kernels are compiled to PTX for it instead of cubins)."""
   host_devs = frozenset({HOST_DEVICE, "CPU"})
 
-  def __init__(self, name: str, ordinal: int, driver: Any):
-    self.driver, self.ordinal = driver, ordinal
-    self.emulated = bool(getattr(driver, "emulated", False))
+  def __init__(self, name: str, ordinal: int, driver: Any, emulated: bool = False):
+    self.driver, self.ordinal, self.emulated = driver, ordinal, emulated
     self.context = driver.open_context(ordinal)
     self._bound = threading.local()
     self._bound.context = self.context
@@ -220,7 +230,8 @@ class NVDevice(HCQDevice):
     self.gpu_name = driver.name(ordinal)
     self.programs: list[NVProgram] = []
     self.memory_ops = driver.attribute(ordinal, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS) != 0
-    self.registered_pages: dict[int, int] = {}      # host page -> its device address (signal pages)
+    self.host_registrations: dict[int, HostRegistration] = {}  # by host address: host memory the GPU addresses
+    self.signal_pages: dict[int, int] = {}                     # host page of core signals -> its device address
     self.signal_events: dict[int, tuple[int, Any]] = {}  # without memory ops: signal -> (value, event)
     compiler = NVCompiler(self.arch, ptx=self.emulated)
     super().__init__(name, NVAllocator(), CUDARenderer(self.arch), compiler, functools.partial(NVProgram, self))
@@ -246,17 +257,44 @@ class NVDevice(HCQDevice):
     self.programs.append(program)
     return len(self.programs) - 1
 
+  # ------------------------------------------------------------------ host memory the GPU addresses in place
+  def register_host(self, address: int, nbytes: int) -> int:
+    """Pin and map host memory for the GPU (once: memory inside a registration shares it); its device address.
+    A registration that overlaps without containing the range is stale (its memory was freed without an unmap, and
+    the address reused): it is released first, as CUDA refuses overlapping registrations."""
+    for start, registration in list(self.host_registrations.items()):
+      if start <= address and address + nbytes <= start + registration.nbytes:
+        registration.users += 1
+        return registration.device_addr + (address - start)
+      if start < address + nbytes and address < start + registration.nbytes: self.release_registration(start)
+    device_addr = self.bound_driver().host_register(address, nbytes)
+    self.host_registrations[address] = HostRegistration(nbytes, device_addr)
+    return device_addr
+
+  def unregister_host(self, address: int) -> None:
+    """One mapping of registered host memory is gone; the last one unpins it."""
+    for start, registration in self.host_registrations.items():
+      if start <= address < start + registration.nbytes:
+        registration.users -= 1
+        if registration.users <= 0: self.release_registration(start)
+        return
+
+  def release_registration(self, start: int) -> None:
+    del self.host_registrations[start]
+    try: self.bound_driver().host_unregister(start)
+    except Exception: pass  # stale: the memory may already be unmapped, which ended the registration
+
   # ------------------------------------------------------------------ signals
   def signal_address(self, host_addr: int) -> int:
     """The device address of a signal word in the core's host memory: its page is pinned and mapped once."""
     page = host_addr & ~(PAGE - 1)
-    if (device_page := self.registered_pages.get(page)) is None:
-      device_page = self.registered_pages[page] = self.bound_driver().host_register(page, PAGE)
+    if (device_page := self.signal_pages.get(page)) is None:
+      device_page = self.signal_pages[page] = self.register_host(page, PAGE)
     return device_page + (host_addr - page)
 
   def host_signal(self, device_addr: int) -> ctypes.c_uint64:
     """The host view of a signal given by its device address (for the polling fallback)."""
-    for page, device_page in self.registered_pages.items():
+    for page, device_page in self.signal_pages.items():
       if device_page <= device_addr < device_page + PAGE:
         return ctypes.c_uint64.from_address(page + device_addr - device_page)
     if device_addr == self.copy_done_addr: return self.copy_done

@@ -84,7 +84,6 @@ def load_libcuda() -> ctypes.CDLL:
 class CudaDriver:
   """The CUDA driver API calls tiny-nv needs, as methods on ints and opaque handles (see tiny_nv.mock for the same
   interface executing PTX). `init()` loads libcuda and must come first."""
-  emulated = False
 
   def __init__(self) -> None:
     self.lib: ctypes.CDLL | None = None

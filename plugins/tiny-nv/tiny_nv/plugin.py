@@ -35,15 +35,16 @@ def new_driver() -> Any:
 
 
 _driver: Any = None
+_driver_emulated = False
 
 
 def shared_driver() -> Any:
   """One initialized driver per process (and per emulation setting), shared by the NV devices."""
-  global _driver
-  if _driver is None or getattr(_driver, "emulated", False) != emulated():
+  global _driver, _driver_emulated
+  if _driver is None or _driver_emulated != emulated():
     driver = new_driver()
     driver.init()
-    _driver = driver
+    _driver, _driver_emulated = driver, emulated()
   return _driver
 
 
@@ -87,7 +88,7 @@ def tinycore_open_device(name: str) -> Compiled | None:
                      "as in 'NV:1'")
   if (reason := probe()) is not None: raise RuntimeError(f"cannot open {name}: {reason}")
   from tiny_nv.device import NVDevice
-  return NVDevice(PREFIX if index in ("", "0") else name, int(index or 0), shared_driver())
+  return NVDevice(PREFIX if index in ("", "0") else name, int(index or 0), shared_driver(), emulated())
 
 
 # conformance tests that fail on NV, each with the reason (the suite marks them xfail); aim: none
