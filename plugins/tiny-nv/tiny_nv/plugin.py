@@ -91,12 +91,20 @@ def tinycore_open_device(name: str) -> Compiled | None:
   return NVDevice(PREFIX if index in ("", "0") else name, int(index or 0), shared_driver(), emulated())
 
 
-# conformance tests that fail on NV, each with the reason (the suite marks them xfail); aim: none
+# conformance tests that fail on NV, each with the reason (the suite marks them xfail); aim: none. Real GPUs: none
+# known. The mock (test equipment) only: limits of its PTX interpreter, not of the plugin (not strict: an interpreter
+# that learns the feature makes them pass).
 KNOWN_FAILURES: list[tuple[str, str]] = []
+EMULATED_KNOWN_FAILURES: list[tuple[str, str]] = [
+  ("test_elementwise.py::test_pow_int_tensor_square",
+   "the mock's PTX interpreter has no .func calls (call/.param), and NVRTC calls a helper for double pow()"),
+]
 
 
 @hookimpl
 def tinycore_known_failures(device: str) -> list:
   if device.partition(":")[0] != PREFIX: return []
   from tinycore.plugin import KnownFailure
-  return [KnownFailure(test, reason) for test, reason in KNOWN_FAILURES]
+  rows = [KnownFailure(test, reason) for test, reason in KNOWN_FAILURES]
+  if emulated(): rows += [KnownFailure(test, reason, strict=False) for test, reason in EMULATED_KNOWN_FAILURES]
+  return rows
