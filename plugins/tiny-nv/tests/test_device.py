@@ -138,3 +138,25 @@ def test_a_wait_nobody_signals_times_out_naming_device_queue_and_value(nv, monke
   never.value = 5
   monkeypatch.setenv("TINYCORE_QUEUE_TIMEOUT", "30")
   nv.finish_stream("copy")
+
+
+def test_store_kernel_of_the_event_fallback_writes_the_signal(nv):
+  """Without 64-bit stream memory operations a signal store is the device's 1-thread store kernel (then an event)."""
+  from tinycore.hcq.signal import signal_pool
+  signal = signal_pool.new("fallback")
+  nv.launch_helper("tc_store_u64", nv.queues["compute"].stream, [nv.signal_address(signal.addr), 2**40 + 7])
+  nv.finish_stream("compute")
+  assert signal.value == 2**40 + 7
+
+
+def test_programs_run_directly_too(nv):
+  """A loaded kernel called like any Program (outside a queue batch) runs on the compute stream; wait=True times it."""
+  source = ('extern "C" __global__ void fill(int* __restrict__ data0, long long var0) {\n'
+            '  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; if (i < 6) data0[i] = (int)var0 * i; }\n')
+  program = nv.runtime("fill", nv.compiler.compile(source))
+  handle = nv.allocator.alloc(6 * 4)
+  elapsed = program(handle, global_size=(8, 1, 1), local_size=(4, 1, 1), vals=(7,), wait=True)
+  out = memoryview(bytearray(6 * 4))
+  nv.allocator._copyout(out, handle)
+  assert elapsed > 0 and np.frombuffer(out, np.int32).tolist() == [0, 7, 14, 21, 28, 35]
+  nv.allocator.free(handle, 6 * 4)
