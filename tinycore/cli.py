@@ -31,7 +31,7 @@ class DeviceRow:
   check: str | None = None
 
   @property
-  def ok(self) -> bool: return self.status == "ok"
+  def ok(self) -> bool: return self.status == "ok" or self.status.startswith("ok (")
 
 
 def collect_rows() -> list[DeviceRow]:
@@ -58,7 +58,9 @@ def collect_rows() -> list[DeviceRow]:
         cause = error.__cause__ or error  # the registry wraps the plugin's exception; show the plugin's own words
         rows.append(_spec_row(spec, canonical, f"failed: {type(cause).__name__}: {cause}"))
         continue
-      row = _spec_row(spec, canonical, "ok", default=canonical == default)
+      # a device that runs on an emulator (test equipment) says so: "ok (emulated)"
+      status = "ok (emulated)" if capabilities.get("emulated") else "ok"
+      row = _spec_row(spec, canonical, status, default=canonical == default)
       row.capabilities = capabilities
       rows.append(row)
   for failure in Device.failures():

@@ -53,7 +53,7 @@ def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
   if (lib := binaries.get(key)) is None:
     lib = binaries.put(key, dev.compiler.compile_cached(source))
     CodegenStats.compiled += 1
-  dump_binary(name, lib)
+  dump_binary(name, lib, getattr(dev.compiler, "binary_suffix", ".bin"))
   kernel = CompiledKernel(name, source, dev.runtime(name, lib), rendered.global_size, rendered.local_size)
   return compiled_kernels.put((device, sink), kernel)
 
@@ -61,12 +61,13 @@ def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
 DUMP_BINARIES_ENV = "TINYCORE_DUMP_BINARIES"
 
 
-def dump_binary(name: str, lib: bytes) -> pathlib.Path | None:
-  """With TINYCORE_DUMP_BINARIES=DIR, write a compiled program to DIR/<kernel name>-<sha256 of the binary>.bin
-  (every device's, since every kernel is compiled here); returns the path, or None when the variable is unset."""
+def dump_binary(name: str, lib: bytes, suffix: str = ".bin") -> pathlib.Path | None:
+  """With TINYCORE_DUMP_BINARIES=DIR, write a compiled program to DIR/<kernel name>-<sha256 of the binary><suffix>
+  (every device's, since every kernel is compiled here; the suffix is the compiler's `binary_suffix` when it has
+  one, e.g. ".cubin"); returns the path, or None when the variable is unset."""
   directory = os.environ.get(DUMP_BINARIES_ENV)
   if not directory: return None
-  path = pathlib.Path(directory) / f"{name}-{hashlib.sha256(lib).hexdigest()[:16]}.bin"
+  path = pathlib.Path(directory) / f"{name}-{hashlib.sha256(lib).hexdigest()[:16]}{suffix}"
   if path.exists(): return path  # the name holds the content's hash: the same bytes are already there
   try:
     path.parent.mkdir(parents=True, exist_ok=True)

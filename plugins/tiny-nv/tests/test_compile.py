@@ -73,3 +73,17 @@ def test_compiler_targets_and_cache_key():
   assert real.target == "sm_90" and mock.target == "compute_90" and real.cachekey != mock.cachekey
   assert real.binary_suffix == ".cubin" and mock.binary_suffix == ".ptx"
   assert real.compile('extern "C" __global__ void k(int* a) { a[threadIdx.x] = 1; }')[:4] == ELF_MAGIC
+
+
+def test_check_cubins_and_dump(monkeypatch, tmp_path):
+  source = 'extern "C" __global__ void tc_probe(int* a) { a[threadIdx.x] = 2; }'
+  monkeypatch.setenv("TINYCORE_NV_CHECK_CUBINS", "sm_80,sm_90")
+  monkeypatch.setenv("TINYCORE_DUMP_BINARIES", str(tmp_path))
+  compiler = NVCompiler((9, 0), ptx=True)
+  assert compiler.check_archs == ("sm_80", "sm_90") and "checked sm_80,sm_90" in compiler.cachekey
+  assert b".entry tc_probe" in compiler.compile(source)
+  dumped = sorted(path.name.split("-")[1] for path in tmp_path.glob("tc_probe-sm_*.cubin"))
+  assert dumped == ["sm_80", "sm_90"]
+  assert all(path.read_bytes()[:4] == ELF_MAGIC for path in tmp_path.glob("*.cubin"))
+  monkeypatch.setenv("TINYCORE_NV_CHECK_CUBINS", "compute_90")
+  with pytest.raises(ValueError, match="not cubin targets"): NVCompiler((9, 0), ptx=True)

@@ -10,6 +10,7 @@ import ctypes.util
 import functools
 import os
 import pathlib
+import re
 from importlib import metadata
 from tinycore.plugin import Compiler
 
@@ -19,6 +20,10 @@ SYSTEM_NAMES = ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")
 # IEEE results like numpy's: no fused multiply-add contraction, correctly rounded division and sqrt, denormals kept
 NUMERIC_OPTIONS = ("--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false")
 BASE_OPTIONS = ("--std=c++17", "-default-device", *NUMERIC_OPTIONS)
+# CI without a GPU: while the mock runs PTX, also compile every kernel to cubins for these archs ("sm_80,sm_90")
+CHECK_CUBINS_ENV = "TINYCORE_NV_CHECK_CUBINS"
+CUBIN_MAGIC = b"\x7fELF"
+KERNEL_NAME = re.compile(r'extern "C" __global__ void (\w+)\(')
 
 
 class NVRTCError(RuntimeError):
@@ -127,15 +132,34 @@ def nvrtc_compile(src: str, arch: str, options: tuple[str, ...] = BASE_OPTIONS) 
 
 class NVCompiler(Compiler):
   """CUDA C -> a cubin for `sm_XY` (`ptx=False`, real GPUs) or PTX for `compute_XY` (`ptx=True`, the mock driver).
-  The cache key names NVRTC's version, the target and the options, like tiny-cl's names the driver and device."""
+  The cache key names NVRTC's version, the target and the options, like tiny-cl's names the driver and device.
+
+  For PTX, TINYCORE_NV_CHECK_CUBINS="sm_80,sm_90" also compiles each kernel to those cubins (a compile-only check
+  of real-GPU code on CI; with TINYCORE_DUMP_BINARIES they are written too, as <kernel>-<arch>-<hash>.cubin)."""
 
   def __init__(self, arch: tuple[int, int], ptx: bool = False):
     self.target = f"{'compute' if ptx else 'sm'}_{arch[0]}{arch[1]}"
     self.ptx = ptx
+    self.check_archs = tuple(a.strip() for a in os.environ.get(CHECK_CUBINS_ENV, "").split(",") if a.strip()) \
+      if ptx else ()
+    if bad := [a for a in self.check_archs if not re.fullmatch(r"sm_\d+a?", a)]:
+      raise ValueError(f"{CHECK_CUBINS_ENV}: {bad} are not cubin targets (sm_80, sm_90, ...)")
     major, minor = nvrtc_version()
-    self.cachekey = f"tiny-nv|nvrtc {major}.{minor}|{self.target}|{' '.join(BASE_OPTIONS)}"
+    self.cachekey = (f"tiny-nv|nvrtc {major}.{minor}|{self.target}|{' '.join(BASE_OPTIONS)}|"
+                     f"checked {','.join(self.check_archs)}")
 
   @property
   def binary_suffix(self) -> str: return ".ptx" if self.ptx else ".cubin"
 
-  def compile(self, src: str) -> bytes: return nvrtc_compile(src, self.target)
+  def compile(self, src: str) -> bytes:
+    binary = nvrtc_compile(src, self.target)
+    for arch in self.check_archs: self.check_cubin(src, arch)
+    return binary
+
+  def check_cubin(self, src: str, arch: str) -> None:
+    """Compile `src` to a cubin for `arch` (an NVRTCError if it does not), written out under TINYCORE_DUMP_BINARIES."""
+    from tinycore.plugin import dump_binary
+    cubin = nvrtc_compile(src, arch)
+    if cubin[:4] != CUBIN_MAGIC: raise NVRTCError(f"NVRTC returned no ELF cubin for {arch}")
+    name = match.group(1) if (match := KERNEL_NAME.search(src)) else "kernel"
+    dump_binary(f"{name}-{arch}", cubin, ".cubin")

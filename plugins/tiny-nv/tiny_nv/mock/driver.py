@@ -157,6 +157,17 @@ class MockCudaDriver:
     self._host.discard(host_addr)
     self._free(host_addr, "host_free")
 
+  def host_register(self, host_addr: int, nbytes: int) -> int:
+    """Existing host memory made device-addressable (cuMemHostRegister): its device address, the same number."""
+    self._require_context("host_register")
+    try: self.memory.register(host_addr, nbytes)
+    except ValueError as error: raise MockCudaError(f"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: {error}") from None
+    return host_addr
+
+  def host_unregister(self, host_addr: int) -> None:
+    self._require_context("host_unregister")
+    self._free(host_addr, "host_unregister")
+
   def _free(self, address: int, call: str) -> None:
     try: self.memory.free(address)
     except ValueError as error: raise MockCudaError(f"CUDA_ERROR_INVALID_VALUE: {call}: {error}") from None

@@ -30,6 +30,18 @@ class DeviceMemory:
       self.allocated_bytes += size
     return address
 
+  def register(self, address: int, nbytes: int) -> None:
+    """Make existing host memory [address, address + nbytes) addressable by the device (cuMemHostRegister)."""
+    array = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
+    with self._lock:
+      if self.contains_unlocked(address, nbytes): raise ValueError(f"{address:#x} is already registered or allocated")
+      bisect.insort(self._starts, address)
+      self._regions[address] = (None, array)
+
+  def contains_unlocked(self, address: int, nbytes: int) -> bool:
+    index = bisect.bisect_right(self._starts, address + nbytes - 1) - 1
+    return index >= 0 and self._starts[index] + len(self._regions[self._starts[index]][1]) > address
+
   def free(self, address: int) -> None:
     """Release the allocation that starts at `address`."""
     with self._lock:
