@@ -3,7 +3,7 @@ with every rounding mode, half/bfloat16, divergent control flow, shared memory w
 from __future__ import annotations
 import numpy as np
 import pytest
-from mock_helpers import HALF_HELPERS, compile_ptx, needs_nvrtc, pack_params, run_kernel
+from mock_helpers import HALF_HELPERS, KernelRunner, compile_ptx, needs_nvrtc, pack_params, run_kernel
 from tiny_nv.mock.memory import DeviceMemory
 from tiny_nv.mock.ptx import MemoryFault, PTXError, load_module
 
@@ -241,3 +241,40 @@ def test_launch_rejects_a_short_parameter_buffer():
   module = compile_ptx(r"""extern "C" __global__ void k(int* o, int v) { o[0] = v; }""")
   with pytest.raises(ValueError, match="parameter buffer has 8 bytes, the kernel reads 12"):
     module.kernel("k").launch(DeviceMemory(), (1, 1, 1), (1, 1, 1), 0, bytes(8))
+
+def test_device_function_calls_are_inlined():
+  src = r"""__device__ __noinline__ int twice(int x) { return x * 2; }
+  __device__ __noinline__ int twice_plus(int x, int y) { if (x < 0) return twice(y); return twice(x) + y; }
+  extern "C" __global__ void k(int* o, double* p, const int* a, const double* b) {
+    int i = threadIdx.x;
+    o[i] = twice_plus(a[i], i) + twice(i);
+    p[i] = pow(b[i], 3.0 - b[i]); }"""
+  module = compile_ptx(src)
+  assert "_Z5twicei" in module.parsed.functions   # NVRTC keeps a __noinline__ function as a .func
+  a = np.array([5, -1, 7, -9, 0, 3], np.int32)
+  b = np.array([2.0, 0.5, 3.0, 1.5, 10.0, 0.25])
+  o, p, _, _ = KernelRunner().run(module, "k", [np.zeros(6, np.int32), np.zeros(6), a, b], block=(6, 1, 1))
+  assert o.tolist() == [(2 * i if x < 0 else 2 * x + i) + 2 * i for i, x in enumerate(a)]
+  np.testing.assert_allclose(p, np.power(b, 3.0 - b), rtol=1e-15)   # CUDA's pow: within 2 ulp
+
+def test_recursion_is_refused():
+  ptx = """.version 8.0
+.target sm_90
+.address_size 64
+.func (.param .b32 func_retval0) f(.param .b32 f_param_0)
+{
+  .reg .b32 %r<3>;
+  ld.param.u32 %r1, [f_param_0];
+  { .param .b32 param0; st.param.b32 [param0+0], %r1; .param .b32 retval0;
+  call.uni (retval0), f, (param0); ld.param.b32 %r2, [retval0+0]; }
+  st.param.b32 [func_retval0+0], %r2;
+  ret;
+}
+.visible .entry k(.param .u64 k_param_0)
+{
+  .reg .b32 %r<3>;
+  { .param .b32 param0; st.param.b32 [param0+0], %r1; .param .b32 retval0;
+  call.uni (retval0), f, (param0); ld.param.b32 %r2, [retval0+0]; }
+  ret;
+}"""
+  with pytest.raises(PTXError, match="line 9: recursive call of f"): load_module(ptx)

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 import attrs
+from tiny_nv.mock.ptx.calls import inline_calls
 from tiny_nv.mock.ptx.decode import decode_kernel
 from tiny_nv.mock.ptx.execute import MemoryFault, launch
 from tiny_nv.mock.ptx.parse import Module, PTXError, parse_module
@@ -44,4 +45,5 @@ def load_module(image: bytes | str) -> PTXModule:
   text = image.decode() if isinstance(image, (bytes, bytearray)) else image
   if "\x7fELF" in text[:4]: raise PTXError("the mock driver runs PTX; it was given an ELF (cubin) image")
   parsed = parse_module(text)
-  return PTXModule(parsed, {name: PTXKernel(decode_kernel(k)) for name, k in parsed.kernels.items()})
+  return PTXModule(parsed, {name: PTXKernel(decode_kernel(inline_calls(k, parsed.functions)))
+                            for name, k in parsed.kernels.items()})

@@ -46,6 +46,8 @@ class Kernel:
   variables: list[Variable]
   labels: dict[str, int]     # label -> index of the instruction that follows it
   instructions: list[Instruction]
+  call_params: set[str] = attrs.Factory(set)   # `.param` declarations in the body: a call's arguments and results
+  returns: list[str] = attrs.Factory(list)     # a `.func`'s return parameters (func_retval0, ...)
 
 @attrs.define
 class Module:
@@ -54,12 +56,14 @@ class Module:
   target: str
   address_size: int
   kernels: dict[str, Kernel]
+  functions: dict[str, Kernel] = attrs.Factory(dict)   # `.func` device functions (inlined into kernels at decode)
 
 TYPE_SIZES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2, "b32": 4, "u32": 4,
               "s32": 4, "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8, "pred": 1, "f16x2": 4, "bf16x2": 4}
 
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _ENTRY = re.compile(r"(?:\.visible\s+|\.weak\s+)?\.entry\s+([\w$]+)\s*\(")
+_FUNC = re.compile(r"(?:\.visible\s+|\.weak\s+)?\.func\s+(?:\(([^)]*)\)\s*)?([\w$]+)\s*(\()?")
 _LABEL = re.compile(r"^([\w$.]+)\s*:")
 _REG_RANGE = re.compile(r"^(%?[\w$]+)<(\d+)>$")
 _VAR = re.compile(r"\.(shared|local|global|const)\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)\s*(?:\[(\d*)\])?")
@@ -80,12 +84,39 @@ def parse_module(text: str) -> Module:
     kernel, end = _parse_entry(text, match)
     kernels[kernel.name] = kernel
     outside = outside[:match.start()] + " " * (end + 1 - match.start()) + outside[end + 1:]
+  functions: dict[str, Kernel] = {}
+  for match in _FUNC.finditer(outside):
+    if (function := _parse_function(outside, match)) is None: continue   # a prototype, defined further on
+    function, end = function
+    functions[function.name] = function
+    outside = outside[:match.start()] + " " * (end + 1 - match.start()) + outside[end + 1:]
   shared = [_module_variable(var) for var in _VAR.finditer(outside) if var.group(1) == "shared"]
   for kernel in kernels.values(): kernel.variables[:0] = shared   # module-scope shared arrays belong to every kernel
-  for match in re.finditer(r"^\s*\.(?:visible\s+|extern\s+)?\.?func\b.*$", text, re.M):
-    raise PTXError(f"line {_line_of(text, match.start())}: device functions (.func) are not supported: "
-                   f"{match.group(0).strip()!r}")
-  return Module(header.get("version", "?"), header.get("target", "?"), 64, kernels)
+  return Module(header.get("version", "?"), header.get("target", "?"), 64, kernels, functions)
+
+def _parse_function(text: str, match: re.Match) -> tuple[Kernel, int] | None:
+  """A `.func` definition (None for a prototype): its parameters, return parameters and body."""
+  returns = [p.name for p in _parse_params(match.group(1) or "")]
+  params, after = [], match.end()
+  if match.group(3):
+    close = text.index(")", match.end())
+    params, after = _parse_params(text[match.end():close]), close + 1
+  rest = text[after:].lstrip()
+  if not rest.startswith("{"): return None
+  start = text.index("{", after)
+  end = _matching_brace(text, start)
+  function = Kernel(match.group(2), params, {}, [], {}, [], returns=returns)
+  _parse_body(function, text, start + 1, end)
+  return function, end
+
+def _matching_brace(text: str, start: int) -> int:
+  depth, pos = 0, start
+  while True:
+    if text[pos] == "{": depth += 1
+    elif text[pos] == "}":
+      depth -= 1
+      if depth == 0: return pos
+    pos += 1
 
 def _line_of(text: str, pos: int) -> int: return text.count("\n", 0, pos) + 1
 
@@ -93,13 +124,7 @@ def _parse_entry(text: str, match: re.Match) -> Kernel:
   name, close = match.group(1), text.index(")", match.end())
   params = _parse_params(text[match.end():close])
   start = text.index("{", close)
-  depth, pos = 0, start
-  while True:
-    if text[pos] == "{": depth += 1
-    elif text[pos] == "}":
-      depth -= 1
-      if depth == 0: break
-    pos += 1
+  pos = _matching_brace(text, start)
   kernel = Kernel(name, params, {}, [], {}, [])
   _parse_body(kernel, text, start + 1, pos)
   return kernel, pos
@@ -156,6 +181,13 @@ def _parse_statement(kernel: Kernel, stmt: str, line: int) -> None:
     size = TYPE_SIZES[vtype] * int(count or (0 if count == "" else 1))
     kernel.variables.append(Variable(vname, space, size, int(align or TYPE_SIZES[vtype])))
     return
+  if stmt.startswith(".param"):   # a call's argument or result: becomes a register of that type when inlined
+    words = stmt.split()
+    if "[" in stmt or len(words) != 3: raise PTXError(f"line {line}: only scalar call parameters are supported: "
+                                                      f"{stmt!r}")
+    kernel.registers[words[2]] = words[1].lstrip(".")
+    kernel.call_params.add(words[2])
+    return
   if stmt.startswith((".pragma", ".maxntid", ".reqntid", ".minnctapersm", ".maxnreg", ".loc", ".file")): return
   if stmt.startswith("."): raise PTXError(f"line {line}: unsupported directive {stmt!r}")
   guard, negated = None, False
@@ -171,8 +203,8 @@ def _split_operands(text: str) -> list[str]:
   """Split on top-level commas; `{a, b}` vectors and `[addr]` stay whole."""
   out, depth, cur = [], 0, ""
   for ch in text:
-    if ch in "{[": depth += 1
-    elif ch in "}]": depth -= 1
+    if ch in "{[(": depth += 1
+    elif ch in "}])": depth -= 1
     if ch == "," and depth == 0: out.append(cur.strip()); cur = ""
     else: cur += ch
   if cur.strip(): out.append(cur.strip())
