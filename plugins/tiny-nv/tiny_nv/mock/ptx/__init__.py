@@ -37,7 +37,8 @@ class PTXModule:
 
   def kernel(self, name: str) -> PTXKernel:
     """The kernel called `name`; KeyError lists the ones the module has."""
-    if name not in self.kernels: raise KeyError(f"no kernel {name!r} in this PTX module (it has {sorted(self.kernels)})")
+    if name not in self.kernels:
+      raise KeyError(f"no kernel {name!r} in this PTX module (it has {sorted(self.kernels)})")
     return self.kernels[name]
 
 def load_module(image: bytes | str) -> PTXModule:

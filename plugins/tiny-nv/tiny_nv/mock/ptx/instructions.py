@@ -61,7 +61,8 @@ def binary(t, ins, mods, types, mask):
     wide = _WIDER[ptype]
     return t.write(d, wide, f"({t.read(a, ptype)}.astype({NUMPY_TYPES[wide]}) * {t.read(b, ptype)}"
                             f".astype({NUMPY_TYPES[wide]}))", mask)
-  if name == "mul" and "hi" in mods: return t.write(d, ptype, f"nm.mul_hi({t.read(a, ptype)}, {t.read(b, ptype)})", mask)
+  if name == "mul" and "hi" in mods:
+    return t.write(d, ptype, f"nm.mul_hi({t.read(a, ptype)}, {t.read(b, ptype)})", mask)
   if name in ("add", "sub") and "sat" in mods:
     expr = f"nm.saturate_int({t.read(a, ptype)}.astype(i64) {'+' if name == 'add' else '-'} {t.read(b, ptype)}, i32)"
     return t.write(d, ptype, expr, mask)
@@ -297,7 +298,7 @@ def permute(t, ins, mods, types, mask):
   return t.write(d, "b32", f"nm.permute_bytes({t.read(a, 'b32')}, {t.read(b, 'b32')}, {t.read(c, 'b32')})", mask)
 
 def translate_instruction(t: Translator, ins: Instruction, mask: str | None) -> list:
-  """Python statements for one (non-control) instruction; a guard narrows the mask to the lanes whose predicate holds."""
+  """Python statements for one (non-control) instruction; a guard narrows the mask to the lanes its predicate holds."""
   name = ins.opcode[0]
   if name in ("membar", "fence", "prefetch", "prefetchu", "pmevent", "nanosleep", "discard"): return []
   if name not in OPERATIONS: raise PTXError(f"line {ins.line}: unsupported instruction {ins.text!r}")
