@@ -95,10 +95,7 @@ def tinycore_open_device(name: str) -> Compiled | None:
 # known. The mock (test equipment) only: limits of its PTX interpreter, not of the plugin (not strict: an interpreter
 # that learns the feature makes them pass).
 KNOWN_FAILURES: list[tuple[str, str]] = []
-EMULATED_KNOWN_FAILURES: list[tuple[str, str]] = [
-  ("test_elementwise.py::test_pow_int_tensor_square",
-   "the mock's PTX interpreter has no .func calls (call/.param), and NVRTC calls a helper for double pow()"),
-]
+EMULATED_KNOWN_FAILURES: list[tuple[str, str]] = []
 
 
 @hookimpl
