@@ -6,7 +6,7 @@ names are covered by API_VERSION: a MINOR bump adds names or optional hooks, a M
 - hooks: `hookimpl` (decorate your hook functions with it), `hookspec`, DeviceSpec, API_VERSION, KnownFailure;
 - memory: Allocator, LRUAllocator, BufferSpec, BufferStorage, Buffer, HostAllocator and HostMemory (the core's host
   memory, page-aligned), view_address, HOST_DEVICE (the core's host kind, "PYTHON");
-- compiling and running: Compiled, Compiler, Program, cache_dir;
+- compiling and running: Compiled, Compiler, Program, cache_dir, dump_binary (TINYCORE_DUMP_BINARIES);
 - rendering: CStyleRenderer, LLVMRenderer and LLVMTarget (LLVM IR for any LLVM target), RenderedKernel, LinearKernel,
   Loop, AccUpdate, KernelTarget (the machine the optimizer shapes tiles for) and the IR they render (Ops, GroupOp, UOp,
   DType, dtypes);
@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.device.allocator import Allocator, BufferSpec, BufferStorage, LRUAllocator
   from tinycore.device.buffer import Buffer
   from tinycore.device.host import HostAllocator, HostMemory, view_address
+  from tinycore.device.kernels import dump_binary
   from tinycore.device.python import HOST_DEVICE
   from tinycore.device.compiled import (COMPILE_TIMEOUT_ENV, Compiled, Compiler, Program, cache_dir, compile_timeout_s,
                                         run_bounded, run_compiler, trusted_cache_dir)
@@ -52,6 +53,7 @@ _LAZY_EXPORTS: dict[str, str] = {
   "Buffer": "tinycore.device.buffer",
   **dict.fromkeys(("HostAllocator", "HostMemory", "view_address"), "tinycore.device.host"),
   "HOST_DEVICE": "tinycore.device.python",
+  "dump_binary": "tinycore.device.kernels",
   **dict.fromkeys(("Compiled", "Compiler", "Program", "cache_dir", "trusted_cache_dir", "COMPILE_TIMEOUT_ENV",
                    "compile_timeout_s", "run_bounded", "run_compiler"), "tinycore.device.compiled"),
   **dict.fromkeys(("CStyleRenderer", "RenderedKernel"), "tinycore.codegen.c_style"),
