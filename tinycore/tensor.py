@@ -9,6 +9,8 @@ import weakref
 from typing import Any, Callable, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype, to_np_dtype, from_np_dtype
 from tinycore.uop.ops import Ops, UOp, prod
+from tinycore.uop.symbolic_shapes import (check_shape_expr, evaluate, evaluate_shape, max_int, max_numel, min_int,
+                                            view_in_buffer)
 from tinycore.device.registry import Device
 from tinycore.gradient import compute_gradient, full_like, functional
 from tinycore.helpers import Context, TRAINING
@@ -28,24 +30,39 @@ def _canonical_device(device: str | None) -> str:
 
 
 def _is_user_variable(u: UOp) -> bool:
-  """A Variable (DEFINE_VAR) or a bound one (BIND) as `Variable(...)` makes them: on no device."""
-  return (u.op is Ops.DEFINE_VAR and not u.src) or (u.op is Ops.BIND and not u.src[0].src)
+  """A Variable (DEFINE_VAR), a bound one (BIND) as `Variable(...)` makes them (on no device), or an int expression
+  of bound ones (`v * 2 + 1`, a symbolic size)."""
+  if u.op is Ops.DEFINE_VAR: return not u.src
+  if u.op is Ops.BIND: return not u.src[0].src
+  return u.device is None and u.dtype is not None and dtypes.is_int(u.dtype) and \
+    any(n.op is Ops.BIND for n in u.toposort())
 
 
 def _bound_variable(u: UOp, device: str) -> UOp:
-  """A bound Variable as a tensor-level scalar on `device`: BIND(DEFINE_VAR on the device, CONST value). Realizing
-  passes its value to the kernels as an argument (schedule.cache swaps the BIND for its DEFINE_VAR in the key)."""
+  """A bound Variable (or an expression of them) as a tensor-level scalar on `device`: each BIND becomes
+  BIND(DEFINE_VAR on the device, CONST value) and each constant a constant on the device. Realizing passes the
+  values to the kernels as arguments (schedule.cache swaps the BIND for its DEFINE_VAR in the key)."""
   if u.op is Ops.DEFINE_VAR: raise ValueError(f"Variable {u.arg[0]!r} is not bound: use it as .bind(value)")
-  var, value = u.unbind()
-  on_device = UOp(Ops.DEFINE_VAR, var.dtype, (UOp(Ops.DEVICE, None, (), device),), var.arg)
-  return UOp(Ops.BIND, var.dtype, (on_device, UOp.const(var.dtype, value)))
+  check_shape_expr(u, "a Variable expression")
+  on_device: dict[UOp, UOp] = {}
+  for leaf in u.toposort():
+    if leaf.op is Ops.BIND:
+      var, value = leaf.unbind()
+      device_var = UOp(Ops.DEFINE_VAR, var.dtype, (UOp(Ops.DEVICE, None, (), device),), var.arg)
+      on_device[leaf] = UOp(Ops.BIND, var.dtype, (device_var, UOp.const(var.dtype, value)))
+    elif leaf.op is Ops.CONST: on_device[leaf] = UOp.const(leaf.dtype, leaf.arg, device)
+  return u.substitute(on_device)
 
 
-def _reject_symbolic(what: str, values: Sequence[Any]) -> None:
-  """Shapes are ints: a Variable in one (a symbolic shape) is not supported yet."""
-  if any(isinstance(v, UOp) for v in values):
-    raise NotImplementedError(f"{what} with a Variable (a symbolic shape) is not supported: bound Variables can be "
-                              "used as values (t * v, t + v), not yet in shapes")
+def _check_sizes(what: str, values: Sequence[Any]) -> None:
+  """Sizes are ints or int expressions of bound Variables (symbolic sizes)."""
+  for v in values:
+    if isinstance(v, UOp): check_shape_expr(v, what)
+
+
+def _concrete(x: Any) -> Any:
+  """A size with its Variables at their bound values (an int stays itself)."""
+  return evaluate(x) if isinstance(x, UOp) else x
 
 
 def _flatten_nested(data: Any) -> tuple[list[Any], tuple[int, ...]]:
@@ -195,15 +212,17 @@ class Tensor(TensorOps):
   def _shape_arg(shape: tuple) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
     for s in shape:
-      if not isinstance(s, int) or s < 0: raise ValueError(f"invalid shape {shape}: sizes must be non-negative ints")
+      if isinstance(s, UOp): check_shape_expr(s, "shape")  # a symbolic size
+      elif not isinstance(s, int) or s < 0:
+        raise ValueError(f"invalid shape {shape}: sizes must be non-negative ints")
     return tuple(shape)
 
   @staticmethod
   def empty(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> Tensor:
     shape = Tensor._shape_arg(shape)
     dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    buf = UOp.new_buffer(_canonical_device(device), prod(shape), dtype)
-    return Tensor(buf.reshape(shape), **kwargs)
+    buf = UOp.new_buffer(_canonical_device(device), max_numel(shape), dtype)
+    return Tensor(view_in_buffer(buf, shape), **kwargs)
 
   @staticmethod
   def full(shape: tuple[int, ...] | int, fill_value: Any, device: str | None = None, dtype: DType | str | None = None,
@@ -230,13 +249,31 @@ class Tensor(TensorOps):
   @staticmethod
   def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, **kwargs) -> Tensor:
     if stop is None: start, stop = 0, start
-    _reject_symbolic("arange", (start, stop, step))
+    if any(isinstance(v, UOp) for v in (start, stop, step)): return Tensor._symbolic_arange(start, stop, step, **kwargs)
     if step == 0: raise ValueError("arange step must not be zero")
     dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.from_py([start, stop, step])
     count = max(0, math.ceil((stop - start) / step))
     device_uop = UOp(Ops.DEVICE, None, (), _canonical_device(kwargs.pop("device", None)))
     index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (device_uop,), count), **kwargs)
     return (index.cast(dtype) * step + start).cast(dtype) if count else index.cast(dtype)
+
+  @staticmethod
+  def _symbolic_arange(start: int | UOp, stop: int | UOp, step: int, **kwargs) -> Tensor:
+    """arange with a bound Variable (or an expression of them) as start or stop: a symbolic length."""
+    _check_sizes("arange", [v for v in (start, stop) if isinstance(v, UOp)])
+    if isinstance(step, UOp) or not isinstance(step, int) or step <= 0 or not all(isinstance(v, (int, UOp))
+                                                                                for v in (start, stop)):
+      raise ValueError(f"arange with Variables needs int start/stop and a positive int step, got {start}, {stop}, "
+                       f"{step}")
+    length = stop if isinstance(start, int) and start == 0 else stop - start
+    count = length if step == 1 else (length + (step - 1)) // step
+    if min_int(count) < 0:
+      raise ValueError(f"arange({start}, {stop}, {step}): the length can be negative for some Variable values")
+    dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.int32
+    device_uop = UOp(Ops.DEVICE, None, (), _canonical_device(kwargs.pop("device", None)))
+    index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (device_uop,), count), **kwargs)
+    ramp = index * step if step != 1 else index
+    return (ramp + start if not (isinstance(start, int) and start == 0) else ramp).cast(dtype)
 
   @staticmethod
   def linspace(start: int | float, stop: int | float, steps: int, **kwargs) -> Tensor:
@@ -359,13 +396,21 @@ class Tensor(TensorOps):
     t.realize()
     return buffer_of(t.uop.buffer_uop)
 
+  def _concrete(self) -> Tensor:
+    """This tensor in the shape its Variables' bound values give (itself when its shape is all ints): reading data
+    needs ints."""
+    if all(isinstance(s, int) for s in self.shape): return self
+    return self.reshape(evaluate_shape(self.shape))
+
   def _data(self) -> memoryview:
+    if self is not (concrete := self._concrete()): return concrete._data()
     if self.numel() == 0: return memoryview(bytearray(0))
     return self._readable_buffer().as_memoryview()
 
   def numpy(self):
     """A numpy array with this tensor's values (one copy: read straight from a host-visible buffer)."""
     import numpy as np
+    if self is not (concrete := self._concrete()): return concrete.numpy()
     if self.dtype is dtypes.bfloat16:
       readable = self if Device[self.device].can_compute else self.to(Device.host_compute_device())
       return readable.cast(dtypes.float32).numpy()
@@ -377,6 +422,7 @@ class Tensor(TensorOps):
 
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> Any:
+    if self is not (concrete := self._concrete()): return concrete.item()
     if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
     return self.numpy().reshape(()).item()
   def data(self) -> memoryview: return self._data()
@@ -396,7 +442,7 @@ class Tensor(TensorOps):
   # ------------------------------------------------------------------ movement
   def reshape(self, shape, *args) -> Tensor:
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) + args
-    _reject_symbolic("reshape", shape)
+    if any(isinstance(s, UOp) for s in (*shape, *self.shape)): return self._symbolic_reshape(shape)
     if shape.count(-1) > 1: raise ValueError(f"reshape to {shape}: only one dimension can be -1")
     shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     if -1 in shape:
@@ -407,6 +453,24 @@ class Tensor(TensorOps):
     if any(not isinstance(s, int) or s < 0 for s in shape): raise ValueError(f"invalid reshape target {shape}")
     if prod(shape) != self.numel():
       raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {shape}")
+    return self._view(self.uop.reshape(shape))
+
+  def _symbolic_reshape(self, shape: tuple) -> Tensor:
+    """A reshape from or to a symbolic shape: checked with the Variables at their bound values (a -1 is the rest of
+    the elements, as an int)."""
+    _check_sizes("reshape", shape)
+    shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
+    numel = prod(evaluate_shape(self.shape))
+    if sum(1 for s in shape if isinstance(s, int) and s == -1) > 1:
+      raise ValueError(f"reshape to {shape}: only one dimension can be -1")
+    if any(isinstance(s, int) and s == -1 for s in shape):
+      known = prod(_concrete(s) for s in shape if not (isinstance(s, int) and s == -1))
+      if known == 0 or numel % known: raise ValueError(f"cannot reshape a tensor of shape {self.shape} to {shape}")
+      shape = tuple(numel // known if isinstance(s, int) and s == -1 else s for s in shape)
+    if any(_concrete(s) < 0 or isinstance(s, int) and min_int(s) < 0 for s in shape):
+      raise ValueError(f"invalid reshape target {shape}")
+    if prod(evaluate_shape(shape)) != numel:
+      raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({numel} elements) to {shape}")
     return self._view(self.uop.reshape(shape))
 
   def view(self, *shape) -> Tensor: return self.reshape(*shape)
@@ -445,22 +509,29 @@ class Tensor(TensorOps):
 
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} bounds, got {len(arg)}")
-    _reject_symbolic("shrink", [x for b in arg if b is not None for x in b])
+    _check_sizes("shrink", [x for b in arg if b is not None for x in b])
     bounds = tuple((0, s) if b is None else tuple(b) for b, s in zip(arg, self.shape))
     for (b, e), s in zip(bounds, self.shape):
-      if not 0 <= b <= e <= s: raise ValueError(f"shrink bounds {bounds} out of range for shape {self.shape}")
+      if not 0 <= _concrete(b) <= _concrete(e) <= _concrete(s):
+        raise ValueError(f"shrink bounds {bounds} out of range for shape {self.shape}")
+      # a symbolic bound must stay in range for every value of its Variables (a replay may bind another one)
+      if min_int(b) < 0 or max_int(e) > max_int(s):
+        raise ValueError(f"shrink bounds {bounds} can leave shape {self.shape} for some Variable values: a Variable's "
+                         "range must fit the dim")
     return self._view(self.uop.shrink(bounds))
 
   def pad(self, padding, mode: str = "constant", value: float = 0.0) -> Tensor:
     if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} is not supported (only 'constant')")
-    _reject_symbolic("pad", [x for p in padding if p is not None for x in (p if isinstance(p, (tuple, list)) else [p])])
-    if all(isinstance(p, int) for p in padding):  # torch-style flat padding, last dim first
+    sizes = [x for p in padding if p is not None for x in (p if isinstance(p, (tuple, list)) else [p])]
+    _check_sizes("pad", sizes)
+    if all(isinstance(p, (int, UOp)) for p in padding):  # torch-style flat padding, last dim first
       if len(padding) % 2: raise ValueError(f"flat padding needs an even length, got {padding}")
       pairs = [(0, 0)] * self.ndim
       for i in range(len(padding) // 2): pairs[self.ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
     else:
       if len(padding) != self.ndim: raise ValueError(f"padding {padding} does not match {self.ndim} dims")
       pairs = [(0, 0) if p is None else tuple(p) for p in padding]
+    if any(isinstance(x, UOp) for x in sizes): return self._symbolic_pad(tuple(pairs), value)
     # negative padding shrinks
     shrink = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, self.shape))
     x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pairs) else self
@@ -471,6 +542,15 @@ class Tensor(TensorOps):
     inside = Tensor.full(x.shape, True, device=self.device, dtype=dtypes.bool)
     inside = inside._apply(inside.uop.pad(positive))
     return inside.where(padded, value)
+
+  def _symbolic_pad(self, pairs: tuple, value: float) -> Tensor:
+    """pad by bound Variables (or expressions of them): every amount must be >= 0 for all their values."""
+    if any(min_int(x) < 0 for pair in pairs for x in pair):
+      raise ValueError(f"padding {pairs} with Variables must be >= 0 for every value of them")
+    padded = self._view(self.uop.pad(pairs))
+    if value == 0 and math.copysign(1.0, value) > 0: return padded  # the PAD op fills with +0
+    inside = Tensor.full(self.shape, True, device=self.device, dtype=dtypes.bool)
+    return inside._apply(inside.uop.pad(pairs)).where(padded, value)
 
   def __getitem__(self, indices) -> Tensor:
     from tinycore.tensor_indexing import getitem
@@ -835,7 +915,7 @@ class Tensor(TensorOps):
 
   def _reduce(self, op: Ops, axis=None, keepdim: bool = False) -> Tensor:
     axes = self._axes(axis)
-    if len(axes) == self.ndim and self.numel() >= Tensor.SPLIT_REDUCE_MIN:
+    if len(axes) == self.ndim and isinstance(self.numel(), int) and self.numel() >= Tensor.SPLIT_REDUCE_MIN:
       out = self._split_reduce(op).reshape((1,) * self.ndim)
     else:
       out = self._apply(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))) if axes and self.ndim else self
@@ -901,7 +981,7 @@ class Tensor(TensorOps):
   def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
     squares = (self - self.mean(axis, keepdim=True)).square()
     count = prod(self.shape[a] for a in self._axes(axis))
-    return squares.sum(axis, keepdim).div(max(0, count - correction))
+    return squares.sum(axis, keepdim).div(count - correction if isinstance(count, UOp) else max(0, count - correction))
 
   def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
     return self.var(axis, keepdim, correction).sqrt()

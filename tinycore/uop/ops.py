@@ -353,8 +353,8 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
   if op is Ops.PERMUTE:
     shape = u.src[0].shape
     return tuple(shape[i] for i in u.arg)
-  if op is Ops.PAD: return tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg))
-  if op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
+  if op is Ops.PAD: return tuple(_add_size(_add_size(s, b), a) for s, (b, a) in zip(u.src[0].shape, u.arg))
+  if op is Ops.SHRINK: return tuple(e if _is_zero(b) else e - b for b, e in u.arg)
   if op is Ops.FLIP: return u.src[0].shape
   if op is Ops.REDUCE_AXIS:
     axes = u.arg[1]
@@ -369,6 +369,14 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
       if s.shape is not None: return s.shape
     return None
   return None
+
+
+def _is_zero(size: Any) -> bool: return not isinstance(size, UOp) and size == 0
+
+
+def _add_size(a: Any, b: Any) -> Any:
+  """a + b for shape entries (ints or symbolic sizes), with no `+ 0` left in a symbolic one."""
+  return a if _is_zero(b) else b if _is_zero(a) else a + b
 
 
 # ---------------------------------------------------------------------------- bounds of index expressions
