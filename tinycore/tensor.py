@@ -390,40 +390,40 @@ class Tensor(TensorOps):
     if is_capturing(): raise JitError("reading tensor data inside a TinyJit function would bake the value into the "
                                       "replays: return the tensor and read it after the call")
     t = self
-    if not has_buffer_identity(t.uop):
+    # a symbolic shape reads the first elements of its buffer (which holds the largest size)
+    is_buffer_prefix = t.uop.base.op is Ops.BUFFER and view_in_buffer(t.uop.base, t.shape) is t.uop
+    if not has_buffer_identity(t.uop) and not is_buffer_prefix:
       device = t.device if Device[t.device].can_compute else Device.host_compute_device()
       t = t.clone(device)
     t.realize()
     return buffer_of(t.uop.buffer_uop)
 
-  def _concrete(self) -> Tensor:
-    """This tensor in the shape its Variables' bound values give (itself when its shape is all ints): reading data
-    needs ints."""
-    if all(isinstance(s, int) for s in self.shape): return self
-    return self.reshape(evaluate_shape(self.shape))
+  def _concrete_shape(self) -> tuple[int, ...]:
+    """The shape with its Variables at their bound values (reading data needs ints)."""
+    return evaluate_shape(self.shape)
 
   def _data(self) -> memoryview:
-    if self is not (concrete := self._concrete()): return concrete._data()
-    if self.numel() == 0: return memoryview(bytearray(0))
-    return self._readable_buffer().as_memoryview()
+    if prod(shape := self._concrete_shape()) == 0: return memoryview(bytearray(0))
+    data = self._readable_buffer().as_memoryview()
+    return data if shape == self.shape else data.cast("B")[:prod(shape) * self.dtype.itemsize]
 
   def numpy(self):
     """A numpy array with this tensor's values (one copy: read straight from a host-visible buffer)."""
     import numpy as np
-    if self is not (concrete := self._concrete()): return concrete.numpy()
     if self.dtype is dtypes.bfloat16:
       readable = self if Device[self.device].can_compute else self.to(Device.host_compute_device())
       return readable.cast(dtypes.float32).numpy()
-    if self.numel() == 0: return np.empty(self.shape, to_np_dtype(self.dtype))
+    shape = self._concrete_shape()
+    if prod(shape) == 0: return np.empty(shape, to_np_dtype(self.dtype))
     buffer = self._readable_buffer()  # kept alive while the zero-copy view is read
-    data = np.frombuffer(buffer.as_memoryview(allow_zero_copy=True), dtype=to_np_dtype(self.dtype))
+    data = np.frombuffer(buffer.as_memoryview(allow_zero_copy=True), dtype=to_np_dtype(self.dtype))[:prod(shape)]
     # a zero-copy view is the device's live memory: copy it; bytes copied out (DISK) are already this array's own
-    return data.reshape(self.shape).copy() if buffer.allocator.supports_as_buffer else data.reshape(self.shape)
+    return data.reshape(shape).copy() if buffer.allocator.supports_as_buffer else data.reshape(shape)
 
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> Any:
-    if self is not (concrete := self._concrete()): return concrete.item()
-    if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+    if prod(self._concrete_shape()) != 1:
+      raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
     return self.numpy().reshape(()).item()
   def data(self) -> memoryview: return self._data()
 
