@@ -471,7 +471,9 @@ class Tensor(TensorOps):
       raise ValueError(f"invalid reshape target {shape}")
     if prod(evaluate_shape(shape)) != numel:
       raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({numel} elements) to {shape}")
-    return self._view(self.uop.reshape(shape))
+    # a reshape of a reshape is one reshape: the view then holds no concrete shape a new Variable value would change
+    source = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
+    return self._view(source.reshape(shape))
 
   def view(self, *shape) -> Tensor: return self.reshape(*shape)
 
