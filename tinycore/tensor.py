@@ -784,11 +784,14 @@ class Tensor(TensorOps):
     """This bool tensor, or-ed with "x is NaN" when x is a float tensor."""
     return self | x.isnan() if dtypes.is_float(x.dtype) else self
   # NaN in either operand gives NaN, and of two equal values (0.0 and -0.0) the second, as numpy's do on x86
+  # floats use the MAX op, whose gradient splits a tie in halves (as tinygrad's); min(a, b) is -max(-a, -b)
   def maximum(self, x) -> Tensor:
     a, b = self._broadcasted(x)
+    if dtypes.is_float(a.dtype): return a._apply(a.uop.alu(Ops.MAX, b.uop))
     return (a > b)._or_nan(a).where(a, b)
   def minimum(self, x) -> Tensor:
     a, b = self._broadcasted(x)
+    if dtypes.is_float(a.dtype): return -((-a).maximum(-b))
     return (a < b)._or_nan(a).where(a, b)
   def clip(self, min_=None, max_=None) -> Tensor:
     if min_ is None and max_ is None: raise ValueError("clip needs at least one of min_ or max_")
