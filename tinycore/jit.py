@@ -11,12 +11,15 @@ arguments and tensors the function reads from elsewhere are baked in at capture,
 arguments, `fn(x, Variable("i", 1, 9).bind(3))`, whose new values each replay patches into its kernels); every call
 must pass inputs of the captured shapes, dtypes and devices; the outputs must be Tensors (or a tuple/list of them,
 or None), and the returned tensors share their buffers with the next call's outputs; reading tensor data (`item`,
-`numpy`) or drawing random numbers inside the function would freeze those values into the replays.
+`numpy`) inside the function would freeze those values into the replays. Random draws (`rand`, `dropout`) stay
+random: each draw's counter is a Variable that every replay advances, so a jitted function draws exactly the numbers
+its eager calls would. Inputs may have symbolic shapes (`x.reshape(3, Variable("i", 1, 9).bind(n))`): the
+Variables' values come from the shapes, and a replay patches them (outputs of symbolic shape take the new values).
 """
 from __future__ import annotations
 from typing import Any, Callable, Generic, TypeVar
 from tinycore.device.buffers import buffer_of
-from tinycore.engine.jit import JitError, ReplayPlan, capturing
+from tinycore.engine.jit import JitError, ReplayPlan, captured_random_draws, capturing, random_draw_name
 from tinycore.schedule.copies import has_buffer_identity
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops, UOp
@@ -90,7 +93,7 @@ class TinyJit(Generic[ReturnType]):
     self.reset()
 
   def reset(self) -> None:
-    self.calls, self.plan = 0, None
+    self.calls, self.plan, self.random_draws = 0, None, []
     self.signature: list[tuple] = []
     self.variable_names: set[str] = set()
     self.outputs: list[Tensor] = []
@@ -116,6 +119,7 @@ class TinyJit(Generic[ReturnType]):
       ret = self.fxn(*args, **kwargs)
       self.outputs = _output_tensors(ret)
       if self.outputs: Tensor.realize(*self.outputs)
+    self.random_draws = captured_random_draws()
     self.plan = ReplayPlan(linears, input_uops)
     self.signature = [_input_signature(t) for t in inputs]
     self.variable_names = set(_variable_values(args, kwargs, inputs))
@@ -130,7 +134,9 @@ class TinyJit(Generic[ReturnType]):
                      f"{self._describe(signature)}; jit a function per input shape (or reset())")
     if set(var_vals) != self.variable_names:
       raise JitError(f"TinyJit Variables changed: captured {sorted(self.variable_names)}, got {sorted(var_vals)}")
-    self.plan.run([buffer_of(t.uop.buffer_uop) for t in inputs], var_vals)
+    # each random draw of the function starts where the counter is now: fresh numbers on every replay
+    draws = {random_draw_name(i): Tensor._next_random_start(count) for i, count in enumerate(self.random_draws)}
+    self.plan.run([buffer_of(t.uop.buffer_uop) for t in inputs], var_vals | draws)
     fresh = iter([Tensor(_rebind_shapes(u, var_vals)) for u in self.output_uops])
     if isinstance(self.ret, (tuple, list)): return type(self.ret)(next(fresh) for _ in self.ret)
     return next(fresh) if self.outputs else None

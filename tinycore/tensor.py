@@ -8,13 +8,13 @@ import pathlib
 import weakref
 from typing import Any, Callable, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype, to_np_dtype, from_np_dtype
-from tinycore.uop.ops import Ops, UOp, prod
+from tinycore.uop.ops import Ops, UOp, Variable, prod
 from tinycore.uop.symbolic_shapes import (check_shape_expr, evaluate, evaluate_shape, max_int, max_numel, min_int,
                                             view_in_buffer)
 from tinycore.device.registry import Device
 from tinycore.gradient import compute_gradient, full_like, functional
 from tinycore.helpers import Context, TRAINING
-from tinycore.engine.jit import JitError, is_capturing
+from tinycore.engine.jit import JitError, is_capturing, record_random_draw
 from tinycore.tensor_ops import TensorOps
 
 # every live Tensor (weakly), so a realize can rebind all of them to the buffers it produced
@@ -300,12 +300,11 @@ class Tensor(TensorOps):
   @staticmethod
   def _random_bits(count: int, device: str | None) -> Tensor:
     """`count` pseudo-random uint32s: murmur3's finalizer over (counter, seed)."""
-    if is_capturing(): raise JitError("random numbers in a TinyJit function would repeat on every replay (the "
-                                      "counter is a constant of the graph): draw them outside and pass them in")
-    offset = Tensor._rng_counter
-    Tensor._rng_counter += count
     seed = (Tensor._seed * 0x9E3779B9 + 0x85EBCA6B) & 0xFFFFFFFF
-    x = Tensor.arange(count, device=device, dtype=dtypes.uint32) + ((offset + seed) & 0xFFFFFFFF)
+    start = Tensor._next_random_start(count)
+    # in a TinyJit capture the start is a Variable (a kernel argument) that every replay sets anew: fresh numbers
+    if is_capturing(): start = Variable(record_random_draw(count), 0, 0xFFFFFFFF).bind(start)
+    x = Tensor.arange(count, device=device, dtype=dtypes.uint32) + start
     for key in (seed, (seed ^ 0x27D4EB2F) & 0xFFFFFFFF):
       x = (x ^ key) * 0xCC9E2D51
       x = x ^ (x >> 16)
@@ -314,6 +313,13 @@ class Tensor(TensorOps):
       x = x * 0xC2B2AE35
       x = x ^ (x >> 16)
     return x
+
+  @staticmethod
+  def _next_random_start(count: int) -> int:
+    """The counter value (mixed with the seed) a draw of `count` numbers starts at; the counter moves past them."""
+    offset = Tensor._rng_counter
+    Tensor._rng_counter += count
+    return (offset + (Tensor._seed * 0x9E3779B9 + 0x85EBCA6B)) & 0xFFFFFFFF
 
   @staticmethod
   def rand(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> Tensor:
