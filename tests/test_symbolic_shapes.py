@@ -110,7 +110,7 @@ def test_bad_symbolic_sizes_raise_clearly():
   with pytest.raises(ValueError, match="cannot reshape"): t.reshape(Variable("j", 1, 24).bind(5), 4)
   with pytest.raises(ValueError, match=">= 0"): t.pad(((0, 0), (Variable("j", -2, 2).bind(1), 0)))
   with pytest.raises(ValueError, match="negative"): Tensor.arange(Variable("j", -3, 3).bind(2))
-  with pytest.raises(ValueError, match="positive int step"): Tensor.arange(0, v.bind(4), 0.5)
+  with pytest.raises(ValueError, match="nonzero int step"): Tensor.arange(0, v.bind(4), 0.5)
 
 
 @pytest.mark.parametrize("device", DEVICES)

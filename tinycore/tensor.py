@@ -8,7 +8,7 @@ import pathlib
 import weakref
 from typing import Any, Callable, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype, to_np_dtype, from_np_dtype
-from tinycore.uop.ops import Ops, UOp, Variable, prod
+from tinycore.uop.ops import Ops, UOp, Variable, prod, simplify_size
 from tinycore.uop.symbolic_shapes import (check_shape_expr, evaluate, evaluate_shape, max_int, max_numel, min_int,
                                             view_in_buffer)
 from tinycore.device.registry import Device
@@ -261,12 +261,12 @@ class Tensor(TensorOps):
   def _symbolic_arange(start: int | UOp, stop: int | UOp, step: int, **kwargs) -> Tensor:
     """arange with a bound Variable (or an expression of them) as start or stop: a symbolic length."""
     _check_sizes("arange", [v for v in (start, stop) if isinstance(v, UOp)])
-    if isinstance(step, UOp) or not isinstance(step, int) or step <= 0 or not all(isinstance(v, (int, UOp))
+    if isinstance(step, UOp) or not isinstance(step, int) or step == 0 or not all(isinstance(v, (int, UOp))
                                                                                 for v in (start, stop)):
-      raise ValueError(f"arange with Variables needs int start/stop and a positive int step, got {start}, {stop}, "
+      raise ValueError(f"arange with Variables needs int start/stop and a nonzero int step, got {start}, {stop}, "
                        f"{step}")
-    length = stop if isinstance(start, int) and start == 0 else stop - start
-    count = length if step == 1 else (length + (step - 1)) // step
+    length = simplify_size(stop - start if step > 0 else start - stop)
+    count = length if abs(step) == 1 else (length + (abs(step) - 1)) // abs(step)
     if min_int(count) < 0:
       raise ValueError(f"arange({start}, {stop}, {step}): the length can be negative for some Variable values")
     dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.int32
@@ -301,9 +301,10 @@ class Tensor(TensorOps):
   def _random_bits(count: int, device: str | None) -> Tensor:
     """`count` pseudo-random uint32s: murmur3's finalizer over (counter, seed)."""
     seed = (Tensor._seed * 0x9E3779B9 + 0x85EBCA6B) & 0xFFFFFFFF
-    start = Tensor._next_random_start(count)
+    # (a symbolic count draws its bound value's worth; a replay moves the counter past the largest)
+    start = Tensor._next_random_start(evaluate(count))
     # in a TinyJit capture the start is a Variable (a kernel argument) that every replay sets anew: fresh numbers
-    if is_capturing(): start = Variable(record_random_draw(count), 0, 0xFFFFFFFF).bind(start)
+    if is_capturing(): start = Variable(record_random_draw(max_int(count)), 0, 0xFFFFFFFF).bind(start)
     x = Tensor.arange(count, device=device, dtype=dtypes.uint32) + start
     for key in (seed, (seed ^ 0x27D4EB2F) & 0xFFFFFFFF):
       x = (x ^ key) * 0xCC9E2D51
@@ -465,7 +466,7 @@ class Tensor(TensorOps):
     """A reshape from or to a symbolic shape: checked with the Variables at their bound values (a -1 is the rest of
     the elements, as an int)."""
     _check_sizes("reshape", shape)
-    shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
+    shape = tuple(self.shape[i] if s is None else simplify_size(s) for i, s in enumerate(shape))
     numel = prod(evaluate_shape(self.shape))
     if sum(1 for s in shape if isinstance(s, int) and s == -1) > 1:
       raise ValueError(f"reshape to {shape}: only one dimension can be -1")
@@ -518,7 +519,7 @@ class Tensor(TensorOps):
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} bounds, got {len(arg)}")
     _check_sizes("shrink", [x for b in arg if b is not None for x in b])
-    bounds = tuple((0, s) if b is None else tuple(b) for b, s in zip(arg, self.shape))
+    bounds = tuple((0, s) if b is None else tuple(simplify_size(x) for x in b) for b, s in zip(arg, self.shape))
     for (b, e), s in zip(bounds, self.shape):
       if not 0 <= _concrete(b) <= _concrete(e) <= _concrete(s):
         raise ValueError(f"shrink bounds {bounds} out of range for shape {self.shape}")
@@ -553,6 +554,7 @@ class Tensor(TensorOps):
 
   def _symbolic_pad(self, pairs: tuple, value: float) -> Tensor:
     """pad by bound Variables (or expressions of them): every amount must be >= 0 for all their values."""
+    pairs = tuple(tuple(simplify_size(x) for x in pair) for pair in pairs)
     if any(min_int(x) < 0 for pair in pairs for x in pair):
       raise ValueError(f"padding {pairs} with Variables must be >= 0 for every value of them")
     padded = self._view(self.uop.pad(pairs))

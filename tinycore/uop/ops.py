@@ -354,7 +354,7 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
     shape = u.src[0].shape
     return tuple(shape[i] for i in u.arg)
   if op is Ops.PAD: return tuple(_add_size(_add_size(s, b), a) for s, (b, a) in zip(u.src[0].shape, u.arg))
-  if op is Ops.SHRINK: return tuple(e if _is_zero(b) else e - b for b, e in u.arg)
+  if op is Ops.SHRINK: return tuple(e if _is_zero(b) else simplify_size(e - b) for b, e in u.arg)
   if op is Ops.FLIP: return u.src[0].shape
   if op is Ops.REDUCE_AXIS:
     axes = u.arg[1]
@@ -376,7 +376,38 @@ def _is_zero(size: Any) -> bool: return not isinstance(size, UOp) and size == 0
 
 def _add_size(a: Any, b: Any) -> Any:
   """a + b for shape entries (ints or symbolic sizes), with no `+ 0` left in a symbolic one."""
-  return a if _is_zero(b) else b if _is_zero(a) else a + b
+  return a if _is_zero(b) else b if _is_zero(a) else simplify_size(a + b)
+
+
+def _size_terms(u: Any, scale: int, terms: dict[UOp, int]) -> int:
+  """Adds the affine terms of size expression u (times scale) to `terms` (atom -> coefficient); returns the
+  constant part."""
+  if not isinstance(u, UOp): return u * scale
+  if u.op is Ops.CONST: return u.arg * scale
+  if u.op in (Ops.ADD, Ops.SUB):
+    right = _size_terms(u.src[1], -scale if u.op is Ops.SUB else scale, terms)
+    return _size_terms(u.src[0], scale, terms) + right
+  if u.op is Ops.NEG: return _size_terms(u.src[0], -scale, terms)
+  if u.op is Ops.MUL and u.src[1].op is Ops.CONST: return _size_terms(u.src[0], scale * u.src[1].arg, terms)
+  if u.op is Ops.MUL and u.src[0].op is Ops.CONST: return _size_terms(u.src[1], scale * u.src[0].arg, terms)
+  terms[u] = terms.get(u, 0) + scale
+  return 0
+
+
+def simplify_size(u: Any) -> Any:
+  """A symbolic size in a canonical affine form (Variables by name, then the constant), or an int when the Variables
+  cancel: the PAD of a SHRINK's gradient, `v + (10 - v)`, is 10 again."""
+  if not isinstance(u, UOp) or u.op not in (Ops.ADD, Ops.SUB, Ops.NEG, Ops.MUL): return u
+  terms: dict[UOp, int] = {}
+  const = _size_terms(u, 1, terms)
+  atoms = sorted((a for a, c in terms.items() if c), key=lambda a: a.expr if a.op in (Ops.BIND, Ops.DEFINE_VAR)
+                 else "~" + str(id(a)))
+  if not atoms: return const
+  out: Any = None
+  for atom in atoms:
+    term = atom if terms[atom] == 1 else atom * terms[atom]
+    out = term if out is None else out + term
+  return out + const if const else out
 
 
 # ---------------------------------------------------------------------------- bounds of index expressions

@@ -8,7 +8,7 @@ kernel argument. A realized node of symbolic shape gets a buffer of its largest 
 """
 from __future__ import annotations
 from typing import Any, Callable, Iterator
-from tinycore.uop.ops import Ops, UOp, prod
+from tinycore.uop.ops import Ops, UOp, prod, simplify_size
 from tinycore.uop.symbolic import exec_alu
 
 # the tensor-level ops whose arg may hold symbolic entries
@@ -109,4 +109,4 @@ def view_in_buffer(buf: UOp, shape: tuple) -> UOp:
   """The first elements of buffer `buf` seen in `shape` (row-major): a reshape, behind a shrink to the symbolic
   element count when the shape is symbolic (the buffer holds the largest size)."""
   if all(not isinstance(s, UOp) for s in shape): return buf if shape == (buf.arg,) else buf.reshape(shape)
-  return buf.shrink(((0, prod(shape)),)).reshape(shape)
+  return buf.shrink(((0, simplify_size(prod(shape))),)).reshape(shape)
