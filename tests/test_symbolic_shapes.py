@@ -46,6 +46,12 @@ CASES = {
   "arange": (lambda t, v: Tensor.arange(v, device=t.device) * 3, lambda x, n: np.arange(n) * 3),
   "arange_expr": (lambda t, v: Tensor.arange(1, v * 2 + 1, device=t.device), lambda x, n: np.arange(1, n * 2 + 1)),
   "ones": (lambda t, v: Tensor.ones(v, 2, device=t.device).sum(0), lambda x, n: np.ones((n, 2)).sum(0)),
+  "getitem": (lambda t, v: t[1:3, 1:v] + t[:2, :v - 1], lambda x, n: x[1:3, 1:n] + x[:2, :n - 1]),
+  "cat": (lambda t, v: t[:, :v].cat(t[:2, :v] * 2, dim=0), lambda x, n: np.concatenate([x[:, :n], x[:2, :n] * 2])),
+  "flip": (lambda t, v: t[:, :v].flip(1), lambda x, n: x[:, :n][:, ::-1]),
+  "argmax": (lambda t, v: t[:, :v].argmax(1), lambda x, n: x[:, :n].argmax(1)),
+  "layernorm": (lambda t, v: t[:, :v].layernorm(), lambda x, n: (x[:, :n] - x[:, :n].mean(1, keepdims=True)) /
+                np.sqrt(x[:, :n].var(1, keepdims=True) + 1e-5)),
 }
 
 
@@ -87,6 +93,29 @@ def test_symbolic_shape_entries():
   assert t.shrink((None, (2, v.bind(7)))).pad(((0, 0), (1, 1))).numpy().shape == (4, 7)
   assert Tensor.arange(v.bind(5)).tolist() == [0, 1, 2, 3, 4]
   assert t.shrink(((0, 1), (0, v.bind(1)))).item() == 1.0
+
+
+def test_gradient_through_a_symbolic_shrink():
+  x = RNG.standard_normal((3, 8)).astype(np.float32)
+  v = Variable("n", 1, 8)
+  for value in (2, 8, 5):
+    w = Tensor(x, requires_grad=True)
+    (w[:, :v.bind(value)].square() * 3).sum().backward()
+    want = np.zeros_like(x)
+    want[:, :value] = 6 * x[:, :value]
+    np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-6)
+
+
+def test_assign_into_a_symbolic_view_and_copy_to_another_device():
+  v = Variable("n", 1, 6)
+  for value in (1, 4, 6):
+    z = Tensor.zeros(2, 6).contiguous().realize()
+    z[:, :v.bind(value)].assign(Tensor.ones(2, 6)[:, :v.bind(value)] * 3).realize()
+    want = np.zeros((2, 6), np.float32)
+    want[:, :value] = 3
+    np.testing.assert_allclose(z.numpy(), want)
+    moved = (z[:, :v.bind(value)] + 1).to("PYTHON")
+    np.testing.assert_allclose(moved.numpy(), want[:, :value] + 1)
 
 
 def test_realized_symbolic_tensor_is_reused():
