@@ -77,6 +77,9 @@ def _flatten_nested(data: Any) -> tuple[list[Any], tuple[int, ...]]:
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   """numpy's broadcast of these shapes; shapes that do not broadcast are a ValueError naming them."""
+  if len(shapes) == 2:  # the common cases of a binary op: equal shapes, or a scalar operand
+    if shapes[0] == shapes[1] or not shapes[1]: return tuple(shapes[0])
+    if not shapes[0]: return tuple(shapes[1])
   ndim = max(len(s) for s in shapes)
   padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
   out = []

@@ -157,7 +157,9 @@ class UOp(metaclass=_UOpCache):
     fields = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg, "tag": self.tag} | kwargs
     return UOp(fields["op"], fields["dtype"], fields["src"], fields["arg"], fields["tag"])
 
-  def __repr__(self) -> str: return pretty(self)
+  def __repr__(self) -> str:
+    # a symbolic size (an int expression of Variables) prints as an expression: shapes read `(4, i=3)`
+    return (size_repr(self) or pretty(self)) if self.op in _SIZE_REPR_OPS else pretty(self)
 
   # ------------------------------------------------------------------ graph walking
   def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
@@ -469,6 +471,24 @@ def pretty(u: UOp, limit: int = 60) -> str:
     arg = "" if n.arg is None else f" {n.arg!r}"
     lines.append(f"%{i} = {n.op.name}{arg} ({srcs}) : {n.dtype}")
   return "\n".join(lines) if len(lines) > 1 else lines[0]
+
+
+_SIZE_OPERATORS = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%"}
+_SIZE_REPR_OPS = frozenset({Ops.BIND, Ops.DEFINE_VAR, Ops.MAX, Ops.NEG, Ops.CAST, *_SIZE_OPERATORS})
+
+
+def size_repr(u: UOp) -> str | None:
+  """A device-less int expression of Variables as text (`i=3`, `(i=3*2)`), or None for anything else."""
+  if u.op is Ops.CONST and not u.src: return str(u.arg)
+  if u.op is Ops.BIND and not u.src[0].src: return f"{u.src[0].arg[0]}={u.src[1].arg}"
+  if u.op is Ops.DEFINE_VAR and not u.src: return u.arg[0]
+  if u.op not in _SIZE_REPR_OPS or u.op in (Ops.BIND, Ops.DEFINE_VAR): return None
+  parts = [size_repr(s) for s in u.src]
+  if any(p is None for p in parts): return None
+  if u.op is Ops.CAST: return parts[0]
+  if u.op is Ops.NEG: return f"-{parts[0]}"
+  if u.op is Ops.MAX: return f"max({parts[0]}, {parts[1]})"
+  return f"({parts[0]}{_SIZE_OPERATORS[u.op]}{parts[1]})"
 
 
 def iter_graph(u: UOp) -> Iterator[UOp]:
