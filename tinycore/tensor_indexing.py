@@ -88,7 +88,8 @@ def getitem(t: Tensor, indices: Any) -> Tensor:
 def _symbolic_slice_bounds(index: slice, size: int | UOp) -> tuple[int | UOp, int | UOp]:
   """The shrink bounds of a step-1 slice with a bound Variable in it (or of a dim of symbolic size): `t[:, :v]`.
   A negative int counts from the end of an int-sized dim only."""
-  if index.step not in (None, 1): raise IndexError(f"a slice with Variables (or of a symbolic dim) needs step 1: {index}")
+  if index.step not in (None, 1):
+    raise IndexError(f"a slice with Variables (or of a symbolic dim) needs step 1: {index}")
 
   def bound(x: int | UOp | None, default: int | UOp) -> int | UOp:
     if x is None: return default

@@ -92,7 +92,8 @@ def source_index(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
       before, after = index_size(before), index_size(after)
       if isinstance(before, UOp) or before:
         valid = and_valid(valid, UOp(Ops.CMPLT, dtypes.bool, (_as_index(before - 1), i)))
-      if isinstance(after, UOp) or after: valid = and_valid(valid, UOp(Ops.CMPLT, dtypes.bool, (i, _as_index(before + s))))
+      if isinstance(after, UOp) or after:
+        valid = and_valid(valid, UOp(Ops.CMPLT, dtypes.bool, (i, _as_index(before + s))))
       out.append(i - before if before else i)
     return tuple(out), valid
   raise AssertionError(f"{u.op} is not a movement op")

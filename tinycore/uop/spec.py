@@ -54,7 +54,9 @@ _common: list[tuple[UPat, Predicate]] = [
 
 tensor_spec: list[tuple[UPat, Predicate]] = _common + [
   (UPat(Ops.CONST, name="x"), lambda x: x.dtype is not None and len(x.src) <= 1),
-  (UPat(Ops.ARANGE, src=(UPat(Ops.DEVICE),), name="x"), lambda x: isinstance(x.arg, UOp) or isinstance(x.arg, int) and x.arg >= 0),
+  # an arange's length: an int, or a symbolic size
+  (UPat(Ops.ARANGE, src=(UPat(Ops.DEVICE),), name="x"),
+   lambda x: isinstance(x.arg, UOp) or isinstance(x.arg, int) and x.arg >= 0),
   (UPat(Ops.DEFINE_VAR, src=(UPat(Ops.DEVICE),), name="x"), lambda x: _is_variable(x)),
   # a bound Variable: its value lies in its range
   (UPat(Ops.BIND, src=(UPat(Ops.DEFINE_VAR), UPat(Ops.CONST)), name="x"),
