@@ -48,6 +48,7 @@ CASES = {
   "ones": (lambda t, v: Tensor.ones(v, 2, device=t.device).sum(0), lambda x, n: np.ones((n, 2)).sum(0)),
   "getitem": (lambda t, v: t[1:3, 1:v] + t[:2, :v - 1], lambda x, n: x[1:3, 1:n] + x[:2, :n - 1]),
   "cat": (lambda t, v: t[:, :v].cat(t[:2, :v] * 2, dim=0), lambda x, n: np.concatenate([x[:, :n], x[:2, :n] * 2])),
+  "cumsum": (lambda t, v: t[:, :v].cumsum(1), lambda x, n: x[:, :n].cumsum(1)),
   "flip": (lambda t, v: t[:, :v].flip(1), lambda x, n: x[:, :n][:, ::-1]),
   "argmax": (lambda t, v: t[:, :v].argmax(1), lambda x, n: x[:, :n].argmax(1)),
   "layernorm": (lambda t, v: t[:, :v].layernorm(), lambda x, n: (x[:, :n] - x[:, :n].mean(1, keepdims=True)) /
