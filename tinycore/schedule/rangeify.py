@@ -62,8 +62,12 @@ class KernelBuilder:
     """A loop over a dim and the gate its iterations need: none for an int size; a symbolic size (a Variable the
     kernel takes as an argument) loops to its largest value, gated by `index < size`."""
     if not isinstance(size, UOp): return self.new_range(size, kind), None
+    bound = index_size(size)
     rng = self.new_range(max_int(size), kind)
-    return rng, UOp(Ops.CMPLT, dtypes.bool, (rng, index_size(size)))
+    # the bound rides along as the RANGE's second source: a renderer may end the loop there (the gate stays, so one
+    # that loops to the largest size is right too)
+    if rng.op is Ops.RANGE: rng = rng.replace(src=(*rng.src, bound))
+    return rng, UOp(Ops.CMPLT, dtypes.bool, (rng, bound))
 
   def output_index(self, shape: tuple[int, ...]) -> tuple[Index, UOp | None]:
     """The output loops of a kernel over `shape`, and the gate of its symbolic dims (None when all are ints)."""
