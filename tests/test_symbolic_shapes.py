@@ -185,3 +185,29 @@ def test_jit_symbolic_input_with_another_view_raises():
     np.testing.assert_allclose(out.numpy(), np.arange(value * 3).reshape(value, 3) + 1)
   with pytest.raises(JitError, match="inputs changed"): jitted(realized(np.ones((12, 3), np.float32), "CPU")
                                                               .shrink(((0, v.bind(4)), None)))
+
+
+@pytest.mark.parametrize("device", ["CPU", "SIM"])
+def test_jit_kv_cache_attention(device):
+  """A decoder's step: write this position's key into a cache (`cache[pos:pos+1].assign`) and attend over
+  `cache[:pos+1]`; one capture serves every position."""
+  Device[device]
+  dim, length = 8, 12
+  cache = Tensor.zeros(length, dim, device=device).contiguous().realize()
+  ref_cache = np.zeros((length, dim), np.float32)
+
+  @TinyJit
+  def step(x: Tensor, pos) -> Tensor:
+    cache[pos:pos + 1].assign(x).realize()
+    keys = cache[:pos + 1]
+    return ((x @ keys.T) * (1 / np.sqrt(dim))).softmax(-1).matmul(keys).realize()
+  v = Variable("pos", 0, length - 1)
+  for p in range(length):
+    x_np = RNG.standard_normal((1, dim)).astype(np.float32)
+    before = CodegenStats.compiled
+    out = step(realized(x_np, device), v.bind(p))
+    if p >= 2: assert CodegenStats.compiled == before
+    ref_cache[p] = x_np[0]
+    scores = x_np @ ref_cache[:p + 1].T / np.sqrt(dim)
+    weights = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+    np.testing.assert_allclose(out.numpy(), weights @ ref_cache[:p + 1], rtol=1e-5, atol=1e-5)
