@@ -156,7 +156,7 @@ def test_too_many_scalars_are_baked_in(device, monkeypatch):
 def test_replayed_batch_patches_the_new_value():
   x = np.arange(10, dtype=np.float32)
   xt = Tensor(x, device="SIM").realize()
-  template, _, _ = schedule_template([(xt * 0.5 + 0.25).uop])
+  template, _ = schedule_template([(xt * 0.5 + 0.25).uop])
   compiled = compile_template(template.src[0])
   batch = next(call.src[0].arg for call in compiled.src if call_is_hcq(call))
   assert {ref for ref in batch.patches if isinstance(ref, Variable)} == {Variable("scalar0"), Variable("scalar1")}
@@ -169,7 +169,7 @@ def test_replayed_batch_patches_the_new_value():
 
 def test_an_unbound_template_is_a_clear_error():
   x = Tensor(np.arange(4, dtype=np.float32)).realize()
-  template, _, _ = schedule_template([(x * 0.5).uop])
+  template, _ = schedule_template([(x * 0.5).uop])
   with pytest.raises(ValueError, match="scalar0 has no value"):
     run_linear(template.src[0])
 

@@ -1,11 +1,12 @@
 """Realize: schedule tensor graphs into a LINEAR and run its calls (the tensor layer rebinds tensors to the results)."""
 from __future__ import annotations
 from tinycore.uop.ops import Ops, UOp
+from tinycore.schedule.cache import bind_template
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 from tinycore.hcq.runtime import holding_runtime_lock
 from tinycore.device.buffers import buffer_of, linear_buffers
 from tinycore.engine.jit import is_capturing, record_linear
-from tinycore.schedule.cache import bind_template, cached_schedule, schedule_template
+from tinycore.schedule.cache import cached_schedule, schedule_template
 
 
 class GlobalCounters:
@@ -72,10 +73,9 @@ def realize_roots(roots: list[UOp]) -> dict[UOp, UOp]:
   (one substitution) and run. Returns what each realized node became (its buffer): the tensor layer rebinds the
   live tensors to them."""
   from tinycore.hcq.runtime import compile_template
-  template, mapping, arg_mapping = schedule_template(roots)
+  template, mapping = schedule_template(roots)
   linear, keys, values = template.src
   if is_capturing(): record_linear(linear.substitute(mapping))  # TinyJit replays it later
-  bound_linear, keys, values = bind_template(UOp(Ops.SINK, None, (compile_template(linear), keys, values)), mapping,
-                                             arg_mapping)
+  bound_linear, keys, values = bind_template(UOp(Ops.SINK, None, (compile_template(linear), keys, values)), mapping)
   if bound_linear.src: run_linear(bound_linear)
   return dict(zip(keys.src, values.src))

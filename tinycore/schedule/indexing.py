@@ -24,7 +24,7 @@ def index_size(size: int | UOp) -> int | UOp:
   the schedule) is rebuilt in the index dtype, its Variables cast."""
   if not isinstance(size, UOp): return size
   if size.op is Ops.CONST: return const_index(size.arg)
-  if size.op is Ops.DEFINE_VAR: return size.cast(dtypes.index)
+  if size.op is Ops.DEFINE_VAR: return UOp(Ops.DEFINE_VAR, size.dtype, (), size.arg).cast(dtypes.index)  # a parameter
   if size.op is Ops.CAST: return index_size(size.src[0])
   if size.op is Ops.BIND: raise RuntimeError(f"Variable {size.expr!r} is still bound in a schedule")
   return UOp(size.op, dtypes.index, tuple(index_size(s) for s in size.src))

@@ -66,6 +66,17 @@ def substitute_with_args(root: UOp, mapping: dict[UOp, UOp], arg_mapping: dict[U
   return done[root]
 
 
+def shape_placeholder(bind: UOp) -> UOp:
+  """What stands for a bound Variable of a symbolic shape in a schedule cache key: its DEFINE_VAR under a NOOP
+  marker (never a kernel parameter or a CALL argument, so binding a schedule rebinds only shapes with it)."""
+  var = bind.src[0]
+  return UOp(Ops.DEFINE_VAR, var.dtype, (UOp(Ops.NOOP),), var.arg)
+
+
+def is_shape_placeholder(u: UOp) -> bool:
+  return u.op is Ops.DEFINE_VAR and len(u.src) == 1 and u.src[0].op is Ops.NOOP
+
+
 def evaluate(x: int | UOp) -> int:
   """The value of a shape entry with its Variables at their bound values."""
   if not isinstance(x, UOp): return x
