@@ -400,13 +400,19 @@ class Tensor(TensorOps):
     if is_capturing(): raise JitError("reading tensor data inside a TinyJit function would bake the value into the "
                                       "replays: return the tensor and read it after the call")
     t = self
-    # a symbolic shape reads the first elements of its buffer (which holds the largest size)
-    is_buffer_prefix = t.uop.base.op is Ops.BUFFER and view_in_buffer(t.uop.base, t.shape) is t.uop
-    if not has_buffer_identity(t.uop) and not is_buffer_prefix:
+    if not has_buffer_identity(t.uop):
       device = t.device if Device[t.device].can_compute else Device.host_compute_device()
       t = t.clone(device)
     t.realize()
     return buffer_of(t.uop.buffer_uop)
+
+  def _prefix_buffer(self):
+    """A realized Buffer whose first elements are this tensor's, row-major: how a tensor of symbolic shape is read
+    (its buffer holds the largest size)."""
+    t = self
+    if t.uop.base.op is not Ops.BUFFER or view_in_buffer(t.uop.base, t.shape) is not t.uop:
+      t = t.clone(t.device if Device[t.device].can_compute else Device.host_compute_device())
+    return Tensor(t.realize().uop.base)._readable_buffer()
 
   def _concrete_shape(self) -> tuple[int, ...]:
     """The shape with its Variables at their bound values (reading data needs ints)."""
@@ -414,8 +420,8 @@ class Tensor(TensorOps):
 
   def _data(self) -> memoryview:
     if prod(shape := self._concrete_shape()) == 0: return memoryview(bytearray(0))
-    data = self._readable_buffer().as_memoryview()
-    return data if shape == self.shape else data.cast("B")[:prod(shape) * self.dtype.itemsize]
+    if shape == self.shape: return self._readable_buffer().as_memoryview()
+    return self._prefix_buffer().as_memoryview().cast("B")[:prod(shape) * self.dtype.itemsize]
 
   def numpy(self):
     """A numpy array with this tensor's values (one copy: read straight from a host-visible buffer)."""
@@ -425,7 +431,7 @@ class Tensor(TensorOps):
       return readable.cast(dtypes.float32).numpy()
     shape = self._concrete_shape()
     if prod(shape) == 0: return np.empty(shape, to_np_dtype(self.dtype))
-    buffer = self._readable_buffer()  # kept alive while the zero-copy view is read
+    buffer = self._readable_buffer() if shape == self.shape else self._prefix_buffer()  # alive while read
     data = np.frombuffer(buffer.as_memoryview(allow_zero_copy=True), dtype=to_np_dtype(self.dtype))[:prod(shape)]
     # a zero-copy view is the device's live memory: copy it; bytes copied out (DISK) are already this array's own
     return data.reshape(shape).copy() if buffer.allocator.supports_as_buffer else data.reshape(shape)
