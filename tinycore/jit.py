@@ -11,15 +11,19 @@ arguments and tensors the function reads from elsewhere are baked in at capture,
 arguments, `fn(x, Variable("i", 1, 9).bind(3))`, whose new values each replay patches into its kernels); every call
 must pass inputs of the captured shapes, dtypes and devices; the outputs must be Tensors (or a tuple/list of them,
 or None), and the returned tensors share their buffers with the next call's outputs; reading tensor data (`item`,
-`numpy`) or drawing random numbers inside the function would freeze those values into the replays.
+`numpy`) inside the function would freeze those values into the replays. Random draws (`rand`, `dropout`) stay
+random: each draw's counter is a Variable that every replay advances, so a jitted function draws exactly the numbers
+its eager calls would. Inputs may have symbolic shapes (`x.reshape(3, Variable("i", 1, 9).bind(n))`): the
+Variables' values come from the shapes, and a replay patches them (outputs of symbolic shape take the new values).
 """
 from __future__ import annotations
 from typing import Any, Callable, Generic, TypeVar
 from tinycore.device.buffers import buffer_of
-from tinycore.engine.jit import JitError, ReplayPlan, capturing
+from tinycore.engine.jit import JitError, ReplayPlan, captured_random_draws, capturing, random_draw_name
 from tinycore.schedule.copies import has_buffer_identity
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.symbolic_shapes import has_symbolic_arg, shape_binds, substitute_with_args
 
 ReturnType = TypeVar("ReturnType")
 __all__ = ["TinyJit", "JitError"]
@@ -30,7 +34,8 @@ def _input_buffers(u: UOp) -> list[UOp]:
   if u.op is Ops.UNSHARD:  # a lane with pending stores (an AFTER) is not yet stored
     return [lane.buffer_uop if has_buffer_identity(lane) and lane.base.op is Ops.BUFFER else None
             for lane in u.src[0].src]
-  return [u.buffer_uop if has_buffer_identity(u) else None]
+  # a view of a realized buffer (a symbolic reshape or shrink of one) computes nothing: the kernels read through it
+  return [u.buffer_uop if has_buffer_identity(u) or u.base.op is Ops.BUFFER else None]
 
 
 def _input_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
@@ -42,15 +47,40 @@ def _input_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
   return tensors
 
 
-def _variable_values(args: tuple, kwargs: dict) -> dict[str, int]:
-  """The bound Variables among the arguments, by name: the values a replay patches into the kernels."""
+def _variable_values(args: tuple, kwargs: dict, inputs: list[Tensor] = ()) -> dict[str, int]:
+  """The bound Variables among the arguments and in the symbolic shapes of the input tensors, by name: the values a
+  replay patches into the kernels."""
   binds = [a for a in [*args, *kwargs.values()] if isinstance(a, UOp) and a.op is Ops.BIND]
+  binds += shape_binds(n for t in inputs for n in t.uop.toposort())
   values: dict[str, int] = {}
   for bind in binds:
     var, value = bind.unbind()
     if values.setdefault(var.expr, value) != value:
       raise JitError(f"Variable {var.expr!r} is passed twice to a TinyJit with different values")
   return values
+
+
+def _unbound_shape(shape: tuple) -> tuple:
+  """A shape with each bound Variable in it replaced by the Variable: what must stay the same between calls."""
+  return tuple(s.substitute({b: b.src[0] for b in s.toposort() if b.op is Ops.BIND}) if isinstance(s, UOp) else s
+               for s in shape)
+
+
+def _input_signature(t: Tensor) -> tuple:
+  """What must stay the same for an input between calls: its shape with Variables unbound, dtype, device, and
+  the view of its buffer it is (a view whose concrete sizes change would need other kernels)."""
+  view = t.uop
+  if view.op is not Ops.BUFFER and any(has_symbolic_arg(n) for n in view.toposort()):
+    binds = shape_binds(view.toposort())
+    view = substitute_with_args(view, {view.buffer_uop: UOp(Ops.NOOP)}, {b: b.src[0] for b in binds})
+  else: view = None
+  return _unbound_shape(t.shape), t.dtype, t.device, view
+
+
+def _rebind_shapes(u: UOp, var_vals: dict[str, int]) -> UOp:
+  """An output graph with the Variables in its symbolic shapes bound to this call's values."""
+  binds = [b for b in shape_binds(u.toposort()) if b.expr in var_vals]
+  return substitute_with_args(u, {}, {b: b.src[0].bind(var_vals[b.expr]) for b in binds}) if binds else u
 
 
 def _output_tensors(ret: Any) -> list[Tensor]:
@@ -71,7 +101,7 @@ class TinyJit(Generic[ReturnType]):
     self.reset()
 
   def reset(self) -> None:
-    self.calls, self.plan = 0, None
+    self.calls, self.plan, self.random_draws = 0, None, []
     self.signature: list[tuple] = []
     self.variable_names: set[str] = set()
     self.outputs: list[Tensor] = []
@@ -89,7 +119,7 @@ class TinyJit(Generic[ReturnType]):
       except Exception:
         self.calls = 1  # nothing was captured: the next call tries again
         raise
-    return self._replay(inputs, _variable_values(args, kwargs))
+    return self._replay(inputs, _variable_values(args, kwargs, inputs))
 
   def _capture(self, inputs: list[Tensor], args: tuple, kwargs: dict) -> ReturnType:
     input_uops = [b for t in inputs for b in _input_buffers(t.uop)]
@@ -97,25 +127,29 @@ class TinyJit(Generic[ReturnType]):
       ret = self.fxn(*args, **kwargs)
       self.outputs = _output_tensors(ret)
       if self.outputs: Tensor.realize(*self.outputs)
+    self.random_draws = captured_random_draws()
     self.plan = ReplayPlan(linears, input_uops)
-    self.signature = [(t.shape, t.dtype, t.device) for t in inputs]
-    self.variable_names = set(_variable_values(args, kwargs))
+    self.signature = [_input_signature(t) for t in inputs]
+    self.variable_names = set(_variable_values(args, kwargs, inputs))
     self.output_uops = [t.uop for t in self.outputs]
     self.ret = ret
     return ret
 
   def _replay(self, inputs: list[Tensor], var_vals: dict[str, int]) -> ReturnType:
-    signature = [(t.shape, t.dtype, t.device) for t in inputs]
+    signature = [_input_signature(t) for t in inputs]
     if signature != self.signature:
       raise JitError(f"TinyJit inputs changed: captured {self._describe(self.signature)}, got "
                      f"{self._describe(signature)}; jit a function per input shape (or reset())")
     if set(var_vals) != self.variable_names:
       raise JitError(f"TinyJit Variables changed: captured {sorted(self.variable_names)}, got {sorted(var_vals)}")
-    self.plan.run([buffer_of(b) for t in inputs for b in _input_buffers(t.uop)], var_vals)
-    fresh = iter([Tensor(u) for u in self.output_uops])
+    # each random draw of the function starts where the counter is now: fresh numbers on every replay
+    draws = {random_draw_name(i): Tensor._next_random_start(count) for i, count in enumerate(self.random_draws)}
+    self.plan.run([buffer_of(b) for t in inputs for b in _input_buffers(t.uop)], var_vals | draws)
+    fresh = iter([Tensor(_rebind_shapes(u, var_vals)) for u in self.output_uops])
     if isinstance(self.ret, (tuple, list)): return type(self.ret)(next(fresh) for _ in self.ret)
     return next(fresh) if self.outputs else None
 
   @staticmethod
   def _describe(signature: list[tuple]) -> str:
-    return ", ".join(f"{shape} {dtype.name} on {device}" for shape, dtype, device in signature) or "no tensors"
+    return ", ".join(f"{shape} {dtype.name} on {device}" + (" (a symbolic view)" if view is not None else "")
+                     for shape, dtype, device, view in signature) or "no tensors"

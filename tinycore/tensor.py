@@ -8,11 +8,13 @@ import pathlib
 import weakref
 from typing import Any, Callable, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype, to_np_dtype, from_np_dtype
-from tinycore.uop.ops import Ops, UOp, prod
+from tinycore.uop.ops import Ops, UOp, Variable, prod, simplify_size
+from tinycore.uop.symbolic_shapes import (check_shape_expr, evaluate, evaluate_shape, max_int, max_numel, min_int,
+                                            view_in_buffer)
 from tinycore.device.registry import Device
 from tinycore.gradient import compute_gradient, full_like, functional
 from tinycore.helpers import Context, TRAINING
-from tinycore.engine.jit import JitError, is_capturing
+from tinycore.engine.jit import JitError, is_capturing, record_random_draw
 from tinycore.tensor_ops import TensorOps
 
 # every live Tensor (weakly), so a realize can rebind all of them to the buffers it produced
@@ -28,24 +30,39 @@ def _canonical_device(device: str | tuple | None) -> str | tuple:
 
 
 def _is_user_variable(u: UOp) -> bool:
-  """A Variable (DEFINE_VAR) or a bound one (BIND) as `Variable(...)` makes them: on no device."""
-  return (u.op is Ops.DEFINE_VAR and not u.src) or (u.op is Ops.BIND and not u.src[0].src)
+  """A Variable (DEFINE_VAR), a bound one (BIND) as `Variable(...)` makes them (on no device), or an int expression
+  of bound ones (`v * 2 + 1`, a symbolic size)."""
+  if u.op is Ops.DEFINE_VAR: return not u.src
+  if u.op is Ops.BIND: return not u.src[0].src
+  return u.device is None and u.dtype is not None and dtypes.is_int(u.dtype) and \
+    any(n.op is Ops.BIND for n in u.toposort())
 
 
 def _bound_variable(u: UOp, device: str) -> UOp:
-  """A bound Variable as a tensor-level scalar on `device`: BIND(DEFINE_VAR on the device, CONST value). Realizing
-  passes its value to the kernels as an argument (schedule.cache swaps the BIND for its DEFINE_VAR in the key)."""
+  """A bound Variable (or an expression of them) as a tensor-level scalar on `device`: each BIND becomes
+  BIND(DEFINE_VAR on the device, CONST value) and each constant a constant on the device. Realizing passes the
+  values to the kernels as arguments (schedule.cache swaps the BIND for its DEFINE_VAR in the key)."""
   if u.op is Ops.DEFINE_VAR: raise ValueError(f"Variable {u.arg[0]!r} is not bound: use it as .bind(value)")
-  var, value = u.unbind()
-  on_device = UOp(Ops.DEFINE_VAR, var.dtype, (UOp(Ops.DEVICE, None, (), device),), var.arg)
-  return UOp(Ops.BIND, var.dtype, (on_device, UOp.const(var.dtype, value)))
+  check_shape_expr(u, "a Variable expression")
+  on_device: dict[UOp, UOp] = {}
+  for leaf in u.toposort():
+    if leaf.op is Ops.BIND:
+      var, value = leaf.unbind()
+      device_var = UOp(Ops.DEFINE_VAR, var.dtype, (UOp(Ops.DEVICE, None, (), device),), var.arg)
+      on_device[leaf] = UOp(Ops.BIND, var.dtype, (device_var, UOp.const(var.dtype, value)))
+    elif leaf.op is Ops.CONST: on_device[leaf] = UOp.const(leaf.dtype, leaf.arg, device)
+  return u.substitute(on_device)
 
 
-def _reject_symbolic(what: str, values: Sequence[Any]) -> None:
-  """Shapes are ints: a Variable in one (a symbolic shape) is not supported yet."""
-  if any(isinstance(v, UOp) for v in values):
-    raise NotImplementedError(f"{what} with a Variable (a symbolic shape) is not supported: bound Variables can be "
-                              "used as values (t * v, t + v), not yet in shapes")
+def _check_sizes(what: str, values: Sequence[Any]) -> None:
+  """Sizes are ints or int expressions of bound Variables (symbolic sizes)."""
+  for v in values:
+    if isinstance(v, UOp): check_shape_expr(v, what)
+
+
+def _concrete(x: Any) -> Any:
+  """A size with its Variables at their bound values (an int stays itself)."""
+  return evaluate(x) if isinstance(x, UOp) else x
 
 
 def _flatten_nested(data: Any) -> tuple[list[Any], tuple[int, ...]]:
@@ -60,6 +77,9 @@ def _flatten_nested(data: Any) -> tuple[list[Any], tuple[int, ...]]:
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   """numpy's broadcast of these shapes; shapes that do not broadcast are a ValueError naming them."""
+  if len(shapes) == 2:  # the common cases of a binary op: equal shapes, or a scalar operand
+    if shapes[0] == shapes[1] or not shapes[1]: return tuple(shapes[0])
+    if not shapes[0]: return tuple(shapes[1])
   ndim = max(len(s) for s in shapes)
   padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
   out = []
@@ -195,7 +215,9 @@ class Tensor(TensorOps):
   def _shape_arg(shape: tuple) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
     for s in shape:
-      if not isinstance(s, int) or s < 0: raise ValueError(f"invalid shape {shape}: sizes must be non-negative ints")
+      if isinstance(s, UOp): check_shape_expr(s, "shape")  # a symbolic size
+      elif not isinstance(s, int) or s < 0:
+        raise ValueError(f"invalid shape {shape}: sizes must be non-negative ints")
     return tuple(shape)
 
   @staticmethod
@@ -206,8 +228,8 @@ class Tensor(TensorOps):
     if isinstance(target, tuple):  # a buffer on every device of the tuple
       from tinycore.schedule.multi import multi_value
       return Tensor(multi_value([UOp.new_buffer(d, prod(shape), dtype).reshape(shape) for d in target], None), **kwargs)
-    buf = UOp.new_buffer(target, prod(shape), dtype)
-    return Tensor(buf.reshape(shape), **kwargs)
+    buf = UOp.new_buffer(target, max_numel(shape), dtype)
+    return Tensor(view_in_buffer(buf, shape), **kwargs)
 
   @staticmethod
   def full(shape: tuple[int, ...] | int, fill_value: Any, device: str | None = None, dtype: DType | str | None = None,
@@ -234,13 +256,31 @@ class Tensor(TensorOps):
   @staticmethod
   def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, **kwargs) -> Tensor:
     if stop is None: start, stop = 0, start
-    _reject_symbolic("arange", (start, stop, step))
+    if any(isinstance(v, UOp) for v in (start, stop, step)): return Tensor._symbolic_arange(start, stop, step, **kwargs)
     if step == 0: raise ValueError("arange step must not be zero")
     dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.from_py([start, stop, step])
     count = max(0, math.ceil((stop - start) / step))
     device_uop = UOp(Ops.DEVICE, None, (), _canonical_device(kwargs.pop("device", None)))
     index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (device_uop,), count), **kwargs)
     return (index.cast(dtype) * step + start).cast(dtype) if count else index.cast(dtype)
+
+  @staticmethod
+  def _symbolic_arange(start: int | UOp, stop: int | UOp, step: int, **kwargs) -> Tensor:
+    """arange with a bound Variable (or an expression of them) as start or stop: a symbolic length."""
+    _check_sizes("arange", [v for v in (start, stop) if isinstance(v, UOp)])
+    if isinstance(step, UOp) or not isinstance(step, int) or step == 0 or not all(isinstance(v, (int, UOp))
+                                                                                for v in (start, stop)):
+      raise ValueError(f"arange with Variables needs int start/stop and a nonzero int step, got {start}, {stop}, "
+                       f"{step}")
+    length = simplify_size(stop - start if step > 0 else start - stop)
+    count = length if abs(step) == 1 else (length + (abs(step) - 1)) // abs(step)
+    if min_int(count) < 0:
+      raise ValueError(f"arange({start}, {stop}, {step}): the length can be negative for some Variable values")
+    dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.int32
+    device_uop = UOp(Ops.DEVICE, None, (), _canonical_device(kwargs.pop("device", None)))
+    index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (device_uop,), count), **kwargs)
+    ramp = index * step if step != 1 else index
+    return (ramp + start if not (isinstance(start, int) and start == 0) else ramp).cast(dtype)
 
   @staticmethod
   def linspace(start: int | float, stop: int | float, steps: int, **kwargs) -> Tensor:
@@ -267,12 +307,12 @@ class Tensor(TensorOps):
   @staticmethod
   def _random_bits(count: int, device: str | None) -> Tensor:
     """`count` pseudo-random uint32s: murmur3's finalizer over (counter, seed)."""
-    if is_capturing(): raise JitError("random numbers in a TinyJit function would repeat on every replay (the "
-                                      "counter is a constant of the graph): draw them outside and pass them in")
-    offset = Tensor._rng_counter
-    Tensor._rng_counter += count
     seed = (Tensor._seed * 0x9E3779B9 + 0x85EBCA6B) & 0xFFFFFFFF
-    x = Tensor.arange(count, device=device, dtype=dtypes.uint32) + ((offset + seed) & 0xFFFFFFFF)
+    # (a symbolic count draws its bound value's worth; a replay moves the counter past the largest)
+    start = Tensor._next_random_start(evaluate(count))
+    # in a TinyJit capture the start is a Variable (a kernel argument) that every replay sets anew: fresh numbers
+    if is_capturing(): start = Variable(record_random_draw(max_int(count)), 0, 0xFFFFFFFF).bind(start)
+    x = Tensor.arange(count, device=device, dtype=dtypes.uint32) + start
     for key in (seed, (seed ^ 0x27D4EB2F) & 0xFFFFFFFF):
       x = (x ^ key) * 0xCC9E2D51
       x = x ^ (x >> 16)
@@ -281,6 +321,13 @@ class Tensor(TensorOps):
       x = x * 0xC2B2AE35
       x = x ^ (x >> 16)
     return x
+
+  @staticmethod
+  def _next_random_start(count: int) -> int:
+    """The counter value (mixed with the seed) a draw of `count` numbers starts at; the counter moves past them."""
+    offset = Tensor._rng_counter
+    Tensor._rng_counter += count
+    return (offset + (Tensor._seed * 0x9E3779B9 + 0x85EBCA6B)) & 0xFFFFFFFF
 
   @staticmethod
   def rand(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> Tensor:
@@ -376,9 +423,22 @@ class Tensor(TensorOps):
     t.realize()
     return buffer_of(t.uop.buffer_uop)
 
+  def _prefix_buffer(self):
+    """A realized Buffer whose first elements are this tensor's, row-major: how a tensor of symbolic shape is read
+    (its buffer holds the largest size)."""
+    t = self
+    if t.uop.base.op is not Ops.BUFFER or view_in_buffer(t.uop.base, t.shape) is not t.uop:
+      t = t.clone(t.device if Device[t.device].can_compute else Device.host_compute_device())
+    return Tensor(t.realize().uop.base)._readable_buffer()
+
+  def _concrete_shape(self) -> tuple[int, ...]:
+    """The shape with its Variables at their bound values (reading data needs ints)."""
+    return evaluate_shape(self.shape)
+
   def _data(self) -> memoryview:
-    if self.numel() == 0: return memoryview(bytearray(0))
-    return self._readable_buffer().as_memoryview()
+    if prod(shape := self._concrete_shape()) == 0: return memoryview(bytearray(0))
+    if shape == self.shape: return self._readable_buffer().as_memoryview()
+    return self._prefix_buffer().as_memoryview().cast("B")[:prod(shape) * self.dtype.itemsize]
 
   def numpy(self):
     """A numpy array with this tensor's values (one copy: read straight from a host-visible buffer)."""
@@ -387,15 +447,17 @@ class Tensor(TensorOps):
     if self.dtype is dtypes.bfloat16:
       readable = self if Device[self.device].can_compute else self.to(Device.host_compute_device())
       return readable.cast(dtypes.float32).numpy()
-    if self.numel() == 0: return np.empty(self.shape, to_np_dtype(self.dtype))
-    buffer = self._readable_buffer()  # kept alive while the zero-copy view is read
-    data = np.frombuffer(buffer.as_memoryview(allow_zero_copy=True), dtype=to_np_dtype(self.dtype))
+    shape = self._concrete_shape()
+    if prod(shape) == 0: return np.empty(shape, to_np_dtype(self.dtype))
+    buffer = self._readable_buffer() if shape == self.shape else self._prefix_buffer()  # alive while read
+    data = np.frombuffer(buffer.as_memoryview(allow_zero_copy=True), dtype=to_np_dtype(self.dtype))[:prod(shape)]
     # a zero-copy view is the device's live memory: copy it; bytes copied out (DISK) are already this array's own
-    return data.reshape(self.shape).copy() if buffer.allocator.supports_as_buffer else data.reshape(self.shape)
+    return data.reshape(shape).copy() if buffer.allocator.supports_as_buffer else data.reshape(shape)
 
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> Any:
-    if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+    if prod(self._concrete_shape()) != 1:
+      raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
     return self.numpy().reshape(()).item()
   def data(self) -> memoryview: return self._data()
 
@@ -414,7 +476,7 @@ class Tensor(TensorOps):
   # ------------------------------------------------------------------ movement
   def reshape(self, shape, *args) -> Tensor:
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) + args
-    _reject_symbolic("reshape", shape)
+    if any(isinstance(s, UOp) for s in (*shape, *self.shape)): return self._symbolic_reshape(shape)
     if shape.count(-1) > 1: raise ValueError(f"reshape to {shape}: only one dimension can be -1")
     shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     if -1 in shape:
@@ -426,6 +488,26 @@ class Tensor(TensorOps):
     if prod(shape) != self.numel():
       raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {shape}")
     return self._view(self.uop.reshape(shape))
+
+  def _symbolic_reshape(self, shape: tuple) -> Tensor:
+    """A reshape from or to a symbolic shape: checked with the Variables at their bound values (a -1 is the rest of
+    the elements, as an int)."""
+    _check_sizes("reshape", shape)
+    shape = tuple(self.shape[i] if s is None else simplify_size(s) for i, s in enumerate(shape))
+    numel = prod(evaluate_shape(self.shape))
+    if sum(1 for s in shape if isinstance(s, int) and s == -1) > 1:
+      raise ValueError(f"reshape to {shape}: only one dimension can be -1")
+    if any(isinstance(s, int) and s == -1 for s in shape):
+      known = prod(_concrete(s) for s in shape if not (isinstance(s, int) and s == -1))
+      if known == 0 or numel % known: raise ValueError(f"cannot reshape a tensor of shape {self.shape} to {shape}")
+      shape = tuple(numel // known if isinstance(s, int) and s == -1 else s for s in shape)
+    if any(_concrete(s) < 0 or isinstance(s, int) and min_int(s) < 0 for s in shape):
+      raise ValueError(f"invalid reshape target {shape}")
+    if prod(evaluate_shape(shape)) != numel:
+      raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({numel} elements) to {shape}")
+    # a reshape of a reshape is one reshape: the view then holds no concrete shape a new Variable value would change
+    source = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
+    return self._view(source.reshape(shape))
 
   def view(self, *shape) -> Tensor: return self.reshape(*shape)
 
@@ -463,22 +545,29 @@ class Tensor(TensorOps):
 
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} bounds, got {len(arg)}")
-    _reject_symbolic("shrink", [x for b in arg if b is not None for x in b])
-    bounds = tuple((0, s) if b is None else tuple(b) for b, s in zip(arg, self.shape))
+    _check_sizes("shrink", [x for b in arg if b is not None for x in b])
+    bounds = tuple((0, s) if b is None else tuple(simplify_size(x) for x in b) for b, s in zip(arg, self.shape))
     for (b, e), s in zip(bounds, self.shape):
-      if not 0 <= b <= e <= s: raise ValueError(f"shrink bounds {bounds} out of range for shape {self.shape}")
+      if not 0 <= _concrete(b) <= _concrete(e) <= _concrete(s):
+        raise ValueError(f"shrink bounds {bounds} out of range for shape {self.shape}")
+      # a symbolic bound must stay in range for every value of its Variables (a replay may bind another one)
+      if min_int(b) < 0 or max_int(e) > max_int(s):
+        raise ValueError(f"shrink bounds {bounds} can leave shape {self.shape} for some Variable values: a Variable's "
+                         "range must fit the dim")
     return self._view(self.uop.shrink(bounds))
 
   def pad(self, padding, mode: str = "constant", value: float = 0.0) -> Tensor:
     if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} is not supported (only 'constant')")
-    _reject_symbolic("pad", [x for p in padding if p is not None for x in (p if isinstance(p, (tuple, list)) else [p])])
-    if all(isinstance(p, int) for p in padding):  # torch-style flat padding, last dim first
+    sizes = [x for p in padding if p is not None for x in (p if isinstance(p, (tuple, list)) else [p])]
+    _check_sizes("pad", sizes)
+    if all(isinstance(p, (int, UOp)) for p in padding):  # torch-style flat padding, last dim first
       if len(padding) % 2: raise ValueError(f"flat padding needs an even length, got {padding}")
       pairs = [(0, 0)] * self.ndim
       for i in range(len(padding) // 2): pairs[self.ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
     else:
       if len(padding) != self.ndim: raise ValueError(f"padding {padding} does not match {self.ndim} dims")
       pairs = [(0, 0) if p is None else tuple(p) for p in padding]
+    if any(isinstance(x, UOp) for x in sizes): return self._symbolic_pad(tuple(pairs), value)
     # negative padding shrinks
     shrink = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, self.shape))
     x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pairs) else self
@@ -489,6 +578,16 @@ class Tensor(TensorOps):
     inside = Tensor.full(x.shape, True, device=self.device, dtype=dtypes.bool)
     inside = inside._apply(inside.uop.pad(positive))
     return inside.where(padded, value)
+
+  def _symbolic_pad(self, pairs: tuple, value: float) -> Tensor:
+    """pad by bound Variables (or expressions of them): every amount must be >= 0 for all their values."""
+    pairs = tuple(tuple(simplify_size(x) for x in pair) for pair in pairs)
+    if any(min_int(x) < 0 for pair in pairs for x in pair):
+      raise ValueError(f"padding {pairs} with Variables must be >= 0 for every value of them")
+    padded = self._view(self.uop.pad(pairs))
+    if value == 0 and math.copysign(1.0, value) > 0: return padded  # the PAD op fills with +0
+    inside = Tensor.full(self.shape, True, device=self.device, dtype=dtypes.bool)
+    return inside._apply(inside.uop.pad(pairs)).where(padded, value)
 
   def __getitem__(self, indices) -> Tensor:
     from tinycore.tensor_indexing import getitem
@@ -720,11 +819,14 @@ class Tensor(TensorOps):
     """This bool tensor, or-ed with "x is NaN" when x is a float tensor."""
     return self | x.isnan() if dtypes.is_float(x.dtype) else self
   # NaN in either operand gives NaN, and of two equal values (0.0 and -0.0) the second, as numpy's do on x86
+  # floats use the MAX op, whose gradient splits a tie in halves (as tinygrad's); min(a, b) is -max(-a, -b)
   def maximum(self, x) -> Tensor:
     a, b = self._broadcasted(x)
+    if dtypes.is_float(a.dtype): return a._apply(a.uop.alu(Ops.MAX, b.uop))
     return (a > b)._or_nan(a).where(a, b)
   def minimum(self, x) -> Tensor:
     a, b = self._broadcasted(x)
+    if dtypes.is_float(a.dtype): return -((-a).maximum(-b))
     return (a < b)._or_nan(a).where(a, b)
   def clip(self, min_=None, max_=None) -> Tensor:
     if min_ is None and max_ is None: raise ValueError("clip needs at least one of min_ or max_")
@@ -853,7 +955,7 @@ class Tensor(TensorOps):
 
   def _reduce(self, op: Ops, axis=None, keepdim: bool = False) -> Tensor:
     axes = self._axes(axis)
-    if len(axes) == self.ndim and self.numel() >= Tensor.SPLIT_REDUCE_MIN:
+    if len(axes) == self.ndim and isinstance(self.numel(), int) and self.numel() >= Tensor.SPLIT_REDUCE_MIN:
       out = self._split_reduce(op).reshape((1,) * self.ndim)
     else:
       out = self._apply(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))) if axes and self.ndim else self
@@ -919,7 +1021,7 @@ class Tensor(TensorOps):
   def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
     squares = (self - self.mean(axis, keepdim=True)).square()
     count = prod(self.shape[a] for a in self._axes(axis))
-    return squares.sum(axis, keepdim).div(max(0, count - correction))
+    return squares.sum(axis, keepdim).div(count - correction if isinstance(count, UOp) else max(0, count - correction))
 
   def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
     return self.var(axis, keepdim, correction).sqrt()

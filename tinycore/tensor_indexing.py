@@ -2,6 +2,8 @@
 lists (advanced indexing, numpy's rules) as a one-hot select-and-sum that fuses into one kernel."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any
+from tinycore.uop.ops import UOp
+from tinycore.uop.symbolic_shapes import evaluate
 
 if TYPE_CHECKING:
   from tinycore.tensor import Tensor
@@ -49,14 +51,21 @@ def getitem(t: Tensor, indices: Any) -> Tensor:
       continue
     size = out.shape[dim]
     if isinstance(index, int):
-      if not -size <= index < size:
+      if isinstance(size, UOp) and index < 0:
+        raise IndexError(f"a negative index {index} into a dim of symbolic size {size} is not supported")
+      if not -evaluate(size) <= index < evaluate(size):
         raise IndexError(f"index {index} is out of bounds for dimension {len(final_shape) + len(drop_dims)} "
                          f"with size {size}")
-      index %= size
+      index %= evaluate(size)
       bounds = [None] * out.ndim
       bounds[dim] = (index, index + 1)
       out = out.shrink(bounds)
       drop_dims.append(dim)
+      dim += 1
+      continue
+    if isinstance(size, UOp) or any(isinstance(x, UOp) for x in (index.start, index.stop, index.step)):
+      out = out.shrink([None] * dim + [_symbolic_slice_bounds(index, size)] + [None] * (out.ndim - dim - 1))
+      final_shape.append(out.shape[dim])
       dim += 1
       continue
     start, stop, step = index.indices(size)
@@ -74,6 +83,21 @@ def getitem(t: Tensor, indices: Any) -> Tensor:
     dim += 1
   if drop_dims: out = out.reshape(tuple(s for i, s in enumerate(out.shape) if i not in drop_dims))
   return out
+
+
+def _symbolic_slice_bounds(index: slice, size: int | UOp) -> tuple[int | UOp, int | UOp]:
+  """The shrink bounds of a step-1 slice with a bound Variable in it (or of a dim of symbolic size): `t[:, :v]`.
+  A negative int counts from the end of an int-sized dim only."""
+  if index.step not in (None, 1):
+    raise IndexError(f"a slice with Variables (or of a symbolic dim) needs step 1: {index}")
+
+  def bound(x: int | UOp | None, default: int | UOp) -> int | UOp:
+    if x is None: return default
+    if isinstance(x, int) and x < 0:
+      if isinstance(size, UOp): raise IndexError(f"a negative slice bound {x} into a symbolic dim is not supported")
+      return max(0, x + size)
+    return min(x, size) if isinstance(x, int) and isinstance(size, int) else x
+  return bound(index.start, 0), bound(index.stop, size)
 
 
 def is_advanced_index(index: Any) -> bool:

@@ -68,7 +68,7 @@ class TensorOps:
     """The inclusive scan of the last axis: blocks scanned by _scan_small, then the exclusive scan of the block
     totals (recursively) combined into each block."""
     n, block = self.shape[-1], TensorOps.SCAN_BLOCK
-    if n <= block: return self._scan_small(op)
+    if not isinstance(n, int) or n <= block: return self._scan_small(op)  # (a symbolic length: one triangle)
     count = -(-n // block)
     lead = self.shape[:-1]
     x = self.pad(((0, 0),) * len(lead) + ((0, count * block - n),), value=_identity(op, self.dtype))

@@ -281,7 +281,9 @@ class CStyleRenderer:
     return ""
 
   def loop_bounds(self, loop: Loop, lines: list[str], pad: str) -> tuple[str, str]:
-    """The start and end expressions of a loop (statements it needs go into `lines`); [0, size) by default."""
+    """The start and end expressions of a loop (statements it needs go into `lines`); [0, size) by default, and
+    [0, bound) for a symbolic dim's loop (its iterations past the bound are gated off anyway)."""
+    if len(loop.range.src) > 1: return "0", self._name(loop.range.src[1])
     return "0", self.literal(loop.range.src[0].arg, dtypes.int64)
 
   def extra_params(self) -> list[str]:

@@ -146,6 +146,8 @@ class StatementOrder:
     for x, update in self.updates.items():
       for anc in nest.ancestors[nest.innermost(x)]:
         if anc is not None: self.subtree[anc].append(update)
+    # each loop and the loops inside it: a symbolic loop's bound (its second source) is computed before them
+    self.ranges_under: dict[UOp, list] = {r: [q for q in nest.parent if r in nest.ancestors[q]] for r in nest.parent}
     self.reduces_before = {r: [x for x in nest.scope if x.op is Ops.REDUCE and nest.outermost(x) is r]
                            for r in nest.parent}
 
@@ -164,7 +166,7 @@ class StatementOrder:
     deps: dict[int, set[int]] = {}
     for i, e in enumerate(entries):
       if isinstance(e, AccUpdate): deps[i] = dep_ids([e], e)
-      elif e.op is Ops.RANGE: deps[i] = dep_ids(self.subtree[e], e)
+      elif e.op is Ops.RANGE: deps[i] = dep_ids(self.subtree[e] + self.ranges_under[e], e)  # (their bounds)
       else:
         deps[i] = dep_ids([e], e)
         if e.op is Ops.REDUCE: deps[i].add(key_of[id(self.nest.outermost(e))])  # its loops open after it

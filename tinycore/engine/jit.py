@@ -12,6 +12,8 @@ from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 
 _captured: list[list[UOp]] = []   # a stack: the LINEARs recorded by each active capture
+_random_draws: list[list[int]] = []  # a stack: the sizes of the random draws made during each active capture
+_last_random_draws: list[int] = []   # those of the capture that ended last
 
 
 class JitError(RuntimeError):
@@ -23,11 +25,31 @@ def capturing() -> Iterator[list[UOp]]:
   """Record the bound LINEAR of every realize in the block (appended to the yielded list, in run order)."""
   linears: list[UOp] = []
   _captured.append(linears)
+  _random_draws.append([])
   try: yield linears
-  finally: _captured.pop()
+  finally:
+    _captured.pop()
+    _last_random_draws[:] = _random_draws.pop()
 
 
 def is_capturing() -> bool: return bool(_captured)
+
+
+def random_draw_name(index: int) -> str:
+  """The Variable that carries the counter of a capture's index-th random draw into its kernels."""
+  return f"rng_draw{index}"
+
+
+def record_random_draw(count: int) -> str:
+  """Called by a random draw of `count` numbers while capturing: its counter becomes a Variable (named by the
+  returned name) that each replay sets to a fresh value, so replays draw new numbers."""
+  _random_draws[-1].append(count)
+  return random_draw_name(len(_random_draws[-1]) - 1)
+
+
+def captured_random_draws() -> list[int]:
+  """The sizes of the random draws of the capture that ended last, in draw order."""
+  return list(_last_random_draws)
 
 
 def record_linear(linear: UOp) -> None:

@@ -1,6 +1,7 @@
 """Realize: schedule tensor graphs into a LINEAR and run its calls (the tensor layer rebinds tensors to the results)."""
 from __future__ import annotations
 from tinycore.uop.ops import Ops, UOp
+from tinycore.schedule.cache import bind_template
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 from tinycore.hcq.runtime import holding_runtime_lock
 from tinycore.device.buffers import buffer_of, linear_buffers
@@ -78,6 +79,6 @@ def realize_roots(roots: list[UOp]) -> dict[UOp, UOp]:
   linear, keys, values = template.src
   linear = split_lanes(linear)
   if is_capturing(): record_linear(linear.substitute(mapping))  # TinyJit replays it later
-  bound = UOp(Ops.SINK, None, (compile_template(linear), keys, values)).substitute(mapping)
-  if bound.src[0].src: run_linear(bound.src[0])
-  return dict(zip(bound.src[1].src, bound.src[2].src))
+  bound_linear, keys, values = bind_template(UOp(Ops.SINK, None, (compile_template(linear), keys, values)), mapping)
+  if bound_linear.src: run_linear(bound_linear)
+  return dict(zip(keys.src, values.src))

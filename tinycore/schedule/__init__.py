@@ -5,7 +5,9 @@
 `becomes` maps every realized node to the buffer view that now holds it, so no tensor recomputes it.
 """
 from __future__ import annotations
-from tinycore.uop.ops import Ops, UOp, prod
+from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.scalars import kernel_scalars
+from tinycore.uop.symbolic_shapes import max_numel, view_in_buffer
 from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
 from tinycore.schedule.context import ScheduleContext
@@ -92,7 +94,7 @@ def stack_lane_jobs(jobs: list[Job], groups: list[tuple[UOp, ...]]) -> list[Job]
 def build_jobs(ctx: ScheduleContext) -> list[Job]:
   jobs: list[Job] = []
   for node in list(ctx.realized):
-    if prod(node.shape) == 0: continue
+    if max_numel(node.shape) == 0: continue
     if node.op is Ops.AFTER:
       for effect in node.src[1:]:
         if effect.op is not Ops.STORE: raise ScheduleError(f"AFTER effects must be STOREs, got {effect.op}")
@@ -145,9 +147,16 @@ def kernel_call(kb: KernelBuilder, scalars: ScalarBindings) -> UOp:
     renumber = {UOp(Ops.PARAM, kb.buffers[slot].dtype, (), slot): UOp(Ops.PARAM, kb.buffers[slot].dtype, (), i)
                 for i, slot in enumerate(used)}
     sink, buffers = sink.substitute(renumber), [kb.buffers[slot] for slot in used]
-  bound, placeholders = bind_kernel_scalars(sink, kb.scalar_sources, len(buffers), scalars)
+  bound, placeholders = bind_kernel_scalars(sink, shape_parameters(sink, buffers[0].device) | kb.scalar_sources,
+                                            len(buffers), scalars)
   if bound is not sink: sink = graph_rewrite(bound, symbolic)  # baked-in literals may fold
   return UOp(Ops.CALL, None, (sink, *buffers, *placeholders))
+
+
+def shape_parameters(sink: UOp, device: str) -> dict[UOp, UOp]:
+  """The kernel's Variables that come from symbolic shapes (loop bounds, strides), each with the placeholder its CALL
+  passes: the Variable on the kernel's device, as for a Variable used as a value."""
+  return {u: UOp(Ops.DEFINE_VAR, u.dtype, (UOp(Ops.DEVICE, None, (), device),), u.arg) for u in kernel_scalars(sink)}
 
 
 def order_jobs(ctx: ScheduleContext, jobs: list[Job]) -> list[Job]:
@@ -223,7 +232,7 @@ def create_schedule(original_roots: list[UOp], scalars: ScalarBindings | None = 
   becomes: dict[UOp, UOp] = {}
   for node in ctx.realized:
     buf = ctx.buffer_for(node)
-    becomes[node] = buf if node.shape == (buf.arg,) else buf.reshape(node.shape)
+    becomes[node] = view_in_buffer(buf, node.shape)
   for root in roots:
     # a CONTIGUOUS of stored data is that data (in the buffers this schedule gives it)
     if root.op is Ops.CONTIGUOUS and root not in ctx.realized: becomes[root] = root.src[0].substitute(becomes)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import scalar_value, scalar_word
+from tinycore.uop.symbolic_shapes import is_shape_placeholder, shape_binds, shape_placeholder, substitute_with_args
 from tinycore.schedule import create_schedule
 from tinycore.schedule.multi import allreduce_settings
 from tinycore.schedule.scalars import ScalarBindings, bound_variables, python_scalars, scalar_placeholder
@@ -35,7 +36,8 @@ def buffer_placeholder(i: int, buf: UOp) -> UOp:
 def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   """The cached schedule for these roots' graph shape, as SINK(linear, SINK(*realized), SINK(*their buffers)) over
   placeholder buffers and scalars, and the mapping that binds it to this call: placeholders to the graph's buffers
-  and scalars (CONSTs), and every buffer the schedule creates to fresh storage."""
+  and scalars (CONSTs) and Variables to their values (those of symbolic shapes too: `bind_template` puts them back
+  into the realized nodes' shapes), and every buffer the schedule creates to fresh storage."""
   sink = UOp(Ops.SINK, None, tuple(roots))
   nodes = sink.toposort()
   inputs = [n for n in nodes if n.op is Ops.BUFFER]
@@ -43,12 +45,32 @@ def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
   scalar_slots = [scalar_placeholder(i, c) for i, c in enumerate(scalars)]
   variables = bound_variables(nodes)  # a bound Variable's own DEFINE_VAR is its placeholder
-  key = sink.substitute(dict(zip(inputs, placeholders)) | dict(zip(scalars, scalar_slots)) |
-                        {bind: bind.src[0] for bind in variables})
-  values = dict(zip(scalar_slots, scalars)) | {bind.src[0]: bind for bind in variables}
+  in_shapes = shape_binds(nodes)      # Variables in symbolic shapes: the key holds a placeholder for each
+  if in_shapes: bound_variables([*variables, *in_shapes])  # one value per name
+  key = substitute_with_args(sink, dict(zip(inputs, placeholders)) | dict(zip(scalars, scalar_slots)) |
+                             {bind: bind.src[0] for bind in variables}, {b: shape_placeholder(b) for b in in_shapes})
+  values = shape_values(in_shapes, nodes) | dict(zip(scalar_slots, scalars)) | {bind.src[0]: bind for bind in variables}
   template, fresh = _cached(key, values)
-  return template, (dict(zip(placeholders, inputs)) | values |
+  return template, (dict(zip(placeholders, inputs)) | values | {shape_placeholder(b): b for b in in_shapes} |
                     {f: UOp.new_buffer(f.device, f.arg, f.dtype) for f in fresh})
+
+
+def shape_values(in_shapes: list[UOp], nodes: dict[UOp, None]) -> dict[UOp, UOp]:
+  """The values of the Variables in symbolic shapes, by the placeholders a kernel's CALL passes for them: the
+  Variable on each device of the graph."""
+  if not in_shapes: return {}
+  devices = [n for n in nodes if n.op is Ops.DEVICE]
+  return {UOp(Ops.DEFINE_VAR, b.dtype, (d,), b.src[0].arg): b for b in in_shapes for d in devices}
+
+
+def bind_template(template: UOp, mapping: dict[UOp, UOp]) -> tuple[UOp, UOp, UOp]:
+  """(LINEAR, SINK(realized nodes), SINK(their buffers)) of a template bound to one call: placeholders replaced,
+  and the symbolic shapes of the realized nodes rebound to this call's Variable values (in their args)."""
+  in_shapes = {k: v for k, v in mapping.items() if is_shape_placeholder(k)}
+  if not in_shapes: return template.substitute(mapping).src
+  linear, keys, values = template.src
+  becomes = substitute_with_args(UOp(Ops.SINK, None, (keys, values)), mapping, in_shapes)
+  return linear.substitute(mapping), *becomes.src
 
 
 def _baked_values(baked: tuple[UOp, ...], values: dict[UOp, UOp]) -> tuple:
@@ -72,6 +94,5 @@ def _cached(graph: UOp, values: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, ...]]:
 
 def cached_schedule(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   """(LINEAR, becomes) for these roots, from the schedule cache, bound to their buffers and scalar values."""
-  template, mapping = schedule_template(roots)
-  linear, keys, values = template.substitute(mapping).src
+  linear, keys, values = bind_template(*schedule_template(roots))
   return linear, dict(zip(keys.src, values.src))

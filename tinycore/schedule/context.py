@@ -1,6 +1,7 @@
 """What the scheduler knows about one realize: which nodes get buffers, and which buffer each one gets."""
 from __future__ import annotations
-from tinycore.uop.ops import Ops, UOp, prod
+from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.symbolic_shapes import max_numel
 from tinycore.schedule.scalars import ScalarBindings
 
 
@@ -20,5 +21,5 @@ class ScheduleContext:
       node = node.src[0]
     if node.op is Ops.BUFFER: return node
     if (buf := self.buffers.get(node)) is None:
-      buf = self.buffers[node] = UOp.new_buffer(node.device, prod(node.shape), node.dtype)
+      buf = self.buffers[node] = UOp.new_buffer(node.device, max_numel(node.shape), node.dtype)
     return buf

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable
 import attrs
 from tinycore.uop.ops import GroupOp, Ops, UOp, prod
+from tinycore.uop.symbolic_shapes import max_numel, view_in_buffer
 from tinycore.uop.pattern import PatternMatcher, UPat, graph_rewrite_map
 
 
@@ -70,9 +71,9 @@ def _copy_below_movement(c: UOp, mv: UOp) -> UOp | None:
 
 def copy_to_anonymous_store(c: UOp, x: UOp) -> UOp:
   """COPY(x) -> AFTER(STORE(b, x)) on a fresh buffer b on the target device, viewed in the copy's shape."""
-  buf = UOp.new_buffer(c.arg, prod(c.shape), c.dtype)
-  target = buf.reshape(c.shape)
-  return UOp(Ops.AFTER, c.dtype, (buf, UOp(Ops.STORE, None, (target, x)))).reshape(c.shape)
+  buf = UOp.new_buffer(c.arg, max_numel(c.shape), c.dtype)
+  target = view_in_buffer(buf, c.shape)
+  return view_in_buffer(UOp(Ops.AFTER, c.dtype, (buf, UOp(Ops.STORE, None, (target, x)))), c.shape)
 
 
 copy_rules = PatternMatcher([
@@ -110,11 +111,12 @@ class Region:
 
 def contiguous_region(u: UOp, realized: dict[UOp, None]) -> Region | None:
   """The memory u's elements occupy, in order, when that is one contiguous run of one buffer (through reshapes,
-  contiguous shrinks and bitcasts); None otherwise."""
-  if u.op in (Ops.BUFFER, Ops.AFTER) or u in realized: return Region(u, 0, prod(u.shape), u.dtype)
+  contiguous shrinks and bitcasts); None otherwise. A symbolic size counts as its largest (a copy moves the largest
+  prefix: the symbolic shape is padded to the max shape and shrunk back)."""
+  if u.op in (Ops.BUFFER, Ops.AFTER) or u in realized: return Region(u, 0, max_numel(u.shape), u.dtype)
   if u.op is Ops.RESHAPE:
     inner = contiguous_region(u.src[0], realized)
-    return inner if inner is None else attrs.evolve(inner, size=prod(u.shape))
+    return inner if inner is None else attrs.evolve(inner, size=max_numel(u.shape))
   if u.op is Ops.BITCAST:
     inner = contiguous_region(u.src[0], realized)
     if inner is None or (inner.size * inner.dtype.itemsize) % u.dtype.itemsize: return None
@@ -122,8 +124,8 @@ def contiguous_region(u: UOp, realized: dict[UOp, None]) -> Region | None:
   if u.op is Ops.SHRINK:
     inner = contiguous_region(u.src[0], realized)
     offset = _contiguous_shrink_offset(u.src[0].shape, u.arg)
-    if inner is None or offset is None: return None
-    return Region(inner.version, inner.byte_offset + offset * u.dtype.itemsize, prod(u.shape), u.dtype)
+    if inner is None or not isinstance(offset, int): return None
+    return Region(inner.version, inner.byte_offset + offset * u.dtype.itemsize, max_numel(u.shape), u.dtype)
   if u.op in (Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.FLIP) and prod(u.shape) == prod(u.src[0].shape) and \
       _is_identity_movement(u):
     return contiguous_region(u.src[0], realized)

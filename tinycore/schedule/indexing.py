@@ -19,9 +19,27 @@ def and_valid(a: UOp | None, b: UOp | None) -> UOp | None:
   return UOp(Ops.AND, dtypes.bool, (a, b))
 
 
+def index_size(size: int | UOp) -> int | UOp:
+  """A shape entry for index math: an int stays an int; a symbolic size (an expression of the Variables, unbound in
+  the schedule) is rebuilt in the index dtype, its Variables cast."""
+  if not isinstance(size, UOp): return size
+  if size.op is Ops.CONST: return const_index(size.arg)
+  if size.op is Ops.DEFINE_VAR: return UOp(Ops.DEFINE_VAR, size.dtype, (), size.arg).cast(dtypes.index)  # a parameter
+  if size.op is Ops.CAST: return index_size(size.src[0])
+  if size.op is Ops.BIND: raise RuntimeError(f"Variable {size.expr!r} is still bound in a schedule")
+  return UOp(size.op, dtypes.index, tuple(index_size(s) for s in size.src))
+
+
+def _as_index(x: int | UOp) -> UOp: return x if isinstance(x, UOp) else const_index(x)
+
+
+def index_shape(shape: tuple) -> tuple:
+  return tuple(index_size(s) for s in shape)
+
+
 def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
   strides, acc = [], 1
-  for s in reversed(shape):
+  for s in reversed(index_shape(shape)):
     strides.append(acc if s != 1 else 0)
     acc *= s
   return tuple(reversed(strides))
@@ -38,11 +56,13 @@ def flat_index(idx: Index, shape: tuple[int, ...]) -> UOp:
 
 
 def unflatten_index(flat: UOp, shape: tuple[int, ...]) -> Index:
+  shape = index_shape(shape)
   return tuple(const_index(0) if s == 1 else (flat // stride) % s if stride else const_index(0)
                for s, stride in zip(shape, row_major_strides(shape)))
 
 
 def reshape_index(idx: Index, out_shape: tuple[int, ...], src_shape: tuple[int, ...]) -> Index:
+  if len(src_shape) == 1: return (flat_index(idx, out_shape),)  # to one dim: the row-major offset
   # fast path: the reshape only adds or removes size-1 dims
   if tuple(s for s in out_shape if s != 1) == tuple(s for s in src_shape if s != 1):
     kept = iter([i for i, s in zip(idx, out_shape) if s != 1])
@@ -54,6 +74,7 @@ def source_index(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
   """For movement op u and an index into u's shape: the index into u.src[0] and the in-bounds condition (PAD only)."""
   src_shape = u.src[0].shape
   if u.op is Ops.RESHAPE: return reshape_index(idx, u.shape, src_shape), None
+  src_shape = index_shape(src_shape)
   if u.op is Ops.PERMUTE:
     out = [const_index(0)] * len(idx)
     for i, axis in enumerate(u.arg): out[axis] = idx[i]
@@ -61,15 +82,18 @@ def source_index(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
   if u.op is Ops.EXPAND:
     return tuple(const_index(0) if s == 1 else i for i, s in zip(idx, src_shape)), None
   if u.op is Ops.SHRINK:
-    return tuple(i + b if b else i for i, (b, _) in zip(idx, u.arg)), None
+    return tuple(i + index_size(b) if isinstance(b, UOp) or b else i for i, (b, _) in zip(idx, u.arg)), None
   if u.op is Ops.FLIP:
     return tuple((s - 1) - i if f else i for i, s, f in zip(idx, src_shape, u.arg)), None
   if u.op is Ops.PAD:
     valid: UOp | None = None
     out = []
     for i, s, (before, after) in zip(idx, src_shape, u.arg):
-      if before: valid = and_valid(valid, UOp(Ops.CMPLT, dtypes.bool, (const_index(before - 1), i)))
-      if after: valid = and_valid(valid, UOp(Ops.CMPLT, dtypes.bool, (i, const_index(before + s))))
+      before, after = index_size(before), index_size(after)
+      if isinstance(before, UOp) or before:
+        valid = and_valid(valid, UOp(Ops.CMPLT, dtypes.bool, (_as_index(before - 1), i)))
+      if isinstance(after, UOp) or after:
+        valid = and_valid(valid, UOp(Ops.CMPLT, dtypes.bool, (i, _as_index(before + s))))
       out.append(i - before if before else i)
     return tuple(out), valid
   raise AssertionError(f"{u.op} is not a movement op")

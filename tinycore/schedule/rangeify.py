@@ -7,8 +7,9 @@ its own buffer, and so its own kernel) when it must be: see `NeedsRealize` for t
 from __future__ import annotations
 from typing import TYPE_CHECKING
 from tinycore.dtype import dtypes
-from tinycore.uop.ops import GroupOp, Ops, UOp
-from tinycore.schedule.indexing import Index, and_valid, const_index, flat_index, source_index
+from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
+from tinycore.uop.symbolic_shapes import max_int
+from tinycore.schedule.indexing import Index, and_valid, const_index, flat_index, index_size, source_index
 from tinycore.schedule.scalars import kernel_parameter
 
 if TYPE_CHECKING:
@@ -57,10 +58,25 @@ class KernelBuilder:
     self.range_count += 1
     return rng
 
-  def output_index(self, shape: tuple[int, ...]) -> Index:
-    idx = tuple(self.new_range(s, "loop") for s in shape)
+  def sized_range(self, size: int | UOp, kind: str) -> tuple[UOp, UOp | None]:
+    """A loop over a dim and the gate its iterations need: none for an int size; a symbolic size (a Variable the
+    kernel takes as an argument) loops to its largest value, gated by `index < size`."""
+    if not isinstance(size, UOp): return self.new_range(size, kind), None
+    bound = index_size(size)
+    rng = self.new_range(max_int(size), kind)
+    # the bound rides along as the RANGE's second source: a renderer may end the loop there (the gate stays, so one
+    # that loops to the largest size is right too)
+    if rng.op is Ops.RANGE: rng = rng.replace(src=(*rng.src, bound))
+    return rng, UOp(Ops.CMPLT, dtypes.bool, (rng, bound))
+
+  def output_index(self, shape: tuple[int, ...]) -> tuple[Index, UOp | None]:
+    """The output loops of a kernel over `shape`, and the gate of its symbolic dims (None when all are ints)."""
+    ranges = [self.sized_range(s, "loop") for s in shape]
+    idx = tuple(rng for rng, _ in ranges)
     self.output_ranges = [i for i in idx if i.op is Ops.RANGE]
-    return idx
+    gate = None
+    for _, g in ranges: gate = and_valid(gate, g)
+    return idx, gate
 
   # --- lowering
   def lower(self, u: UOp, idx: Index, valid: UOp | None, top: bool = False) -> UOp:
@@ -113,15 +129,17 @@ class KernelBuilder:
       owner = self.ctx.reduce_owner.setdefault(u, self.owner)
       if owner is not self.owner: raise NeedsRealize(u, "a reduce read by two kernels is computed once, in its own")
     new_idx = list(idx)
-    reduce_ranges = []
+    reduce_ranges, gate = [], None
     for axis in axes:
-      rng = self.new_range(src.shape[axis], "reduce")
-      new_idx[axis] = rng
+      rng, dim_gate = self.sized_range(src.shape[axis], "reduce")
+      new_idx[axis], gate = rng, and_valid(gate, dim_gate)
       if rng.op is Ops.RANGE: reduce_ranges.append(rng)
-    if any(src.shape[axis] == 0 for axis in axes):
-      from tinycore.uop.ops import identity_element
+    if any(max_int(src.shape[axis]) == 0 for axis in axes):
       return UOp.const(u.dtype, identity_element(reduce_op, u.dtype))
-    inner = self.lower(src, tuple(new_idx), valid)
+    inner = self.lower(src, tuple(new_idx), and_valid(valid, gate))
+    # iterations past a symbolic size add the reduction's identity
+    if gate is not None: inner = UOp(Ops.WHERE, u.dtype, (gate, inner, UOp.const(u.dtype, identity_element(reduce_op,
+                                                                                                          u.dtype))))
     return UOp(Ops.REDUCE, u.dtype, (inner, *reduce_ranges), reduce_op) if reduce_ranges else inner
 
   def lower_resizing_bitcast(self, u: UOp, idx: Index, valid: UOp | None) -> UOp:
@@ -157,9 +175,10 @@ def build_value_kernel(ctx: ScheduleContext, node: UOp, out_buf: UOp) -> KernelB
   """The kernel computing `node` into `out_buf`, row-major."""
   kb = KernelBuilder(ctx, node)
   kb.param(out_buf)
-  idx = kb.output_index(node.shape)
-  value = kb.lower(node, idx, None, top=True)
-  store_index = UOp(Ops.INDEX, node.dtype, (kb.param(out_buf), flat_index(idx, node.shape)))
+  idx, gate = kb.output_index(node.shape)
+  value = kb.lower(node, idx, gate, top=True)
+  store_index = UOp(Ops.INDEX, node.dtype, (kb.param(out_buf), flat_index(idx, node.shape)) +
+                    ((gate,) if gate is not None else ()))
   kb.sink = UOp(Ops.SINK, None, (UOp(Ops.STORE, None, (store_index, value)),))
   return kb
 
@@ -169,9 +188,10 @@ def build_store_kernel(ctx: ScheduleContext, store: UOp, out_buf: UOp) -> Kernel
   target, value = store.src
   kb = KernelBuilder(ctx, store)
   kb.param(out_buf)
-  idx = kb.output_index(target.shape)
+  idx, shape_gate = kb.output_index(target.shape)
   address, gate = target_address(target, idx)
-  value_uop = kb.lower(value, idx, None)
+  gate = and_valid(shape_gate, gate)
+  value_uop = kb.lower(value, idx, shape_gate)
   store_index = UOp(Ops.INDEX, target.dtype, (kb.param(out_buf), address) + ((gate,) if gate is not None else ()))
   kb.sink = UOp(Ops.SINK, None, (UOp(Ops.STORE, None, (store_index, value_uop)),))
   kb.store_address = (address, gate)

@@ -127,6 +127,19 @@ def test_max_min_ties_split_equally(reduce):
   assert_close(grad, np.array([[0, 0.5, 0.5, 0], [1, 1, 1, 0]], dtype=np.float32))
 
 
+def test_maximum_minimum_clip_ties_split_in_halves():
+  # as tinygrad: maximum is a MAX whose tie gives each operand half; minimum and clip are built on it
+  a, b = Tensor([1.0, 2.0, 3.0, -4.0]), Tensor([1.0, 5.0, 0.0, -4.0])
+  for fn, want_a, want_b in ((Tensor.maximum, [0.5, 0, 1, 0.5], [0.5, 1, 0, 0.5]),
+                             (Tensor.minimum, [0.5, 1, 0, 0.5], [0.5, 0, 1, 0.5])):
+    grad_a, grad_b = fn(a, b).sum().gradient(a, b)
+    assert_close(grad_a, np.array(want_a, dtype=np.float32))
+    assert_close(grad_b, np.array(want_b, dtype=np.float32))
+  x = Tensor([-1.0, 0.5, 0.2, 1.0, -3.0])
+  (grad,) = x.clip(-1.0, 0.5).sum().gradient(x)
+  assert_close(grad, np.array([0.5, 0.5, 1, 0, 0], dtype=np.float32))
+
+
 MOVEMENT = {
   "reshape": (lambda x: x.reshape(4, 6), lambda x: x.reshape(4, 6)),
   "permute": (lambda x: x.permute(2, 0, 1), lambda x: x.transpose(2, 0, 1)),

@@ -59,7 +59,9 @@ _common: list[tuple[UPat, Predicate]] = [
 
 tensor_spec: list[tuple[UPat, Predicate]] = _common + [
   (UPat(Ops.CONST, name="x"), lambda x: x.dtype is not None and len(x.src) <= 1),
-  (UPat(Ops.ARANGE, src=(UPat(Ops.DEVICE),), name="x"), lambda x: isinstance(x.arg, int) and x.arg >= 0),
+  # an arange's length: an int, or a symbolic size
+  (UPat(Ops.ARANGE, src=(UPat(Ops.DEVICE),), name="x"),
+   lambda x: isinstance(x.arg, UOp) or isinstance(x.arg, int) and x.arg >= 0),
   (UPat(Ops.DEFINE_VAR, src=(UPat(Ops.DEVICE),), name="x"), lambda x: _is_variable(x)),
   # a bound Variable: its value lies in its range
   (UPat(Ops.BIND, src=(UPat(Ops.DEFINE_VAR), UPat(Ops.CONST)), name="x"),
@@ -86,8 +88,10 @@ kernel_spec: list[tuple[UPat, Predicate]] = _common + [
   (UPat(Ops.CONST, name="x"), lambda x: x.dtype is not None and not x.src),
   (UPat(Ops.PARAM, name="x"), lambda x: isinstance(x.arg, int) and x.dtype is not None),
   (UPat(Ops.DEFINE_VAR, src=(), name="x"), lambda x: _is_variable(x)),
-  (UPat(Ops.RANGE, src=(UPat(Ops.CONST),), name="x"),
-   lambda x: x.dtype is dtypes.index and isinstance(x.arg, tuple) and x.arg[1] in ("loop", "reduce")),
+  # a loop of a CONST size; a symbolic dim's loop also carries its bound (an index expression of Variables)
+  (UPat(Ops.RANGE, name="x"), lambda x: x.dtype is dtypes.index and isinstance(x.arg, tuple) and
+   x.arg[1] in ("loop", "reduce") and x.src[0].op is Ops.CONST and len(x.src) <= 2 and
+   all(s.dtype is dtypes.index for s in x.src[1:])),
   (UPat(Ops.INDEX, name="x"), lambda x: x.src[0].op is Ops.PARAM and x.src[1].dtype is dtypes.index and
    (len(x.src) == 2 or (len(x.src) == 3 and x.src[2].dtype is dtypes.bool))),
   (UPat(Ops.LOAD, src=(UPat(Ops.INDEX),), name="x"), lambda x: x.dtype is x.src[0].dtype),
