@@ -6,6 +6,8 @@ import math
 from typing import TYPE_CHECKING, Any, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, to_dtype
 from tinycore.uop.ops import Ops, identity_element
+from tinycore.tensor_math import TensorMath
+from tinycore.tensor_nn import TensorNN
 
 if TYPE_CHECKING:
   from tinycore.tensor import Tensor
@@ -47,7 +49,7 @@ def _reduce_last(x: Tensor, op: Ops | str) -> Tensor:
   return ((x - safe).exp().sum(-1, keepdim=True).log() + safe).squeeze(-1)
 
 
-class TensorOps:
+class TensorOps(TensorMath, TensorNN):
   """Methods of Tensor defined here to keep tensor.py small (Tensor inherits them)."""
   __slots__ = ()
   # a scan runs inside blocks of this many elements (a triangular reduce, block**2 work per block), then scans the
