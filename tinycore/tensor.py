@@ -397,8 +397,9 @@ class Tensor(TensorOps):
   def assign(self, x: Tensor | Any) -> Tensor:
     """Write x into this tensor's storage (or into the view of it that this tensor is). Lazy, like every op."""
     from tinycore.tensor_assign import assign_tensor
+    from tinycore.tensor_indexing import assign_through_index
     if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
-    assign_tensor(self, x)
+    if not assign_through_index(self, x): assign_tensor(self, x)
     return self
 
   def replace(self, x: Tensor) -> Tensor:
@@ -571,9 +572,11 @@ class Tensor(TensorOps):
       offset += s
     return tuple(out)
 
-  def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+  def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
+    """At most `chunks` pieces of one size along dim (the last may be smaller); an empty dim gives chunks empties."""
+    if chunks <= 0: raise ValueError(f"chunk needs chunks > 0, got {chunks}")
     dim = _normalize_axis(dim, self.ndim)
-    return self.split(math.ceil(self.shape[dim] / chunks), dim)
+    return list(self.split(math.ceil(self.shape[dim] / chunks) if self.shape[dim] else [0] * chunks, dim))
 
   # ------------------------------------------------------------------ elementwise
   def _const_like(self, value: Any, dtype: DType | None = None) -> Tensor:

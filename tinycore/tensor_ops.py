@@ -3,8 +3,10 @@ einsum, gather/scatter and masked_fill. Every op composes existing lazy ops (no 
 the UOp graph differentiates them."""
 from __future__ import annotations
 import math
+import operator
 from typing import TYPE_CHECKING, Any, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, to_dtype
+from tinycore.errors import DTypeError
 from tinycore.uop.ops import Ops, identity_element
 from tinycore.tensor_math import TensorMath
 from tinycore.tensor_nn import TensorNN
@@ -336,6 +338,43 @@ class TensorOps(TensorMath, TensorNN):
   def masked_fill(self: Tensor, mask: Tensor, value: Tensor | Any) -> Tensor:
     """self with value where mask is True (mask broadcasts)."""
     return mask.where(value, self)
+
+  # ------------------------------------------------------------------ selection by a mask
+  def _compact(self: Tensor, mask: Tensor, size: int | None, fill_value: Any) -> Tensor:
+    """The elements of the 1-d self where the 1-d bool mask holds, in order, as `size` rows (None: as many as there
+    are, which reads the count back); rows past the count hold fill_value. Output row r takes the element whose
+    exclusive running count of hits is r: a compare of every element with every row, one fused kernel."""
+    from tinycore.tensor import Tensor
+    slot = mask.cumsum() - mask.cast(dtypes.int32)  # where each hit goes
+    size = (int(mask.sum().item()) if mask.numel() else 0) if size is None else operator.index(size)
+    if size < 0: raise ValueError(f"size must be >= 0, got {size}")
+    rows = Tensor.arange(size, device=self.device, dtype=dtypes.int32).reshape(size, 1)
+    chosen = mask & (slot == rows)  # (size, n)
+    filled = rows.squeeze(1) < mask.sum().cast(dtypes.int32)
+    picked = chosen.where(self, 0).sum(1, dtype=self.dtype if dtypes.is_float(self.dtype) else None).cast(self.dtype)
+    return filled.where(picked, fill_value).cast(self.dtype)
+
+  def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    """The elements where mask (bools, broadcast to self) is True, flattened in order; size=N gives N of them
+    (padded with fill_value), size=None as many as there are (reads the count back, as tinygrad)."""
+    if mask.dtype is not dtypes.bool: raise DTypeError(f"masked_select needs a bool mask, got {mask.dtype}")
+    return self.flatten()._compact(mask._broadcast_to(self.shape).flatten(), size, fill_value)
+
+  def nonzero(self: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    """The (count, ndim) int32 indices of the non-zero elements in row-major order; size=N gives N rows (padded
+    with fill_value), size=None as many as there are (reads the count back, as tinygrad)."""
+    from tinycore.tensor import Tensor
+    if self.ndim == 0:
+      count = operator.index(size) if size is not None else int((self != 0).item())
+      return Tensor.zeros(count, 0, device=self.device, dtype=dtypes.int32)
+    flat = Tensor.arange(self.numel(), device=self.device, dtype=dtypes.int32)._compact(
+      (self != 0).flatten(), size, -1)
+    coords, rest = [], flat
+    for extent in reversed(self.shape):  # unravel the flat index, last dim first
+      coords.append(rest.mod(extent) if extent else rest)
+      rest = rest.div(extent, rounding_mode="floor") if extent else rest
+    out = Tensor.stack(*reversed(coords), dim=-1)
+    return (flat.unsqueeze(-1) < 0).where(fill_value, out).cast(dtypes.int32)
 
 
 def _expand_einsum_ellipsis(inputs: list[str], output: str | None,

@@ -94,6 +94,12 @@ def test_split_chunk(rng):
   for got, want in zip(Tensor(x).split([2, 5], dim=0), np.split(x, [2])): assert_equal(got, want)
   for got, want in zip(Tensor(x).chunk(2, dim=1), np.split(x, 2, axis=1)): assert_equal(got, want)
   assert [t.shape for t in Tensor(x).chunk(3)] == [(3, 4), (3, 4), (1, 4)]
+  assert [t.shape for t in Tensor(x).chunk(4, dim=1)] == [(7, 1)] * 4 and isinstance(Tensor(x).chunk(2), list)
+  assert [t.shape for t in Tensor.zeros(0, 3).chunk(3)] == [(0, 3)] * 3  # an empty dim: chunks empties, as tinygrad
+  with pytest.raises(ValueError):
+    Tensor(x).chunk(0)
+  with pytest.raises(ValueError):
+    Tensor(x).split([3, 3])
 
 
 @pytest.mark.parametrize("indexing", ["ij", "xy"])
@@ -327,3 +333,53 @@ def test_advanced_index_errors():
 def test_advanced_getitem_gradient(rng):
   index = np.array([[0, 2], [2, 1]])
   check_gradient(rng, lambda x: x[Tensor(index), 1:], lambda x: x[index, 1:], [random_array(rng, (3, 4), "float32")])
+
+
+def test_assign_through_advanced_index(rng):
+  """t[idx].assign(v) writes into t, as t[idx] = v does; the indexed tensor then reads the new values."""
+  x = random_array(rng, (5, 4), "float32")
+  v = random_array(rng, (3, 2), "float32")
+  t = Tensor(x).contiguous().realize()
+  picked = t[Tensor([4, 0, 2]), 1:3]
+  picked.assign(Tensor(v))
+  expected = x.copy()
+  expected[[4, 0, 2], 1:3] = v
+  assert_equal(t, expected)
+  assert_equal(picked, v)
+  t[[1, -1], [0, 3]].assign(Tensor([7.0, 8.0]))  # lists, negative indices, a broadcast of two index arrays
+  expected[[1, -1], [0, 3]] = [7.0, 8.0]
+  assert_equal(t, expected)
+  t[:2][Tensor([1])].assign(0.5)  # an advanced index of a view writes through the view
+  expected[1] = 0.5
+  assert_equal(t, expected)
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 3, 4), (0, 3)], ids=_ids)
+def test_nonzero(rng, shape):
+  x = random_array(rng, shape, "int32", low=-1, high=2)
+  assert_equal(Tensor(x).nonzero(), np.argwhere(x).astype(np.int32), dtype=dtypes.int32)
+  count = np.count_nonzero(x)
+  padded = np.full((count + 2, len(shape)), -5, dtype=np.int32)
+  padded[:count] = np.argwhere(x)
+  assert_equal(Tensor(x).nonzero(size=count + 2, fill_value=-5), padded)
+  assert_equal(Tensor(x.astype(np.float32)).nonzero(size=max(count - 1, 0)), np.argwhere(x)[:max(count - 1, 0)])
+  assert_equal(Tensor(x.astype(bool)).nonzero(), np.argwhere(x).astype(np.int32))
+
+
+def test_nonzero_0d():
+  assert Tensor(3).nonzero().shape == (1, 0) and Tensor(0).nonzero().shape == (0, 0)
+
+
+def test_masked_select(rng):
+  x = random_array(rng, (3, 5), "float32")
+  mask = random_array(rng, (3, 5), "bool")
+  assert_equal(Tensor(x).masked_select(Tensor(mask)), x[mask], dtype=dtypes.float32)
+  row = random_array(rng, (5,), "bool")
+  assert_equal(Tensor(x).masked_select(Tensor(row)), x[np.broadcast_to(row, x.shape)])  # the mask broadcasts
+  padded = np.concatenate([x[mask], np.full(2, 9.0, np.float32)])
+  assert_equal(Tensor(x).masked_select(Tensor(mask), size=mask.sum() + 2, fill_value=9.0), padded)
+  xi = random_array(rng, (3, 5), "int8")
+  assert_equal(Tensor(xi).masked_select(Tensor(mask)), xi[mask], dtype=dtypes.int8)
+  with pytest.raises(TypeError):
+    Tensor(x).masked_select(Tensor(x))
+  check_gradient(rng, lambda t: t.masked_select(Tensor(mask), size=int(mask.sum())), lambda a: a[mask], [x])
