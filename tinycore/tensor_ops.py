@@ -57,6 +57,9 @@ class TensorOps(TensorMath, TensorNN):
   # a scan runs inside blocks of this many elements (a triangular reduce, block**2 work per block), then scans the
   # block totals the same way: O(n * block) work in about 2 * log_block(n) kernels
   SCAN_BLOCK = 32
+  # from this many elements per row, sort runs a bitonic network (n log(n)**2 work in log(n)**2 / 2 kernels) instead
+  # of counting ranks (n**2 work in one kernel)
+  SORT_NETWORK_MIN = 32768
 
   # ------------------------------------------------------------------ cumulative ops
   def _scan_small(self: Tensor, op: Ops | str) -> Tensor:
@@ -225,12 +228,34 @@ class TensorOps(TensorMath, TensorNN):
     positions = Tensor.arange(n, device=self.device, dtype=dtypes.int32).reshape(n, 1)
     return values, place.where(positions, 0).sum(-2).cast(dtypes.int32)
 
+  def _sort_network(self: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
+    """(values, indices) sorted along the last axis by a bitonic network over (value, position) pairs, so ties keep
+    their order (stable): the row padded to a power of two with values that sort last, then log2(n)(log2(n)+1)/2
+    compare-exchange stages of O(n) work each, every stage realized (a fused chain would re-read exponentially)."""
+    from tinycore.tensor import Tensor
+    n, lead = self.shape[-1], self.shape[:-1]
+    size = 1 << (n - 1).bit_length()
+    last = dtypes.min(self.dtype) if descending else dtypes.max(self.dtype)
+    values = self.pad(((0, 0),) * len(lead) + ((0, size - n),), value=last)
+    positions = Tensor.arange(size, device=self.device, dtype=dtypes.int32).expand(*lead, size)
+    merge = 2
+    while merge <= size:
+      half = merge // 2
+      while half >= 1:
+        values, positions = _compare_exchange(values, positions, merge, half, descending)
+        half //= 2
+      merge *= 2
+    return values[..., :n], positions[..., :n]
+
   def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
-    """(values, indices) of self sorted along dim (stable: equal values keep their order)."""
+    """(values, indices) of self sorted along dim (stable: equal values keep their order). Rows shorter than
+    SORT_NETWORK_MIN by rank counting (one kernel, O(n**2)), longer ones by a bitonic network (O(n log(n)**2))."""
     dim = _axis(dim, self.ndim)
     if self.ndim == 0: return self, type(self)(0, device=self.device, dtype=dtypes.int32)
     if self.shape[dim] == 0: return self, self.cast(dtypes.int32)
-    values, indices = self.transpose(dim, -1)._sort_last(descending)
+    rows = self.transpose(dim, -1)
+    by_network = self.shape[dim] >= TensorOps.SORT_NETWORK_MIN
+    values, indices = rows._sort_network(descending) if by_network else rows._sort_last(descending)
     return values.transpose(dim, -1), indices.transpose(dim, -1)
 
   def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
@@ -375,6 +400,33 @@ class TensorOps(TensorMath, TensorNN):
       rest = rest.div(extent, rounding_mode="floor") if extent else rest
     out = Tensor.stack(*reversed(coords), dim=-1)
     return (flat.unsqueeze(-1) < 0).where(fill_value, out).cast(dtypes.int32)
+
+
+def _compare_exchange(values: Tensor, positions: Tensor, merge: int, half: int,
+                      descending: bool) -> tuple[Tensor, Tensor]:
+  """One bitonic stage over rows of a power-of-two length: element i pairs with i ^ half and the pair is put in
+  order, ascending where bit `merge` of i is 0 (in the requested order, that is) and reversed where it is 1. As
+  movement ops: i = block * 2 merge + reversed * merge + group * 2 half + side * half + offset."""
+  from tinycore.tensor import Tensor
+  lead, size = values.shape[:-1], values.shape[-1]
+  directions = 2 if merge < size else 1
+  view = lead + (max(size // (2 * merge), 1), directions, merge // (2 * half), 2, half)
+
+  def sides(t: Tensor) -> tuple[Tensor, Tensor]:
+    t = t.reshape(view)
+    return t[..., 0, :], t[..., 1, :]
+  (value_lo, value_hi), (position_lo, position_hi) = sides(values), sides(positions)
+
+  def before(va: Tensor, pa: Tensor, vb: Tensor, pb: Tensor) -> Tensor:
+    """a comes before b in the requested order (equal values by position)."""
+    return ((va > vb) if descending else (va < vb)) | ((va == vb) & (pa < pb))
+  reversed_block = Tensor.arange(directions, device=values.device).reshape(directions, 1, 1) == 1
+  swap = reversed_block.where(before(value_lo, position_lo, value_hi, position_hi),
+                              before(value_hi, position_hi, value_lo, position_lo))
+
+  def exchanged(lo: Tensor, hi: Tensor) -> Tensor:
+    return Tensor.stack(swap.where(hi, lo), swap.where(lo, hi), dim=-2).reshape(lead + (size,)).contiguous()
+  return exchanged(value_lo, value_hi), exchanged(position_lo, position_hi)
 
 
 def _expand_einsum_ellipsis(inputs: list[str], output: str | None,

@@ -232,6 +232,32 @@ def test_sort_argsort(rng, shape, dim, descending):
   assert_equal(Tensor(x.astype(np.float32)).argsort(dim, descending), want_indices.astype(np.int32))
 
 
+# each stage of the network is its own kernel: few cases, so the suite compiles few
+@pytest.mark.parametrize("shape,dim,dtype,descending", [((21,), 0, "int8", False), ((3, 20), 1, "float32", True),
+                                                        ((16, 2), 0, "bool", False), ((2, 1), 1, "int8", True)],
+                         ids=_ids)
+def test_sort_network(rng, monkeypatch, shape, dim, dtype, descending):
+  """Long rows sort by a bitonic network: lowered here to every row, on few distinct values (ties stay stable) and
+  the dtype's extremes (the padding's values, which must still sort after the data)."""
+  from tinycore.tensor_ops import TensorOps
+  monkeypatch.setattr(TensorOps, "SORT_NETWORK_MIN", 2)
+  x = random_array(rng, shape, dtype, low=-3, high=3)
+  if dtype == "int8": x.flat[:2] = [127, -128]
+  if dtype == "float32": x.flat[:2] = [np.inf, -np.inf]
+  key = -x.astype(np.float64) if descending else x
+  want_indices = np.argsort(key, axis=dim, kind="stable")
+  values, indices = Tensor(x).sort(dim, descending=descending)
+  assert_equal(values, np.take_along_axis(x, want_indices, dim), dtype=dtype)
+  assert_equal(indices, want_indices.astype(np.int32), dtype=dtypes.int32)
+
+
+def test_sort_network_gradient(rng, monkeypatch):
+  from tinycore.tensor_ops import TensorOps
+  monkeypatch.setattr(TensorOps, "SORT_NETWORK_MIN", 2)
+  check_gradient(rng, lambda x: x.sort(1, descending=True)[0], lambda x: -np.sort(-x, 1),
+                 [random_array(rng, (2, 6), "float32")])
+
+
 @pytest.mark.parametrize("largest", [True, False])
 def test_topk(rng, largest):
   x = random_array(rng, (4, 9), "float32")
