@@ -66,6 +66,24 @@ class TensorMath:
     safe = peak.isinf().where(0, peak)
     return ((a - safe).exp() + (b - safe).exp()).log() + safe
 
+  def log10(self: Tensor) -> Tensor:
+    """The base-10 logarithm."""
+    return self._as_float().log2() * math.log10(2)
+
+  def fmod(self: Tensor, other: Tensor | Any) -> Tensor:
+    """C's remainder: the sign follows self (truncating division), unlike `%`, whose sign follows other."""
+    a, b = self._broadcasted(other)
+    if dtypes.is_int(a.dtype): return a - a.div(b, rounding_mode="trunc") * b
+    return a - (a / b).trunc() * b
+
+  def eq(self: Tensor, other: Tensor | Any) -> Tensor:
+    """self == other, elementwise."""
+    return self == other
+
+  def ne(self: Tensor, other: Tensor | Any) -> Tensor:
+    """self != other, elementwise."""
+    return self != other
+
   # ------------------------------------------------------------------ trigonometry
   def _atan_unit(self: Tensor) -> Tensor:
     """atan on [-1, 1] by its polynomial."""

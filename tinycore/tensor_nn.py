@@ -45,6 +45,28 @@ class TensorNN:
       scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
     return scores.softmax(-1).cast(self.dtype).dropout(dropout_p) @ value
 
+  # ------------------------------------------------------------------ normalization
+  def softmin(self: Tensor, axis: int = -1) -> Tensor:
+    """softmax of -self."""
+    return (-self).softmax(axis)
+
+  def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """self divided by its L`p` norm along dim (at least eps), as torch.nn.functional.normalize."""
+    if p == 2.0: norm = self.square().sum(dim, keepdim=True).sqrt()
+    else: norm = (self.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
+    return self / norm.maximum(eps)
+
+  def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+                axis: int | Sequence[int] = 1) -> Tensor:
+    """(self - mean) * invstd * weight + bias, the statistics and parameters laid along axis (tinygrad's op)."""
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(a % self.ndim for a in axes)
+    shape = tuple(s if d in axes else 1 for d, s in enumerate(self.shape))
+    out = self - mean.reshape(shape)
+    if weight is not None: out = out * weight.reshape(shape)
+    out = out * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
+    return out if bias is None else out + bias.reshape(shape)
+
   # ------------------------------------------------------------------ losses
   def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
                reduction: str = "mean") -> Tensor:
@@ -71,7 +93,8 @@ class TensorNN:
     self), as torch.nn.functional.cross_entropy: label_smoothing mixes in the uniform distribution, weight (C,)
     scales each class ("mean" over class indices divides by the targets' weights), targets equal to ignore_index
     count for nothing."""
-    if not 0.0 <= label_smoothing <= 1.0: raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    if not 0.0 <= label_smoothing <= 1.0:
+      raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     classes_axis = 1 if self.ndim > 1 else 0
     classes = self.shape[classes_axis]
     log_probs = self.log_softmax(classes_axis)
@@ -108,8 +131,8 @@ class TensorNN:
     size = tuple(size)
     if not size or len(size) > self.ndim or any(not isinstance(s, int) or s < 0 for s in size):
       raise ShapeError(f"interpolate size {size} for a tensor of shape {self.shape}")
-    if INTERPOLATE_MODES[mode] not in (None, len(size)): raise ShapeError(f"{mode} interpolates {INTERPOLATE_MODES[mode]} "
-                                                                         f"dims, size has {len(size)}")
+    if INTERPOLATE_MODES[mode] not in (None, len(size)):
+      raise ShapeError(f"{mode} interpolates {INTERPOLATE_MODES[mode]} dims, size has {len(size)}")
     if align_corners and "nearest" in mode: raise ArgumentError("align_corners needs a linear interpolate mode")
     nearest = "nearest" in mode
     x = self if nearest or dtypes.is_float(self.dtype) else self.float()

@@ -6,7 +6,7 @@ import math
 import operator
 from typing import TYPE_CHECKING, Any, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, to_dtype
-from tinycore.errors import DTypeError
+from tinycore.errors import ArgumentError, DTypeError, ShapeError
 from tinycore.uop.ops import Ops, identity_element
 from tinycore.tensor_math import TensorMath
 from tinycore.tensor_nn import TensorNN
@@ -29,18 +29,11 @@ def _identity(op: Ops | str, dtype: DType) -> Any:
   return -math.inf if op == LOGADDEXP else identity_element(op, dtype)
 
 
-def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
-  """log(exp(a) + exp(b)) shifted by the larger, so neither overflows; -inf with -inf stays -inf."""
-  peak = a.maximum(b)
-  safe = peak.isinf().where(0, peak)
-  return ((a - safe).exp() + (b - safe).exp()).log() + safe
-
-
 def _combine(op: Ops | str, a: Tensor, b: Tensor) -> Tensor:
   if op is Ops.ADD: return a + b
   if op is Ops.MUL: return a * b
   if op is Ops.MAX: return a.maximum(b)
-  return _logaddexp(a, b)
+  return a.logaddexp(b)
 
 
 def _reduce_last(x: Tensor, op: Ops | str) -> Tensor:
@@ -60,6 +53,63 @@ class TensorOps(TensorMath, TensorNN):
   # from this many elements per row, sort runs a bitonic network (n log(n)**2 work in log(n)**2 / 2 kernels) instead
   # of counting ranks (n**2 work in one kernel)
   SORT_NETWORK_MIN = 32768
+
+  # ------------------------------------------------------------------ random
+  def randn_like(self: Tensor, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
+    """Standard normal values of self's shape (and device and dtype, unless given)."""
+    return type(self).randn(*self.shape, **{"device": self.device, "dtype": dtype or self.dtype} | kwargs)
+
+  def empty_like(self: Tensor, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    """Uninitialized storage of self's shape (and device and dtype, unless given)."""
+    return type(self).empty(*self.shape, device=device or self.device, dtype=dtype or self.dtype)
+
+  @staticmethod
+  def normal(*shape: int, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
+    """Normal values with the given mean and standard deviation."""
+    from tinycore.tensor import Tensor
+    dtype = kwargs.pop("dtype", None)
+    return (Tensor.randn(*shape, **kwargs) * std + mean).cast(dtype or dtypes.default_float)
+
+  @staticmethod
+  def scaled_uniform(*shape: int, **kwargs: Any) -> Tensor:
+    """Uniform in [-1, 1) scaled by 1/sqrt(number of elements) (tinygrad's initializer)."""
+    from tinycore.tensor import Tensor
+    count = math.prod(Tensor._shape_arg(shape))
+    return Tensor.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (count ** -0.5 if count else 1.0)
+
+  @staticmethod
+  def kaiming_normal(*shape: int, a: float = 0.01, **kwargs: Any) -> Tensor:
+    """He initialization, normal: std sqrt(2 / (1 + a^2)) / sqrt(fan_in), fan_in the product of shape[1:]."""
+    from tinycore.tensor import Tensor
+    dims = Tensor._shape_arg(shape)
+    std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(math.prod(dims[1:]))
+    return Tensor.normal(*dims, mean=0.0, std=std, **kwargs)
+
+  @staticmethod
+  def randperm(n: int, device: str | None = None, dtype: DType | str = dtypes.int32, **kwargs: Any) -> Tensor:
+    """A random permutation of 0..n-1 (the order that sorts n uniform draws)."""
+    from tinycore.tensor import Tensor
+    return Tensor.rand(n, device=device).argsort().cast(dtype).requires_grad_(kwargs.get("requires_grad"))
+
+  def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    """num_samples class indices drawn with probabilities proportional to self's (1-d, or one row each of 2-d)
+    non-negative weights: with replacement by the inverse of the running sum, without by the largest keys
+    log(u) / w (Efraimidis and Spirakis)."""
+    from tinycore.tensor import Tensor
+    if self.ndim not in (1, 2) or num_samples <= 0:
+      raise ShapeError(f"multinomial needs 1-d or 2-d weights and num_samples > 0, got {self.shape}, {num_samples}")
+    weights = (self.unsqueeze(0) if self.ndim == 1 else self).float()
+    if not replacement and num_samples > weights.shape[1]:
+      raise ArgumentError(f"multinomial without replacement of {num_samples} from {weights.shape[1]} classes")
+    if replacement or num_samples == 1:
+      running = weights.cumsum(1)
+      cdf = running / running[:, -1:]
+      draws = Tensor.rand(weights.shape[0], num_samples, 1, device=self.device)
+      indices = (draws >= cdf.unsqueeze(1)).sum(2).minimum(weights.shape[1] - 1)
+    else:
+      keys = Tensor.rand(*weights.shape, device=self.device).log() / weights
+      indices = keys.topk(num_samples, dim=1)[1]
+    return (indices.squeeze(0) if self.ndim == 1 else indices).cast(dtypes.int32)
 
   # ------------------------------------------------------------------ cumulative ops
   def _scan_small(self: Tensor, op: Ops | str) -> Tensor:
@@ -134,6 +184,58 @@ class TensorOps(TensorMath, TensorNN):
   def tril(self: Tensor, diagonal: int = 0) -> Tensor:
     """The lower triangle of the last two dims: elements with col - row <= diagonal, the rest 0."""
     return self._triangle(diagonal, False)
+
+  def size(self: Tensor, dim: int | None = None) -> int | tuple[int, ...]:
+    """The shape, or the size of one dim."""
+    return self.shape if dim is None else self.shape[_axis(dim, self.ndim)]
+
+  def pad_to(self: Tensor, shape: Sequence[int | None], *args: int | None, value: Any = 0) -> Tensor:
+    """Pad the end of each dim up to shape (None keeps a dim)."""
+    target = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) + args
+    if len(target) != self.ndim: raise ShapeError(f"pad_to {target} for a {self.ndim}-d tensor")
+    if any(t is not None and t < s for t, s in zip(target, self.shape)):
+      raise ShapeError(f"pad_to {target} is smaller than the shape {self.shape}")
+    return self.pad([(0, 0 if t is None else t - s) for t, s in zip(target, self.shape)], value=value)
+
+  def shrink_to(self: Tensor, shape: Sequence[int | None], *args: int | None) -> Tensor:
+    """Keep the start of each dim up to shape (None keeps a dim)."""
+    target = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) + args
+    if len(target) != self.ndim: raise ShapeError(f"shrink_to {target} for a {self.ndim}-d tensor")
+    return self.shrink([None if t is None else (0, t) for t in target])
+
+  def diag(self: Tensor) -> Tensor:
+    """The (n, n) matrix with the 1-d self on its diagonal."""
+    from tinycore.tensor import Tensor
+    if self.ndim != 1: raise ShapeError(f"diag needs a 1-d tensor, got shape {self.shape}")
+    n = self.shape[0]
+    return Tensor.eye(n, device=self.device, dtype=dtypes.bool).where(self.reshape(1, n).expand(n, n), 0)
+
+  def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The diagonal of dims dim1 and dim2 (offset > 0 above it, < 0 below) as a new last dim, the other dims first
+    (a view: movement ops only)."""
+    a, b = _axis(dim1, self.ndim), _axis(dim2, self.ndim)
+    if a == b: raise ShapeError(f"diagonal needs two different dims, got {dim1} and {dim2}")
+    x = self.permute(*[d for d in range(self.ndim) if d not in (a, b)], a, b)
+    rows, cols = x.shape[-2:]
+    first_row, first_col = max(-offset, 0), max(offset, 0)
+    m = max(min(rows - first_row, cols - first_col), 0)
+    lead = x.shape[:-2]
+    x = x[..., first_row:first_row + m, first_col:first_col + m].reshape(*lead, m * m)
+    # the diagonal of an m x m block sits every m + 1 elements of its rows laid end to end
+    return x.pad(((0, 0),) * len(lead) + ((0, m),)).reshape(*lead, m, m + 1)[..., 0]
+
+  def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
+    """Windows of `size` elements every `step` along dim: dim becomes the window count, a new last dim of size
+    `size` holds each window (torch's Tensor.unfold)."""
+    dim = _axis(dim, self.ndim)
+    if size < 0 or step <= 0: raise ArgumentError(f"unfold needs size >= 0 and step > 0, got {size} and {step}")
+    if size > self.shape[dim]: raise ShapeError(f"unfold size {size} is larger than dim {dim} ({self.shape[dim]})")
+    if size == 0:
+      count = self.shape[dim] // step + 1
+      return self.shrink_to([1 if d == dim else None for d in range(self.ndim)]).expand(
+        *[count if d == dim else s for d, s in enumerate(self.shape)]).unsqueeze(-1).shrink_to(
+        [None] * self.ndim + [0])
+    return self._windows(dim, size, step, 1)
 
   def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
     """Rotate elements along dims by shifts (without dims: of the flattened tensor, shape kept)."""

@@ -409,3 +409,76 @@ def test_masked_select(rng):
   with pytest.raises(TypeError):
     Tensor(x).masked_select(Tensor(x))
   check_gradient(rng, lambda t: t.masked_select(Tensor(mask), size=int(mask.sum())), lambda a: a[mask], [x])
+
+
+# ---------------------------------------------------------------------------- more shapes
+@pytest.mark.parametrize("offset,dim1,dim2", [(0, 0, 1), (1, 1, 2), (-1, 2, 1), (2, 0, 2), (9, 0, 1)], ids=_ids)
+def test_diagonal(rng, offset, dim1, dim2):
+  x = random_array(rng, (3, 4, 5), "float32")
+  assert_equal(Tensor(x).diagonal(offset, dim1, dim2), np.diagonal(x, offset, dim1, dim2))
+
+
+def test_diag_and_diagonal_errors(rng):
+  v = random_array(rng, (4,), "int32")
+  assert_equal(Tensor(v).diag(), np.diag(v), dtype=dtypes.int32)
+  with pytest.raises(ValueError):
+    Tensor.ones(2, 2).diag()
+  with pytest.raises(RuntimeError):
+    Tensor.ones(2, 2).diagonal(0, 1, -1)
+  check_gradient(rng, lambda t: t.diagonal(1), lambda a: np.diagonal(a, 1).copy(), [random_array(rng, (3, 4))])
+
+
+@pytest.mark.parametrize("dim,size,step", [(0, 3, 2), (1, 2, 1), (-1, 4, 3), (1, 5, 5)], ids=_ids)
+def test_unfold(rng, dim, size, step):
+  x = random_array(rng, (4, 5), "float32")
+  axis = dim % x.ndim  # of the windowed array, whose last axis is new
+  windows = np.lib.stride_tricks.sliding_window_view(x, size, axis=axis)
+  expected = np.take(windows, np.arange(0, windows.shape[axis], step), axis=axis)
+  assert_equal(Tensor(x).unfold(dim, size, step), expected)
+
+
+def test_unfold_errors():
+  with pytest.raises(RuntimeError):
+    Tensor.ones(3).unfold(0, 4, 1)
+  with pytest.raises(RuntimeError):
+    Tensor.ones(3).unfold(0, 2, 0)
+
+
+def test_pad_to_shrink_to_size(rng):
+  x = random_array(rng, (2, 3), "float32")
+  assert_equal(Tensor(x).pad_to(4, None), np.pad(x, ((0, 2), (0, 0))))
+  assert_equal(Tensor(x).pad_to((3, 5), value=7.0), np.pad(x, ((0, 1), (0, 2)), constant_values=7.0))
+  assert_equal(Tensor(x).shrink_to(1, None), x[:1])
+  assert Tensor(x).size() == (2, 3) and Tensor(x).size(-1) == 3 and Tensor(x).size(0) == 2
+  with pytest.raises(ValueError):
+    Tensor(x).pad_to(1, 3)
+
+
+# ---------------------------------------------------------------------------- random
+def test_normal_and_initializers(rng):
+  from tinycore.testing.helpers import fresh_seed
+  Tensor.manual_seed(fresh_seed(rng))
+  samples = Tensor.normal(200, 100, mean=3.0, std=0.5).numpy()
+  assert samples.dtype == np.float32 and abs(samples.mean() - 3.0) < 0.02 and abs(samples.std() - 0.5) < 0.02
+  like = Tensor.ones(300, 100, dtype=dtypes.float16).randn_like()
+  assert like.dtype == dtypes.float16 and like.shape == (300, 100) and abs(float(like.float().std().item()) - 1) < 0.03
+  assert Tensor.zeros(2, 3, dtype=dtypes.int8).empty_like().shape == (2, 3)
+  scaled = Tensor.scaled_uniform(50, 80).numpy()
+  assert np.abs(scaled).max() <= 1 / np.sqrt(4000) and scaled.std() > 0.5 / np.sqrt(3 * 4000)
+  he = Tensor.kaiming_normal(400, 50, a=0.0).numpy()
+  assert abs(he.std() - np.sqrt(2 / 50)) < 0.01
+
+
+def test_randperm_and_multinomial(rng):
+  from tinycore.testing.helpers import fresh_seed
+  Tensor.manual_seed(fresh_seed(rng))
+  perm = Tensor.randperm(40)
+  assert perm.dtype == dtypes.int32 and sorted(perm.tolist()) == list(range(40))
+  weights = np.array([[0.0, 1.0, 3.0, 0.0], [2.0, 0.0, 0.0, 2.0]], np.float32)
+  drawn = Tensor(weights).multinomial(2000, replacement=True).numpy()
+  assert drawn.shape == (2, 2000) and set(np.unique(drawn[0])) <= {1, 2} and set(np.unique(drawn[1])) <= {0, 3}
+  assert abs((drawn[0] == 2).mean() - 0.75) < 0.05 and abs((drawn[1] == 0).mean() - 0.5) < 0.05
+  once = Tensor([1.0, 0.0, 5.0, 2.0, 0.5]).multinomial(4).numpy()
+  assert once.shape == (4,) and len(set(once.tolist())) == 4 and 1 not in once.tolist()
+  with pytest.raises(ValueError):
+    Tensor([1.0, 2.0]).multinomial(3)

@@ -243,3 +243,15 @@ def test_invalid_calls_raise():
     Tensor([0.5]).one_hot(3)
   with pytest.raises(TypeError):
     Tensor([0.5]).one_hot(3)
+
+
+def test_log10_fmod_eq_ne(rng):
+  x = random_array(rng, (3, 4), "float32", low=0.01, high=100)
+  assert_close(Tensor(x).log10(), np.log10(x), atol=1e-6, rtol=1e-6)
+  a, b = random_array(rng, (3, 4), "float32") * 10, random_array(rng, (4,), "float32", low=0.5, high=3)
+  b[1] = -b[1]
+  assert_close(Tensor(a).fmod(Tensor(b)), np.fmod(a, b), atol=1e-5, rtol=1e-5)
+  ai, bi = random_array(rng, (3, 4), "int32") * 5, np.array([3, -4, 7, -2], np.int32)
+  assert_equal(Tensor(ai).fmod(Tensor(bi)), np.fmod(ai, bi), dtype=dtypes.int32)
+  assert_equal(Tensor(ai).eq(Tensor(bi)), ai == bi, dtype=dtypes.bool)
+  assert_equal(Tensor(ai).ne(3), ai != 3, dtype=dtypes.bool)

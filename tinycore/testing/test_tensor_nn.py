@@ -309,3 +309,24 @@ def test_conv_transpose2d_shape_errors():
     Tensor.ones(1, 3, 4, 4).conv_transpose2d(Tensor.ones(2, 2, 3, 3))
   with pytest.raises(ValueError):
     Tensor.ones(1, 2, 4, 4).conv_transpose2d(Tensor.ones(2, 2, 3, 3), stride=2, output_padding=2)
+
+
+# ---------------------------------------------------------------------------- normalization
+def test_softmin_normalize_batchnorm(rng):
+  x = random_array(rng, (3, 4, 5), "float32")
+  shifted = -x - (-x).max(1, keepdims=True)
+  assert_close(Tensor(x).softmin(1), np.exp(shifted) / np.exp(shifted).sum(1, keepdims=True), atol=1e-6)
+  for p in (2.0, 1.0, 3.0):
+    norm = (np.abs(x) ** p).sum(1, keepdims=True) ** (1 / p)
+    assert_close(Tensor(x).normalize(p=p), x / np.maximum(norm, 1e-12), atol=1e-6, rtol=1e-5)
+  assert_equal(Tensor.zeros(2, 3).normalize(), np.zeros((2, 3), np.float32))  # eps: no 0/0
+  mean, invstd = random_array(rng, (4,), "float32"), random_array(rng, (4,), "float32", low=0.5, high=2)
+  weight, bias = random_array(rng, (4,), "float32"), random_array(rng, (4,), "float32")
+  view = (1, 4, 1)
+  expected = (x - mean.reshape(view)) * weight.reshape(view) * invstd.reshape(view) + bias.reshape(view)
+  got = Tensor(x).batchnorm(Tensor(weight), Tensor(bias), Tensor(mean), Tensor(invstd))
+  assert_close(got, expected, atol=1e-5, rtol=1e-5)
+  assert_close(Tensor(x).batchnorm(None, None, Tensor(mean), Tensor(invstd)), (x - mean.reshape(view)) *
+               invstd.reshape(view), atol=1e-5, rtol=1e-5)
+  check_gradient(rng, lambda t: t.normalize(dim=0), lambda a: a / np.sqrt((a * a).sum(0, keepdims=True)),
+                 [random_array(rng, (3, 2), "float32")])
