@@ -330,3 +330,13 @@ def test_softmin_normalize_batchnorm(rng):
                invstd.reshape(view), atol=1e-5, rtol=1e-5)
   check_gradient(rng, lambda t: t.normalize(dim=0), lambda a: a / np.sqrt((a * a).sum(0, keepdims=True)),
                  [random_array(rng, (3, 2), "float32")])
+
+
+def test_conv_transpose2d_layer(rng):
+  from tinycore import nn
+  layer = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+  assert layer.weight.shape == (4, 3, 3, 3) and layer.bias.shape == (6,)
+  x = random_array(rng, (1, 4, 3, 5), "float32")
+  expected = _conv_transpose2d(x.astype(np.float64), layer.weight.numpy(), layer.bias.numpy(), groups=2, stride=2,
+                               padding=1, output_padding=1)
+  assert_close(layer(Tensor(x)), expected.astype(np.float32), atol=1e-5, rtol=1e-5)
