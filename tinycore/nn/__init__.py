@@ -138,4 +138,4 @@ class Embedding:
     return idx.one_hot(self.vocab_size).cast(self.weight.dtype) @ self.weight
 
 
-__all__ = ["Linear", "Conv2d", "BatchNorm", "BatchNorm2d", "LayerNorm", "Embedding"]
+__all__ = ["Linear", "Conv2d", "ConvTranspose2d", "BatchNorm", "BatchNorm2d", "LayerNorm", "Embedding"]
