@@ -279,6 +279,34 @@ class TensorOps(TensorMath, TensorNN):
     spread = x.unsqueeze(dim + 1).expand(*shape[:dim + 1], repeats, *shape[dim + 1:])
     return spread.reshape(*shape[:dim], shape[dim] * repeats, *shape[dim + 1:])
 
+  def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+    """einops' rearrange: "b c (h p) w -> b (h w) (c p)" names each dim (a group in parentheses is a reshape, split
+    on the left with the sizes given as keywords, at most one size per group inferred; merged on the right), the
+    right side orders them (a permute); "..." stands for the dims not named."""
+    if formula.count("->") != 1: raise ArgumentError(f"rearrange needs one '->' in {formula!r}")
+    left, right = (_rearrange_groups(side) for side in formula.split("->"))
+    left_names, right_names = [n for g in left for n in g], [n for g in right for n in g]
+    if sorted(left_names) != sorted(right_names) or len(set(left_names)) != len(left_names):
+      raise ArgumentError(f"rearrange {formula!r}: each name must appear once on each side")
+    if any(n not in left_names for n in sizes): raise ArgumentError(f"rearrange sizes {sizes} name unused axes")
+    if len(left) - ("..." in left_names) > self.ndim or ("..." not in left_names and len(left) != self.ndim):
+      raise ShapeError(f"rearrange {formula!r}: the left side names {len(left)} dims of a {self.ndim}-d tensor")
+    extent, dims = {}, list(self.shape)
+    for group in left:
+      if group == ["..."]:
+        extent["..."] = tuple(dims[:self.ndim - len(left) + 1])
+        del dims[:len(extent["..."])]
+        continue
+      if "..." in group: raise ArgumentError(f"rearrange {formula!r}: '...' cannot be inside a group on the left")
+      extent.update(_split_group(group, dims.pop(0), sizes))
+
+    def spread(names: list[str]) -> list[int]:  # the dims' sizes, "..." as its several dims
+      return [s for n in names for s in (extent[n] if n == "..." else (extent[n],))]
+    x = self.reshape(spread(left_names)).permute(_rearrange_order(left_names, right_names, extent))
+    out_shape: list[int] = []
+    for group in right: out_shape.extend(extent["..."] if group == ["..."] else [math.prod(spread(group))])
+    return x.reshape(out_shape)
+
   # ------------------------------------------------------------------ einsum
   @staticmethod
   def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: DType | str | None = None) -> Tensor:
@@ -529,6 +557,44 @@ def _compare_exchange(values: Tensor, positions: Tensor, merge: int, half: int,
   def exchanged(lo: Tensor, hi: Tensor) -> Tensor:
     return Tensor.stack(swap.where(hi, lo), swap.where(lo, hi), dim=-2).reshape(lead + (size,)).contiguous()
   return exchanged(value_lo, value_hi), exchanged(position_lo, position_hi)
+
+
+def _rearrange_groups(side: str) -> list[list[str]]:
+  """"a (b c) ..." -> [["a"], ["b", "c"], ["..."]]."""
+  groups, current = [], None
+  for token in side.replace("(", " ( ").replace(")", " ) ").split():
+    if token == "(":
+      if current is not None: raise ArgumentError(f"rearrange: nested parentheses in {side!r}")
+      current = []
+    elif token == ")":
+      if current is None: raise ArgumentError(f"rearrange: unbalanced parentheses in {side!r}")
+      groups.append(current)
+      current = None
+    elif token != "..." and not token.isidentifier(): raise ArgumentError(f"rearrange: bad axis name {token!r}")
+    elif current is not None: current.append(token)
+    else: groups.append([token])
+  if current is not None: raise ArgumentError(f"rearrange: unbalanced parentheses in {side!r}")
+  return groups
+
+
+def _split_group(group: list[str], size: int, sizes: dict[str, int]) -> dict[str, int]:
+  """The size of each name of a left-side group of `size` elements (at most one name not in sizes)."""
+  unknown = [n for n in group if n not in sizes]
+  if len(unknown) > 1: raise ArgumentError(f"rearrange: give sizes for all but one of {group}")
+  known = math.prod(sizes[n] for n in group if n in sizes)
+  if unknown and known and size % known == 0: return {n: sizes.get(n, size // known) for n in group}
+  if not unknown and known == size: return {n: sizes[n] for n in group}
+  raise ShapeError(f"rearrange: a dim of size {size} cannot split into {group} with sizes {sizes}")
+
+
+def _rearrange_order(left: list[str], right: list[str], extent: dict[str, Any]) -> list[int]:
+  """The permutation from the left's dims to the right's ("..." is as many dims as it stands for)."""
+  position, start = {}, 0
+  for name in left:
+    width = len(extent[name]) if name == "..." else 1
+    position[name] = list(range(start, start + width))
+    start += width
+  return [d for name in right for d in position[name]]
 
 
 def _expand_einsum_ellipsis(inputs: list[str], output: str | None,

@@ -482,3 +482,26 @@ def test_randperm_and_multinomial(rng):
   assert once.shape == (4,) and len(set(once.tolist())) == 4 and 1 not in once.tolist()
   with pytest.raises(ValueError):
     Tensor([1.0, 2.0]).multinomial(3)
+
+
+@pytest.mark.parametrize("formula,sizes,reference", [
+  ("b (c p) h w -> b (h w) (c p)", {"p": 2},
+   lambda x: x.reshape(2, 3, 2, 4, 5).transpose(0, 3, 4, 1, 2).reshape(2, 20, 6)),
+  ("b ... w -> w b ...", {}, lambda x: x.transpose(3, 0, 1, 2)),
+  ("... h w -> ... (h w)", {}, lambda x: x.reshape(2, 6, 20)),
+  ("b c h w -> (b c h w)", {}, lambda x: x.reshape(-1)),
+  ("b (c1 c2) h w -> c2 b h (w c1)", {"c2": 3}, lambda x: x.reshape(2, 2, 3, 4, 5).transpose(2, 0, 3, 4, 1)
+   .reshape(3, 2, 4, 10)),
+], ids=["split_merge", "ellipsis_move", "ellipsis_keep", "flatten", "inferred"])
+def test_rearrange(rng, formula, sizes, reference):
+  x = random_array(rng, (2, 6, 4, 5), "float32")
+  assert_equal(Tensor(x).rearrange(formula, **sizes), reference(x))
+
+
+@pytest.mark.parametrize("formula,sizes", [("a b -> a", {}), ("a b c d e -> a b c d e", {}), ("a b -> b a c", {}),
+                                           ("(a b) c d e -> a b c d e", {}), ("a b c d -> a b c d", {"z": 2}),
+                                           ("a (b c) d e -> a b c d e", {"b": 4}), ("a b c d", {})],
+                         ids=str)
+def test_rearrange_errors(formula, sizes):
+  with pytest.raises((ValueError, RuntimeError)):
+    Tensor.ones(2, 6, 4, 5).rearrange(formula, **sizes)
