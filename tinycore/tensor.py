@@ -1111,11 +1111,15 @@ class Tensor(TensorOps):
     return out if bias is None else out + bias.reshape(1, cout, 1, 1)
 
   def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
-                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
-    """The max of each window of the last two dims (stride defaults to the kernel size; padding is -inf)."""
+                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                 return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """The max of each window of the last two dims (stride defaults to the kernel size; padding is -inf);
+    return_indices: also where each max is, as an int32 index into the flattened (H*W) plane (the first, on ties)."""
     kernel = Tensor._pair(kernel_size)
     windows = self._pad2d(padding, -math.inf)._pool(kernel, Tensor._pair(stride or kernel), Tensor._pair(dilation))
-    return windows.max((-2, -1))
+    if not return_indices: return windows.max((-2, -1))
+    return windows.max((-2, -1)), self._pool_argmax(windows, padding, kernel, Tensor._pair(stride or kernel),
+                                                    Tensor._pair(dilation))
 
   def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
                  dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:

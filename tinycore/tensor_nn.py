@@ -191,6 +191,39 @@ class TensorNN:
       head, tail = edge(0, before), edge(n - 1, after)
     return type(self).cat(*[t for t in (head, self, tail) if t.shape[dim]], dim=dim)
 
+  # ------------------------------------------------------------------ pooling indices
+  def _pool_argmax(self: Tensor, windows: Tensor, padding: int | Sequence[int], kernel: tuple[int, int],
+                   stride: tuple[int, int], dilation: tuple[int, int]) -> Tensor:
+    """For max_pool2d(return_indices=True): the flat (H*W) index of each window's first maximum. Positions count
+    down (H*W ... 1, padding 0), so the first maximum has the largest count and padding never wins."""
+    from tinycore.tensor import Tensor
+    h, w = self.shape[-2:]
+    countdown = Tensor.arange(h * w, 0, -1, device=self.device, dtype=dtypes.int32).reshape(h, w)
+    counts = countdown._pad2d(padding, 0)._pool(kernel, stride, dilation)
+    is_max = windows == windows.max((-2, -1), keepdim=True)
+    return (h * w - is_max.where(counts, 0).max((-2, -1))).cast(dtypes.int32)
+
+  def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2),
+                   stride: int | Sequence[int] | None = None, dilation: int | Sequence[int] = 1,
+                   padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
+    """The partial inverse of max_pool2d: each pooled value goes back to the place its index names (torch's
+    max_unpool2d), zeros elsewhere, in a plane of output_size (default: the size max_pool2d's arguments map to
+    self's)."""
+    if self.shape != indices.shape: raise ShapeError(f"max_unpool2d: indices {indices.shape} for values {self.shape}")
+    if output_size is None:
+      kernel, dilation = _tuple_of(kernel_size, 2, "kernel_size"), _tuple_of(dilation, 2, "dilation")
+      stride = kernel if stride is None else _tuple_of(stride, 2, "stride")
+      pads = _tuple_of(padding, 2, "padding")
+      output_size = tuple((i - 1) * s - 2 * p + d * (k - 1) + 1
+                          for i, k, s, d, p in zip(self.shape[-2:], kernel, stride, dilation, pads))
+    plane = tuple(output_size)[-2:]
+    lead, count = self.shape[:-2], plane[0] * plane[1]
+    flat_values = self.reshape(*lead, -1, 1)
+    hits = indices.reshape(*lead, -1, 1) == type(self).arange(count, device=self.device, dtype=indices.dtype)
+    # overlapping windows may name one place twice, always with its one value: take it once (a max, not a sum)
+    placed = hits.where(flat_values, dtypes.min(self.dtype)).max(-2)
+    return hits.any(-2).where(placed, 0).cast(self.dtype).reshape(*lead, *plane)
+
   # ------------------------------------------------------------------ transposed convolution
   def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
                        stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,

@@ -340,3 +340,36 @@ def test_conv_transpose2d_layer(rng):
   expected = _conv_transpose2d(x.astype(np.float64), layer.weight.numpy(), layer.bias.numpy(), groups=2, stride=2,
                                padding=1, output_padding=1)
   assert_close(layer(Tensor(x)), expected.astype(np.float32), atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------- max pooling indices
+def _max_pool_with_indices(x, kernel, stride, padding):
+  """(values, flat H*W indices of the first maximum) of each window, padding -inf, by loops."""
+  n, c, h, w = x.shape
+  padded = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)), constant_values=-np.inf)
+  oh, ow = (h + 2 * padding - kernel) // stride + 1, (w + 2 * padding - kernel) // stride + 1
+  values, indices = np.zeros((n, c, oh, ow), x.dtype), np.zeros((n, c, oh, ow), np.int32)
+  for i in range(oh):
+    for j in range(ow):
+      window = padded[:, :, i * stride:i * stride + kernel, j * stride:j * stride + kernel].reshape(n, c, -1)
+      best = window.argmax(-1)
+      values[:, :, i, j] = window.max(-1)
+      row, col = i * stride + best // kernel - padding, j * stride + best % kernel - padding
+      indices[:, :, i, j] = row * w + col
+  return values, indices
+
+
+@pytest.mark.parametrize("kernel,stride,padding", [(2, 2, 0), (3, 2, 1), (3, 1, 0)], ids=_ids)
+def test_max_pool2d_indices_and_unpool(rng, kernel, stride, padding):
+  x = random_array(rng, (2, 3, 6, 5), "float32")
+  x[0, 0, :2, :2] = 1.5  # ties: the first maximum
+  values, indices = Tensor(x).max_pool2d(kernel, stride, padding=padding, return_indices=True)
+  want_values, want_indices = _max_pool_with_indices(x, kernel, stride, padding)
+  assert_equal(values, want_values)
+  assert_equal(indices, want_indices, dtype=dtypes.int32)
+  unpooled = values.max_unpool2d(indices, kernel, stride, padding=padding, output_size=(6, 5))
+  expected = np.zeros((2, 3, 30), np.float32)
+  np.put_along_axis(expected, want_indices.reshape(2, 3, -1), want_values.reshape(2, 3, -1), -1)
+  assert_equal(unpooled, expected.reshape(2, 3, 6, 5))
+  if (kernel, stride, padding) == (2, 2, 0):  # the default output size: the input's, here
+    assert values.max_unpool2d(indices).shape == (2, 3, 6, 4)
