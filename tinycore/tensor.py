@@ -778,6 +778,7 @@ class Tensor(TensorOps):
   def float(self) -> Tensor: return self.cast(dtypes.float32)
   def half(self) -> Tensor: return self.cast(dtypes.float16)
   def int(self) -> Tensor: return self.cast(dtypes.int32)
+  def short(self) -> Tensor: return self.cast(dtypes.int16)
   def long(self) -> Tensor: return self.cast(dtypes.int64)
   def bool(self) -> Tensor: return self.cast(dtypes.bool)
   def double(self) -> Tensor: return self.cast(dtypes.float64)

@@ -255,3 +255,4 @@ def test_log10_fmod_eq_ne(rng):
   assert_equal(Tensor(ai).fmod(Tensor(bi)), np.fmod(ai, bi), dtype=dtypes.int32)
   assert_equal(Tensor(ai).eq(Tensor(bi)), ai == bi, dtype=dtypes.bool)
   assert_equal(Tensor(ai).ne(3), ai != 3, dtype=dtypes.bool)
+  assert_equal(Tensor(ai).short(), ai.astype(np.int16), dtype=dtypes.int16)
