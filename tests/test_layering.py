@@ -9,13 +9,14 @@ PACKAGE = pathlib.Path(tinycore.__file__).parent
 
 # module (dotted, below tinycore) or package -> layer; the longest matching prefix wins
 LAYERS = {
-  "dtype": 0, "caches": 0, "helpers": 0,
+  "dtype": 0, "caches": 0, "helpers": 0, "errors": 0,
   "uop": 1,
   "schedule": 2, "codegen": 2,
   "device": 3, "plugin.hookspecs": 3, "plugin.spec": 3, "plugin.manager": 3, "plugin.known_failures": 3,
   "hcq": 4,
   "engine": 5,
-  "tensor": 6, "tensor_indexing": 6, "tensor_assign": 6, "tensor_ops": 6, "gradient": 6, "multi": 6,
+  "tensor": 6, "tensor_indexing": 6, "tensor_assign": 6, "tensor_ops": 6, "tensor_math": 6, "tensor_nn": 6,
+  "gradient": 6, "multi": 6,
   # the public faces: they gather the layers below for users and plugin authors
   "nn": 7, "cli": 7, "testing": 7, "jit": 7, "plugin": 7, "__init__": 7, "__main__": 7,
 }

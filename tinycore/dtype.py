@@ -21,6 +21,18 @@ class DType:
   def __lt__(self, other: DType) -> bool:
     return (self.priority, self.itemsize, self.name) < (other.priority, other.itemsize, other.name)
 
+  # tinygrad's per-dtype facts: dtypes.int32.max, dtypes.uint8.min, dtypes.float16.bitsize
+  @property
+  def min(self) -> bool | int | float:
+    """The smallest value (-inf for floats, False for bool)."""
+    return dtypes.min(self)
+  @property
+  def max(self) -> bool | int | float:
+    """The largest value (inf for floats, True for bool)."""
+    return dtypes.max(self)
+  @property
+  def bitsize(self) -> int: return 1 if self.name == "bool" else self.itemsize * 8
+
 
 class dtypes:
   """The dtypes namespace, as in tinygrad: `dtypes.float32`, `dtypes.is_float(d)`, ..."""
@@ -102,12 +114,25 @@ class dtypes:
   @staticmethod
   def fields() -> dict[str, DType]: return dict(DTYPES_BY_NAME)
 
+  @staticmethod
+  def finfo(dtype: DType) -> tuple[int, int]:
+    """(exponent bits, mantissa bits) of a float dtype, as tinygrad's dtypes.finfo."""
+    if not dtypes.is_float(dtype): raise ValueError(f"{dtype} is not a floating point type")
+    return FLOAT_BITS[dtype.name]
+
 
 ALL = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
        dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 FLOATS = frozenset({dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64})
 UNSIGNED = frozenset({dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
 INTS = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64}) | UNSIGNED
+FLOAT_BITS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}
+# tinygrad's groups of dtypes, as tuples on the namespace (dtypes.floats, dtypes.ints, ...)
+dtypes.floats = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
+dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
+dtypes.ints = dtypes.uints + dtypes.sints
+dtypes.all = dtypes.floats + dtypes.ints + (dtypes.bool,)
 DTYPES_BY_NAME = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16,
                   "uint16": dtypes.uint16, "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64,
                   "uint64": dtypes.uint64, "float16": dtypes.float16, "bfloat16": dtypes.bfloat16,

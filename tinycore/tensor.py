@@ -16,6 +16,7 @@ from tinycore.gradient import compute_gradient, full_like, functional
 from tinycore.helpers import Context, TRAINING
 from tinycore.engine.jit import JitError, is_capturing, record_random_draw
 from tinycore.tensor_ops import TensorOps
+from tinycore.errors import ArgumentError, DTypeError, ShapeError
 
 # every live Tensor (weakly), so a realize can rebind all of them to the buffers it produced
 all_tensors: dict[weakref.ref, None] = {}
@@ -76,7 +77,7 @@ def _flatten_nested(data: Any) -> tuple[list[Any], tuple[int, ...]]:
 
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-  """numpy's broadcast of these shapes; shapes that do not broadcast are a ValueError naming them."""
+  """numpy's broadcast of these shapes; shapes that do not broadcast are a ShapeError (a ValueError) naming them."""
   if len(shapes) == 2:  # the common cases of a binary op: equal shapes, or a scalar operand
     if shapes[0] == shapes[1] or not shapes[1]: return tuple(shapes[0])
     if not shapes[0]: return tuple(shapes[1])
@@ -85,7 +86,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   out = []
   for sizes in zip(*padded):
     non_one = {s for s in sizes if s != 1}
-    if len(non_one) > 1: raise ValueError(f"cannot broadcast shapes {' and '.join(str(tuple(s)) for s in shapes)}")
+    if len(non_one) > 1: raise ShapeError(f"cannot broadcast shapes {' and '.join(str(tuple(s)) for s in shapes)}")
     out.append(non_one.pop() if non_one else 1)
   return tuple(out)
 
@@ -258,8 +259,11 @@ class Tensor(TensorOps):
     if stop is None: start, stop = 0, start
     if any(isinstance(v, UOp) for v in (start, stop, step)): return Tensor._symbolic_arange(start, stop, step, **kwargs)
     if step == 0: raise ValueError("arange step must not be zero")
-    dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.from_py([start, stop, step])
     count = max(0, math.ceil((stop - start) / step))
+    dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else Tensor._arange_dtype(start, stop, step, count)
+    low, high = sorted((start, start + (count - 1) * step)) if count else (0, 0)
+    if low < dtypes.min(dtype) or high > dtypes.max(dtype):
+      raise OverflowError(f"arange({start}, {stop}, {step}) has values outside the range of {dtype}")
     device_uop = UOp(Ops.DEVICE, None, (), _canonical_device(kwargs.pop("device", None)))
     index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (device_uop,), count), **kwargs)
     return (index.cast(dtype) * step + start).cast(dtype) if count else index.cast(dtype)
@@ -283,9 +287,18 @@ class Tensor(TensorOps):
     return (ramp + start if not (isinstance(start, int) and start == 0) else ramp).cast(dtype)
 
   @staticmethod
+  def _arange_dtype(start: int | float, stop: int | float, step: int | float, count: int) -> DType:
+    """default_float if any bound is a float, else default_int, or int64 when the values leave its range."""
+    if any(isinstance(v, float) for v in (start, stop, step)): return dtypes.default_float
+    last = start + (count - 1) * step if count else start
+    fits = all(dtypes.min(dtypes.default_int) <= v <= dtypes.max(dtypes.default_int) for v in (start, last))
+    return dtypes.default_int if fits else dtypes.int64
+
+  @staticmethod
   def linspace(start: int | float, stop: int | float, steps: int, **kwargs) -> Tensor:
     if steps < 0: raise ValueError(f"linspace needs steps >= 0, got {steps}")
     dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.default_float
+    if dtype is dtypes.bool: raise ValueError("linspace with dtype bool is not supported (as in tinygrad)")
     if steps == 1: return Tensor([start], dtype=dtype, **kwargs)
     ramp = Tensor.arange(steps, dtype=dtypes.default_float, **kwargs)
     return (start + ramp * ((stop - start) / max(steps - 1, 1))).cast(dtype)
@@ -464,8 +477,9 @@ class Tensor(TensorOps):
   def assign(self, x: Tensor | Any) -> Tensor:
     """Write x into this tensor's storage (or into the view of it that this tensor is). Lazy, like every op."""
     from tinycore.tensor_assign import assign_tensor
+    from tinycore.tensor_indexing import assign_through_index
     if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
-    assign_tensor(self, x)
+    if not assign_through_index(self, x): assign_tensor(self, x)
     return self
 
   def replace(self, x: Tensor) -> Tensor:
@@ -477,16 +491,16 @@ class Tensor(TensorOps):
   def reshape(self, shape, *args) -> Tensor:
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) + args
     if any(isinstance(s, UOp) for s in (*shape, *self.shape)): return self._symbolic_reshape(shape)
-    if shape.count(-1) > 1: raise ValueError(f"reshape to {shape}: only one dimension can be -1")
+    if shape.count(-1) > 1: raise ShapeError(f"reshape to {shape}: only one dimension can be -1")
     shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     if -1 in shape:
       known = prod(s for s in shape if s != -1)
       if known == 0 or self.numel() % known:
-        raise ValueError(f"cannot reshape a tensor of shape {self.shape} to {shape}")
+        raise ShapeError(f"cannot reshape a tensor of shape {self.shape} to {shape}")
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-    if any(not isinstance(s, int) or s < 0 for s in shape): raise ValueError(f"invalid reshape target {shape}")
+    if any(not isinstance(s, int) or s < 0 for s in shape): raise ShapeError(f"invalid reshape target {shape}")
     if prod(shape) != self.numel():
-      raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {shape}")
+      raise ShapeError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {shape}")
     return self._view(self.uop.reshape(shape))
 
   def _symbolic_reshape(self, shape: tuple) -> Tensor:
@@ -513,18 +527,18 @@ class Tensor(TensorOps):
 
   def expand(self, shape, *args) -> Tensor:
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) + args
-    if len(shape) < self.ndim: raise ValueError(f"cannot expand shape {self.shape} to {shape}: fewer dims")
+    if len(shape) < self.ndim: raise ShapeError(f"cannot expand shape {self.shape} to {shape}: fewer dims")
     base = (1,) * (len(shape) - self.ndim) + self.shape
     new_shape = tuple(b if s == -1 else s for s, b in zip(shape, base))
     for s, b in zip(new_shape, base):
-      if b != 1 and s != b: raise ValueError(f"cannot expand shape {self.shape} to {shape}")
+      if b != 1 and s != b: raise ShapeError(f"cannot expand shape {self.shape} to {shape}")
     return self._view(self.uop.reshape(base).expand(new_shape))
 
   def permute(self, order, *args) -> Tensor:
     order = tuple(order) if isinstance(order, (tuple, list)) else (order,) + args
     order = tuple(_normalize_axis(o, self.ndim) for o in order)
     if sorted(order) != list(range(self.ndim)):
-      raise ValueError(f"permute order {order} is not a permutation of {self.ndim} dims")
+      raise ShapeError(f"permute order {order} is not a permutation of {self.ndim} dims")
     return self._view(self.uop.permute(order))
 
   def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
@@ -540,34 +554,42 @@ class Tensor(TensorOps):
 
   def flip(self, axis, *args) -> Tensor:
     axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,) + args
-    axes = {_normalize_axis(a, self.ndim) for a in axes}
+    normalized = [_normalize_axis(a, self.ndim) for a in axes]
+    if len(set(normalized)) != len(normalized): raise ShapeError(f"flip{axes}: a dim can appear only once")
+    axes = set(normalized)
     return self._view(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
-    if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} bounds, got {len(arg)}")
+    if len(arg) != self.ndim: raise ShapeError(f"shrink needs {self.ndim} bounds, got {len(arg)}")
     _check_sizes("shrink", [x for b in arg if b is not None for x in b])
     bounds = tuple((0, s) if b is None else tuple(simplify_size(x) for x in b) for b, s in zip(arg, self.shape))
     for (b, e), s in zip(bounds, self.shape):
       if not 0 <= _concrete(b) <= _concrete(e) <= _concrete(s):
-        raise ValueError(f"shrink bounds {bounds} out of range for shape {self.shape}")
+        raise ShapeError(f"shrink bounds {bounds} out of range for shape {self.shape}")
       # a symbolic bound must stay in range for every value of its Variables (a replay may bind another one)
       if min_int(b) < 0 or max_int(e) > max_int(s):
-        raise ValueError(f"shrink bounds {bounds} can leave shape {self.shape} for some Variable values: a Variable's "
+        raise ShapeError(f"shrink bounds {bounds} can leave shape {self.shape} for some Variable values: a Variable's "
                          "range must fit the dim")
     return self._view(self.uop.shrink(bounds))
 
   def pad(self, padding, mode: str = "constant", value: float = 0.0) -> Tensor:
-    if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} is not supported (only 'constant')")
+    """Pad with `value` (mode "constant") or by "reflect", "replicate" or "circular"; padding is torch's flat
+    (last dim first) or one (before, after) pair (or None) per dim; negative amounts crop."""
     sizes = [x for p in padding if p is not None for x in (p if isinstance(p, (tuple, list)) else [p])]
     _check_sizes("pad", sizes)
     if all(isinstance(p, (int, UOp)) for p in padding):  # torch-style flat padding, last dim first
       if len(padding) % 2: raise ValueError(f"flat padding needs an even length, got {padding}")
+      if len(padding) // 2 > self.ndim:
+        raise ShapeError(f"flat padding {padding} pads {len(padding) // 2} dims of a {self.ndim}-d tensor")
       pairs = [(0, 0)] * self.ndim
       for i in range(len(padding) // 2): pairs[self.ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
     else:
-      if len(padding) != self.ndim: raise ValueError(f"padding {padding} does not match {self.ndim} dims")
+      if len(padding) != self.ndim: raise ShapeError(f"padding {padding} does not match {self.ndim} dims")
       pairs = [(0, 0) if p is None else tuple(p) for p in padding]
-    if any(isinstance(x, UOp) for x in sizes): return self._symbolic_pad(tuple(pairs), value)
+    if any(isinstance(x, UOp) for x in sizes):
+      if mode != "constant": raise NotImplementedError(f"pad mode {mode!r} with Variable sizes is not supported")
+      return self._symbolic_pad(tuple(pairs), value)
+    if mode != "constant": return self._pad_with_mode(pairs, mode)
     # negative padding shrinks
     shrink = tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(pairs, self.shape))
     x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pairs) else self
@@ -631,7 +653,7 @@ class Tensor(TensorOps):
     dim = _normalize_axis(dim, self.ndim)
     for t in tensors:
       if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != dim):
-        raise ValueError(f"cat needs equal shapes except in dim {dim}, got {[t.shape for t in tensors]}")
+        raise ShapeError(f"cat needs equal shapes except in dim {dim}, got {[t.shape for t in tensors]}")
     dtype = least_upper_dtype(*[t.dtype for t in tensors])
     total = sum(t.shape[dim] for t in tensors)
     out, offset = None, 0
@@ -652,7 +674,7 @@ class Tensor(TensorOps):
     if len(others) == 1 and isinstance(others[0], (list, tuple)): others = tuple(others[0])
     tensors = (self, *others)
     if any(t.shape != self.shape for t in tensors):
-      raise ValueError(f"stack needs tensors of one shape, got {[t.shape for t in tensors]}")
+      raise ShapeError(f"stack needs tensors of one shape, got {[t.shape for t in tensors]}")
     dim = _normalize_axis(dim, self.ndim + 1)
     return Tensor.cat(*[t.unsqueeze(dim) for t in tensors], dim=dim) if others else self.unsqueeze(dim)
 
@@ -660,7 +682,7 @@ class Tensor(TensorOps):
     dim = _normalize_axis(dim, self.ndim)
     if isinstance(sizes, int):
       sizes = [min(sizes, self.shape[dim] - i) for i in range(0, max(self.shape[dim], 1), max(sizes, 1))]
-    if sum(sizes) != self.shape[dim]: raise ValueError(f"split sizes {sizes} do not add up to {self.shape[dim]}")
+    if sum(sizes) != self.shape[dim]: raise ShapeError(f"split sizes {sizes} do not add up to {self.shape[dim]}")
     out, offset = [], 0
     for s in sizes:
       bounds = [None] * self.ndim
@@ -669,9 +691,11 @@ class Tensor(TensorOps):
       offset += s
     return tuple(out)
 
-  def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+  def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
+    """At most `chunks` pieces of one size along dim (the last may be smaller); an empty dim gives chunks empties."""
+    if chunks <= 0: raise ValueError(f"chunk needs chunks > 0, got {chunks}")
     dim = _normalize_axis(dim, self.ndim)
-    return self.split(math.ceil(self.shape[dim] / chunks), dim)
+    return list(self.split(math.ceil(self.shape[dim] / chunks) if self.shape[dim] else [0] * chunks, dim))
 
   # ------------------------------------------------------------------ elementwise
   def _const_like(self, value: Any, dtype: DType | None = None) -> Tensor:
@@ -733,7 +757,7 @@ class Tensor(TensorOps):
     if rounding_mode == "floor":
       if dtypes.is_int(num.dtype): return num._floor_idiv(den)
       return num.div(den).floor().cast(num.dtype)
-    raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    raise ArgumentError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
 
   def _floor_idiv(self, den: Tensor) -> Tensor:
     # C truncates; floor differs by one when the signs differ and there is a remainder
@@ -804,9 +828,6 @@ class Tensor(TensorOps):
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self).sigmoid() - 1.0
   def square(self) -> Tensor: return self * self
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
-  def softplus(self, beta: float = 1) -> Tensor: return (1 + (self * beta).exp()).log() * (1 / beta)
-  def gelu(self) -> Tensor:
-    return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
   def silu(self) -> Tensor: return self * self.sigmoid()
   def swish(self) -> Tensor: return self.silu()
   def elu(self, alpha: float = 1.0) -> Tensor: return (self > 0).where(self, alpha * (self.exp() - 1))
@@ -829,7 +850,7 @@ class Tensor(TensorOps):
     if dtypes.is_float(a.dtype): return -((-a).maximum(-b))
     return (a < b)._or_nan(a).where(a, b)
   def clip(self, min_=None, max_=None) -> Tensor:
-    if min_ is None and max_ is None: raise ValueError("clip needs at least one of min_ or max_")
+    if min_ is None and max_ is None: raise ArgumentError("clip needs at least one of min_ or max_")
     out = self
     if min_ is not None: out = out.maximum(min_)
     if max_ is not None: out = out.minimum(max_)
@@ -838,6 +859,8 @@ class Tensor(TensorOps):
 
   def pow(self, x, reverse: bool = False) -> Tensor:
     base, exponent = self._broadcasted(x, reverse)
+    if not reverse and not dtypes.is_float(base.dtype) and isinstance(x, int) and x < 0:
+      raise ArgumentError(f"{base.dtype} tensor ** {x}: negative powers of integers need a float base (cast first)")
     if not dtypes.is_float(base.dtype):
       # integer powers: repeated squaring on the device would need loops; compute in float64 and round
       base64 = base.cast(dtypes.float64)
@@ -877,6 +900,7 @@ class Tensor(TensorOps):
   def float(self) -> Tensor: return self.cast(dtypes.float32)
   def half(self) -> Tensor: return self.cast(dtypes.float16)
   def int(self) -> Tensor: return self.cast(dtypes.int32)
+  def short(self) -> Tensor: return self.cast(dtypes.int16)
   def long(self) -> Tensor: return self.cast(dtypes.int64)
   def bool(self) -> Tensor: return self.cast(dtypes.bool)
   def double(self) -> Tensor: return self.cast(dtypes.float64)
@@ -1038,7 +1062,8 @@ class Tensor(TensorOps):
     return (n - (is_max * countdown).max(axis, keepdim)).cast(dtypes.int32)
 
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
-    return self._inverse().argmax(axis, keepdim)
+    """Index of the first minimum. Ints flip their order with ~x, which (unlike -x) has no overflowing value."""
+    return (~self if dtypes.is_int(self.dtype) else self._inverse()).argmax(axis, keepdim)
 
   def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
     m = self.max(axis, keepdim=True)
@@ -1056,9 +1081,9 @@ class Tensor(TensorOps):
   # ------------------------------------------------------------------ linear algebra
   def dot(self, w: Tensor) -> Tensor:
     if self.ndim == 0 or w.ndim == 0:
-      raise ValueError(f"dot needs at least 1-d tensors, got {self.shape} and {w.shape}")
+      raise ShapeError(f"dot needs at least 1-d tensors, got {self.shape} and {w.shape}")
     k_self, k_w = self.shape[-1], w.shape[-min(w.ndim, 2)]
-    if k_self != k_w: raise ValueError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k_self} != {k_w})")
+    if k_self != k_w: raise ShapeError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k_self} != {k_w})")
     x = self
     if w.ndim == 1:
       out = (x * w).sum(-1)
@@ -1145,7 +1170,7 @@ class Tensor(TensorOps):
   def one_hot(self, num_classes: int = -1) -> Tensor:
     """Integer class indices -> a one-hot int32 tensor with a new last axis of num_classes (-1: the largest index
     plus one, which reads the data, as in tinygrad)."""
-    if dtypes.is_float(self.dtype): raise TypeError(f"one_hot needs integer class indices, got {self.dtype}")
+    if dtypes.is_float(self.dtype): raise DTypeError(f"one_hot needs integer class indices, got {self.dtype}")
     if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
     classes = Tensor.arange(num_classes, device=self.device, dtype=self.dtype)
     return (self.unsqueeze(-1) == classes).cast(dtypes.int32)
@@ -1209,11 +1234,15 @@ class Tensor(TensorOps):
     return out if bias is None else out + bias.reshape(1, cout, 1, 1)
 
   def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
-                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
-    """The max of each window of the last two dims (stride defaults to the kernel size; padding is -inf)."""
+                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                 return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """The max of each window of the last two dims (stride defaults to the kernel size; padding is -inf);
+    return_indices: also where each max is, as an int32 index into the flattened (H*W) plane (the first, on ties)."""
     kernel = Tensor._pair(kernel_size)
     windows = self._pad2d(padding, -math.inf)._pool(kernel, Tensor._pair(stride or kernel), Tensor._pair(dilation))
-    return windows.max((-2, -1))
+    if not return_indices: return windows.max((-2, -1))
+    return windows.max((-2, -1)), self._pool_argmax(windows, padding, kernel, Tensor._pair(stride or kernel),
+                                                    Tensor._pair(dilation))
 
   def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
                  dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
@@ -1243,25 +1272,9 @@ class Tensor(TensorOps):
     loss = valid.where(loss, 0)
     return Tensor._reduce_loss(loss, reduction, valid.sum().cast(loss.dtype) if reduction == "mean" else None)
 
-  def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
-    """Cross-entropy of logits self (N, classes, ...) against class indices (N, ...) or probabilities (like self)."""
-    classes_axis = 1 if self.ndim > 1 else 0
-    classes = self.shape[classes_axis]
-    if Y.ndim < self.ndim:  # class indices: one-hot, with the classes axis moved to where self has it
-      Y = Y.one_hot(classes).cast(self.dtype)
-      Y = Y.permute(0, Y.ndim - 1, *range(1, Y.ndim - 1)) if self.ndim > 1 else Y
-    Y = Y * (1 - label_smoothing) + label_smoothing / classes
-    loss = -(self.log_softmax(classes_axis) * Y).sum(classes_axis)
-    return Tensor._reduce_loss(loss, reduction)
-
   def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
     """-(Y log p + (1 - Y) log(1 - p)) for probabilities self."""
     loss = -(Y * self.log() + (1 - Y) * (1 - self).log())
-    return Tensor._reduce_loss(loss, reduction)
-
-  def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean") -> Tensor:
-    """binary_crossentropy of sigmoid(self), computed stably from the logits."""
-    loss = self.relu() - Y * self + (1 + (-self.abs()).exp()).log()
     return Tensor._reduce_loss(loss, reduction)
 
   # --- initializers (tinygrad's names)

@@ -1,6 +1,7 @@
 """Indexing (`t[...]`): ints, slices with steps, None and Ellipsis as movement ops (no copies); integer tensors and
 lists (advanced indexing, numpy's rules) as a one-hot select-and-sum that fuses into one kernel."""
 from __future__ import annotations
+import weakref
 from typing import TYPE_CHECKING, Any
 from tinycore.uop.ops import UOp
 from tinycore.uop.symbolic_shapes import evaluate
@@ -163,6 +164,17 @@ class _AdvancedIndex:
     return tuple(range(len(self.others), len(self.others) + len(self.batch)))
 
 
+# id of each live result of an advanced index -> (a weak ref to it, the indexed tensor, the indices), so
+# result.assign(v) writes through (`t[idx].assign(v)` as `t[idx] = v`). Keyed by id, not by the tensor: a weak dict
+# would compare tensors with ==, which is elementwise; a result that dies removes its entry.
+advanced_results: dict[int, tuple[weakref.ref, Tensor, tuple]] = {}
+
+
+def _remember_advanced(result: Tensor, t: Tensor, indices: tuple) -> None:
+  key = id(result)
+  advanced_results[key] = (weakref.ref(result, lambda _ref: advanced_results.pop(key, None)), t, indices)
+
+
 def _advanced_getitem(t: Tensor, indices: tuple) -> Tensor:
   """numpy's advanced indexing: the index tensors broadcast to one shape B; each result element reads the element
   they name (negative indices count from the end; out-of-range ones read 0, unchecked as in tinygrad)."""
@@ -171,7 +183,20 @@ def _advanced_getitem(t: Tensor, indices: tuple) -> Tensor:
   no, nb = len(ix.others), len(ix.batch)
   values = values.reshape(values.shape[:no] + (1,) * nb + values.shape[no:])
   picked = ix.mask.where(values, 0).sum(tuple(range(no + nb, values.ndim))).cast(t.dtype)
-  return picked.permute(ix.placement)
+  result = picked.permute(ix.placement)
+  _remember_advanced(result, t, indices)
+  return result
+
+
+def assign_through_index(result: Tensor, value: Tensor) -> bool:
+  """If result came from an advanced index t[idx], write value into t there (as t[idx] = value), make result read
+  what t now holds there, and say True; else False (a plain tensor or view: the caller assigns)."""
+  entry = advanced_results.get(id(result))
+  if entry is None or entry[0]() is not result: return False
+  _, t, indices = entry
+  advanced_setitem(t, indices, value)
+  result.uop = _advanced_getitem(t, indices).uop
+  return True
 
 
 def advanced_setitem(t: Tensor, indices: tuple, value: Tensor) -> None:

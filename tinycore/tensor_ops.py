@@ -3,9 +3,13 @@ einsum, gather/scatter and masked_fill. Every op composes existing lazy ops (no 
 the UOp graph differentiates them."""
 from __future__ import annotations
 import math
+import operator
 from typing import TYPE_CHECKING, Any, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, to_dtype
+from tinycore.errors import ArgumentError, DTypeError, ShapeError
 from tinycore.uop.ops import Ops, identity_element
+from tinycore.tensor_math import TensorMath
+from tinycore.tensor_nn import TensorNN
 
 if TYPE_CHECKING:
   from tinycore.tensor import Tensor
@@ -25,18 +29,11 @@ def _identity(op: Ops | str, dtype: DType) -> Any:
   return -math.inf if op == LOGADDEXP else identity_element(op, dtype)
 
 
-def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
-  """log(exp(a) + exp(b)) shifted by the larger, so neither overflows; -inf with -inf stays -inf."""
-  peak = a.maximum(b)
-  safe = peak.isinf().where(0, peak)
-  return ((a - safe).exp() + (b - safe).exp()).log() + safe
-
-
 def _combine(op: Ops | str, a: Tensor, b: Tensor) -> Tensor:
   if op is Ops.ADD: return a + b
   if op is Ops.MUL: return a * b
   if op is Ops.MAX: return a.maximum(b)
-  return _logaddexp(a, b)
+  return a.logaddexp(b)
 
 
 def _reduce_last(x: Tensor, op: Ops | str) -> Tensor:
@@ -47,12 +44,72 @@ def _reduce_last(x: Tensor, op: Ops | str) -> Tensor:
   return ((x - safe).exp().sum(-1, keepdim=True).log() + safe).squeeze(-1)
 
 
-class TensorOps:
+class TensorOps(TensorMath, TensorNN):
   """Methods of Tensor defined here to keep tensor.py small (Tensor inherits them)."""
   __slots__ = ()
   # a scan runs inside blocks of this many elements (a triangular reduce, block**2 work per block), then scans the
   # block totals the same way: O(n * block) work in about 2 * log_block(n) kernels
   SCAN_BLOCK = 32
+  # from this many elements per row, sort runs a bitonic network (n log(n)**2 work in log(n)**2 / 2 kernels) instead
+  # of counting ranks (n**2 work in one kernel)
+  SORT_NETWORK_MIN = 32768
+
+  # ------------------------------------------------------------------ random
+  def randn_like(self: Tensor, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
+    """Standard normal values of self's shape (and device and dtype, unless given)."""
+    return type(self).randn(*self.shape, **{"device": self.device, "dtype": dtype or self.dtype} | kwargs)
+
+  def empty_like(self: Tensor, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    """Uninitialized storage of self's shape (and device and dtype, unless given)."""
+    return type(self).empty(*self.shape, device=device or self.device, dtype=dtype or self.dtype)
+
+  @staticmethod
+  def normal(*shape: int, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
+    """Normal values with the given mean and standard deviation."""
+    from tinycore.tensor import Tensor
+    dtype = kwargs.pop("dtype", None)
+    return (Tensor.randn(*shape, **kwargs) * std + mean).cast(dtype or dtypes.default_float)
+
+  @staticmethod
+  def scaled_uniform(*shape: int, **kwargs: Any) -> Tensor:
+    """Uniform in [-1, 1) scaled by 1/sqrt(number of elements) (tinygrad's initializer)."""
+    from tinycore.tensor import Tensor
+    count = math.prod(Tensor._shape_arg(shape))
+    return Tensor.uniform(*shape, low=-1.0, high=1.0, **kwargs) * (count ** -0.5 if count else 1.0)
+
+  @staticmethod
+  def kaiming_normal(*shape: int, a: float = 0.01, **kwargs: Any) -> Tensor:
+    """He initialization, normal: std sqrt(2 / (1 + a^2)) / sqrt(fan_in), fan_in the product of shape[1:]."""
+    from tinycore.tensor import Tensor
+    dims = Tensor._shape_arg(shape)
+    std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(math.prod(dims[1:]))
+    return Tensor.normal(*dims, mean=0.0, std=std, **kwargs)
+
+  @staticmethod
+  def randperm(n: int, device: str | None = None, dtype: DType | str = dtypes.int32, **kwargs: Any) -> Tensor:
+    """A random permutation of 0..n-1 (the order that sorts n uniform draws)."""
+    from tinycore.tensor import Tensor
+    return Tensor.rand(n, device=device).argsort().cast(dtype).requires_grad_(kwargs.get("requires_grad"))
+
+  def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    """num_samples class indices drawn with probabilities proportional to self's (1-d, or one row each of 2-d)
+    non-negative weights: with replacement by the inverse of the running sum, without by the largest keys
+    log(u) / w (Efraimidis and Spirakis)."""
+    from tinycore.tensor import Tensor
+    if self.ndim not in (1, 2) or num_samples <= 0:
+      raise ShapeError(f"multinomial needs 1-d or 2-d weights and num_samples > 0, got {self.shape}, {num_samples}")
+    weights = (self.unsqueeze(0) if self.ndim == 1 else self).float()
+    if not replacement and num_samples > weights.shape[1]:
+      raise ArgumentError(f"multinomial without replacement of {num_samples} from {weights.shape[1]} classes")
+    if replacement or num_samples == 1:
+      running = weights.cumsum(1)
+      cdf = running / running[:, -1:]
+      draws = Tensor.rand(weights.shape[0], num_samples, 1, device=self.device)
+      indices = (draws >= cdf.unsqueeze(1)).sum(2).minimum(weights.shape[1] - 1)
+    else:
+      keys = Tensor.rand(*weights.shape, device=self.device).log() / weights
+      indices = keys.topk(num_samples, dim=1)[1]
+    return (indices.squeeze(0) if self.ndim == 1 else indices).cast(dtypes.int32)
 
   # ------------------------------------------------------------------ cumulative ops
   def _scan_small(self: Tensor, op: Ops | str) -> Tensor:
@@ -128,6 +185,58 @@ class TensorOps:
     """The lower triangle of the last two dims: elements with col - row <= diagonal, the rest 0."""
     return self._triangle(diagonal, False)
 
+  def size(self: Tensor, dim: int | None = None) -> int | tuple[int, ...]:
+    """The shape, or the size of one dim."""
+    return self.shape if dim is None else self.shape[_axis(dim, self.ndim)]
+
+  def pad_to(self: Tensor, shape: Sequence[int | None], *args: int | None, value: Any = 0) -> Tensor:
+    """Pad the end of each dim up to shape (None keeps a dim)."""
+    target = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) + args
+    if len(target) != self.ndim: raise ShapeError(f"pad_to {target} for a {self.ndim}-d tensor")
+    if any(t is not None and t < s for t, s in zip(target, self.shape)):
+      raise ShapeError(f"pad_to {target} is smaller than the shape {self.shape}")
+    return self.pad([(0, 0 if t is None else t - s) for t, s in zip(target, self.shape)], value=value)
+
+  def shrink_to(self: Tensor, shape: Sequence[int | None], *args: int | None) -> Tensor:
+    """Keep the start of each dim up to shape (None keeps a dim)."""
+    target = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) + args
+    if len(target) != self.ndim: raise ShapeError(f"shrink_to {target} for a {self.ndim}-d tensor")
+    return self.shrink([None if t is None else (0, t) for t in target])
+
+  def diag(self: Tensor) -> Tensor:
+    """The (n, n) matrix with the 1-d self on its diagonal."""
+    from tinycore.tensor import Tensor
+    if self.ndim != 1: raise ShapeError(f"diag needs a 1-d tensor, got shape {self.shape}")
+    n = self.shape[0]
+    return Tensor.eye(n, device=self.device, dtype=dtypes.bool).where(self.reshape(1, n).expand(n, n), 0)
+
+  def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The diagonal of dims dim1 and dim2 (offset > 0 above it, < 0 below) as a new last dim, the other dims first
+    (a view: movement ops only)."""
+    a, b = _axis(dim1, self.ndim), _axis(dim2, self.ndim)
+    if a == b: raise ShapeError(f"diagonal needs two different dims, got {dim1} and {dim2}")
+    x = self.permute(*[d for d in range(self.ndim) if d not in (a, b)], a, b)
+    rows, cols = x.shape[-2:]
+    first_row, first_col = max(-offset, 0), max(offset, 0)
+    m = max(min(rows - first_row, cols - first_col), 0)
+    lead = x.shape[:-2]
+    x = x[..., first_row:first_row + m, first_col:first_col + m].reshape(*lead, m * m)
+    # the diagonal of an m x m block sits every m + 1 elements of its rows laid end to end
+    return x.pad(((0, 0),) * len(lead) + ((0, m),)).reshape(*lead, m, m + 1)[..., 0]
+
+  def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
+    """Windows of `size` elements every `step` along dim: dim becomes the window count, a new last dim of size
+    `size` holds each window (torch's Tensor.unfold)."""
+    dim = _axis(dim, self.ndim)
+    if size < 0 or step <= 0: raise ArgumentError(f"unfold needs size >= 0 and step > 0, got {size} and {step}")
+    if size > self.shape[dim]: raise ShapeError(f"unfold size {size} is larger than dim {dim} ({self.shape[dim]})")
+    if size == 0:
+      count = self.shape[dim] // step + 1
+      return self.shrink_to([1 if d == dim else None for d in range(self.ndim)]).expand(
+        *[count if d == dim else s for d, s in enumerate(self.shape)]).unsqueeze(-1).shrink_to(
+        [None] * self.ndim + [0])
+    return self._windows(dim, size, step, 1)
+
   def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
     """Rotate elements along dims by shifts (without dims: of the flattened tensor, shape kept)."""
     if dims is None: return self.flatten().roll(shifts, 0).reshape(self.shape)
@@ -169,6 +278,34 @@ class TensorOps:
     shape = x.shape
     spread = x.unsqueeze(dim + 1).expand(*shape[:dim + 1], repeats, *shape[dim + 1:])
     return spread.reshape(*shape[:dim], shape[dim] * repeats, *shape[dim + 1:])
+
+  def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+    """einops' rearrange: "b c (h p) w -> b (h w) (c p)" names each dim (a group in parentheses is a reshape, split
+    on the left with the sizes given as keywords, at most one size per group inferred; merged on the right), the
+    right side orders them (a permute); "..." stands for the dims not named."""
+    if formula.count("->") != 1: raise ArgumentError(f"rearrange needs one '->' in {formula!r}")
+    left, right = (_rearrange_groups(side) for side in formula.split("->"))
+    left_names, right_names = [n for g in left for n in g], [n for g in right for n in g]
+    if sorted(left_names) != sorted(right_names) or len(set(left_names)) != len(left_names):
+      raise ArgumentError(f"rearrange {formula!r}: each name must appear once on each side")
+    if any(n not in left_names for n in sizes): raise ArgumentError(f"rearrange sizes {sizes} name unused axes")
+    if len(left) - ("..." in left_names) > self.ndim or ("..." not in left_names and len(left) != self.ndim):
+      raise ShapeError(f"rearrange {formula!r}: the left side names {len(left)} dims of a {self.ndim}-d tensor")
+    extent, dims = {}, list(self.shape)
+    for group in left:
+      if group == ["..."]:
+        extent["..."] = tuple(dims[:self.ndim - len(left) + 1])
+        del dims[:len(extent["..."])]
+        continue
+      if "..." in group: raise ArgumentError(f"rearrange {formula!r}: '...' cannot be inside a group on the left")
+      extent.update(_split_group(group, dims.pop(0), sizes))
+
+    def spread(names: list[str]) -> list[int]:  # the dims' sizes, "..." as its several dims
+      return [s for n in names for s in (extent[n] if n == "..." else (extent[n],))]
+    x = self.reshape(spread(left_names)).permute(_rearrange_order(left_names, right_names, extent))
+    out_shape: list[int] = []
+    for group in right: out_shape.extend(extent["..."] if group == ["..."] else [math.prod(spread(group))])
+    return x.reshape(out_shape)
 
   # ------------------------------------------------------------------ einsum
   @staticmethod
@@ -221,12 +358,34 @@ class TensorOps:
     positions = Tensor.arange(n, device=self.device, dtype=dtypes.int32).reshape(n, 1)
     return values, place.where(positions, 0).sum(-2).cast(dtypes.int32)
 
+  def _sort_network(self: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
+    """(values, indices) sorted along the last axis by a bitonic network over (value, position) pairs, so ties keep
+    their order (stable): the row padded to a power of two with values that sort last, then log2(n)(log2(n)+1)/2
+    compare-exchange stages of O(n) work each, every stage realized (a fused chain would re-read exponentially)."""
+    from tinycore.tensor import Tensor
+    n, lead = self.shape[-1], self.shape[:-1]
+    size = 1 << (n - 1).bit_length()
+    last = dtypes.min(self.dtype) if descending else dtypes.max(self.dtype)
+    values = self.pad(((0, 0),) * len(lead) + ((0, size - n),), value=last)
+    positions = Tensor.arange(size, device=self.device, dtype=dtypes.int32).expand(*lead, size)
+    merge = 2
+    while merge <= size:
+      half = merge // 2
+      while half >= 1:
+        values, positions = _compare_exchange(values, positions, merge, half, descending)
+        half //= 2
+      merge *= 2
+    return values[..., :n], positions[..., :n]
+
   def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
-    """(values, indices) of self sorted along dim (stable: equal values keep their order)."""
+    """(values, indices) of self sorted along dim (stable: equal values keep their order). Rows shorter than
+    SORT_NETWORK_MIN by rank counting (one kernel, O(n**2)), longer ones by a bitonic network (O(n log(n)**2))."""
     dim = _axis(dim, self.ndim)
     if self.ndim == 0: return self, type(self)(0, device=self.device, dtype=dtypes.int32)
     if self.shape[dim] == 0: return self, self.cast(dtypes.int32)
-    values, indices = self.transpose(dim, -1)._sort_last(descending)
+    rows = self.transpose(dim, -1)
+    by_network = self.shape[dim] >= TensorOps.SORT_NETWORK_MIN
+    values, indices = rows._sort_network(descending) if by_network else rows._sort_last(descending)
     return values.transpose(dim, -1), indices.transpose(dim, -1)
 
   def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
@@ -334,6 +493,108 @@ class TensorOps:
   def masked_fill(self: Tensor, mask: Tensor, value: Tensor | Any) -> Tensor:
     """self with value where mask is True (mask broadcasts)."""
     return mask.where(value, self)
+
+  # ------------------------------------------------------------------ selection by a mask
+  def _compact(self: Tensor, mask: Tensor, size: int | None, fill_value: Any) -> Tensor:
+    """The elements of the 1-d self where the 1-d bool mask holds, in order, as `size` rows (None: as many as there
+    are, which reads the count back); rows past the count hold fill_value. Output row r takes the element whose
+    exclusive running count of hits is r: a compare of every element with every row, one fused kernel."""
+    from tinycore.tensor import Tensor
+    slot = mask.cumsum() - mask.cast(dtypes.int32)  # where each hit goes
+    size = (int(mask.sum().item()) if mask.numel() else 0) if size is None else operator.index(size)
+    if size < 0: raise ValueError(f"size must be >= 0, got {size}")
+    rows = Tensor.arange(size, device=self.device, dtype=dtypes.int32).reshape(size, 1)
+    chosen = mask & (slot == rows)  # (size, n)
+    filled = rows.squeeze(1) < mask.sum().cast(dtypes.int32)
+    picked = chosen.where(self, 0).sum(1, dtype=self.dtype if dtypes.is_float(self.dtype) else None).cast(self.dtype)
+    return filled.where(picked, fill_value).cast(self.dtype)
+
+  def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    """The elements where mask (bools, broadcast to self) is True, flattened in order; size=N gives N of them
+    (padded with fill_value), size=None as many as there are (reads the count back, as tinygrad)."""
+    if mask.dtype is not dtypes.bool: raise DTypeError(f"masked_select needs a bool mask, got {mask.dtype}")
+    return self.flatten()._compact(mask._broadcast_to(self.shape).flatten(), size, fill_value)
+
+  def nonzero(self: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    """The (count, ndim) int32 indices of the non-zero elements in row-major order; size=N gives N rows (padded
+    with fill_value), size=None as many as there are (reads the count back, as tinygrad)."""
+    from tinycore.tensor import Tensor
+    if self.ndim == 0:
+      count = operator.index(size) if size is not None else int((self != 0).item())
+      return Tensor.zeros(count, 0, device=self.device, dtype=dtypes.int32)
+    flat = Tensor.arange(self.numel(), device=self.device, dtype=dtypes.int32)._compact(
+      (self != 0).flatten(), size, -1)
+    coords, rest = [], flat
+    for extent in reversed(self.shape):  # unravel the flat index, last dim first
+      coords.append(rest.mod(extent) if extent else rest)
+      rest = rest.div(extent, rounding_mode="floor") if extent else rest
+    out = Tensor.stack(*reversed(coords), dim=-1)
+    return (flat.unsqueeze(-1) < 0).where(fill_value, out).cast(dtypes.int32)
+
+
+def _compare_exchange(values: Tensor, positions: Tensor, merge: int, half: int,
+                      descending: bool) -> tuple[Tensor, Tensor]:
+  """One bitonic stage over rows of a power-of-two length: element i pairs with i ^ half and the pair is put in
+  order, ascending where bit `merge` of i is 0 (in the requested order, that is) and reversed where it is 1. As
+  movement ops: i = block * 2 merge + reversed * merge + group * 2 half + side * half + offset."""
+  from tinycore.tensor import Tensor
+  lead, size = values.shape[:-1], values.shape[-1]
+  directions = 2 if merge < size else 1
+  view = lead + (max(size // (2 * merge), 1), directions, merge // (2 * half), 2, half)
+
+  def sides(t: Tensor) -> tuple[Tensor, Tensor]:
+    t = t.reshape(view)
+    return t[..., 0, :], t[..., 1, :]
+  (value_lo, value_hi), (position_lo, position_hi) = sides(values), sides(positions)
+
+  def before(va: Tensor, pa: Tensor, vb: Tensor, pb: Tensor) -> Tensor:
+    """a comes before b in the requested order (equal values by position)."""
+    return ((va > vb) if descending else (va < vb)) | ((va == vb) & (pa < pb))
+  reversed_block = Tensor.arange(directions, device=values.device).reshape(directions, 1, 1) == 1
+  swap = reversed_block.where(before(value_lo, position_lo, value_hi, position_hi),
+                              before(value_hi, position_hi, value_lo, position_lo))
+
+  def exchanged(lo: Tensor, hi: Tensor) -> Tensor:
+    return Tensor.stack(swap.where(hi, lo), swap.where(lo, hi), dim=-2).reshape(lead + (size,)).contiguous()
+  return exchanged(value_lo, value_hi), exchanged(position_lo, position_hi)
+
+
+def _rearrange_groups(side: str) -> list[list[str]]:
+  """"a (b c) ..." -> [["a"], ["b", "c"], ["..."]]."""
+  groups, current = [], None
+  for token in side.replace("(", " ( ").replace(")", " ) ").split():
+    if token == "(":
+      if current is not None: raise ArgumentError(f"rearrange: nested parentheses in {side!r}")
+      current = []
+    elif token == ")":
+      if current is None: raise ArgumentError(f"rearrange: unbalanced parentheses in {side!r}")
+      groups.append(current)
+      current = None
+    elif token != "..." and not token.isidentifier(): raise ArgumentError(f"rearrange: bad axis name {token!r}")
+    elif current is not None: current.append(token)
+    else: groups.append([token])
+  if current is not None: raise ArgumentError(f"rearrange: unbalanced parentheses in {side!r}")
+  return groups
+
+
+def _split_group(group: list[str], size: int, sizes: dict[str, int]) -> dict[str, int]:
+  """The size of each name of a left-side group of `size` elements (at most one name not in sizes)."""
+  unknown = [n for n in group if n not in sizes]
+  if len(unknown) > 1: raise ArgumentError(f"rearrange: give sizes for all but one of {group}")
+  known = math.prod(sizes[n] for n in group if n in sizes)
+  if unknown and known and size % known == 0: return {n: sizes.get(n, size // known) for n in group}
+  if not unknown and known == size: return {n: sizes[n] for n in group}
+  raise ShapeError(f"rearrange: a dim of size {size} cannot split into {group} with sizes {sizes}")
+
+
+def _rearrange_order(left: list[str], right: list[str], extent: dict[str, Any]) -> list[int]:
+  """The permutation from the left's dims to the right's ("..." is as many dims as it stands for)."""
+  position, start = {}, 0
+  for name in left:
+    width = len(extent[name]) if name == "..." else 1
+    position[name] = list(range(start, start + width))
+    start += width
+  return [d for name in right for d in position[name]]
 
 
 def _expand_einsum_ellipsis(inputs: list[str], output: str | None,

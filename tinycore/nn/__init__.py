@@ -49,6 +49,25 @@ class Conv2d:
                     padding=self.padding)
 
 
+class ConvTranspose2d(Conv2d):
+  """Transposed 2-d convolution layer: weight (in_channels, out_channels/groups, kh, kw), uniform in
+  +-1/sqrt(fan_in) with fan_in = out_channels/groups * kh * kw (torch's, since the weight is laid out the other way)."""
+
+  def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: int = 1,
+               padding: int | Sequence[int] = 0, output_padding: int = 0, dilation: int = 1, groups: int = 1,
+               bias: bool = True):
+    self.kernel_size = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+    self.output_padding = output_padding
+    bound = 1 / math.sqrt(out_channels * prod(self.kernel_size) // groups)
+    self.weight = Tensor.uniform(in_channels, out_channels // groups, *self.kernel_size, low=-bound, high=bound)
+    self.bias = Tensor.uniform(out_channels, low=-bound, high=bound) if bias else None
+
+  def __call__(self, x: Tensor) -> Tensor:
+    return x.conv_transpose2d(self.weight, self.bias, groups=self.groups, stride=self.stride,
+                              dilation=self.dilation, padding=self.padding, output_padding=self.output_padding)
+
+
 class BatchNorm:
   """Batch normalization over every axis but 1 (the channels). In training mode (``Tensor.train()`` or
   ``Context(TRAINING=1)``) it normalizes with the batch's statistics and updates the running ones; otherwise it
@@ -119,4 +138,4 @@ class Embedding:
     return idx.one_hot(self.vocab_size).cast(self.weight.dtype) @ self.weight
 
 
-__all__ = ["Linear", "Conv2d", "BatchNorm", "BatchNorm2d", "LayerNorm", "Embedding"]
+__all__ = ["Linear", "Conv2d", "ConvTranspose2d", "BatchNorm", "BatchNorm2d", "LayerNorm", "Embedding"]

@@ -94,6 +94,12 @@ def test_split_chunk(rng):
   for got, want in zip(Tensor(x).split([2, 5], dim=0), np.split(x, [2])): assert_equal(got, want)
   for got, want in zip(Tensor(x).chunk(2, dim=1), np.split(x, 2, axis=1)): assert_equal(got, want)
   assert [t.shape for t in Tensor(x).chunk(3)] == [(3, 4), (3, 4), (1, 4)]
+  assert [t.shape for t in Tensor(x).chunk(4, dim=1)] == [(7, 1)] * 4 and isinstance(Tensor(x).chunk(2), list)
+  assert [t.shape for t in Tensor.zeros(0, 3).chunk(3)] == [(0, 3)] * 3  # an empty dim: chunks empties, as tinygrad
+  with pytest.raises(ValueError):
+    Tensor(x).chunk(0)
+  with pytest.raises(ValueError):
+    Tensor(x).split([3, 3])
 
 
 @pytest.mark.parametrize("indexing", ["ij", "xy"])
@@ -226,6 +232,32 @@ def test_sort_argsort(rng, shape, dim, descending):
   assert_equal(Tensor(x.astype(np.float32)).argsort(dim, descending), want_indices.astype(np.int32))
 
 
+# each stage of the network is its own kernel: few cases, so the suite compiles few
+@pytest.mark.parametrize("shape,dim,dtype,descending", [((21,), 0, "int8", False), ((3, 20), 1, "float32", True),
+                                                        ((16, 2), 0, "bool", False), ((2, 1), 1, "int8", True)],
+                         ids=_ids)
+def test_sort_network(rng, monkeypatch, shape, dim, dtype, descending):
+  """Long rows sort by a bitonic network: lowered here to every row, on few distinct values (ties stay stable) and
+  the dtype's extremes (the padding's values, which must still sort after the data)."""
+  from tinycore.tensor_ops import TensorOps
+  monkeypatch.setattr(TensorOps, "SORT_NETWORK_MIN", 2)
+  x = random_array(rng, shape, dtype, low=-3, high=3)
+  if dtype == "int8": x.flat[:2] = [127, -128]
+  if dtype == "float32": x.flat[:2] = [np.inf, -np.inf]
+  key = -x.astype(np.float64) if descending else x
+  want_indices = np.argsort(key, axis=dim, kind="stable")
+  values, indices = Tensor(x).sort(dim, descending=descending)
+  assert_equal(values, np.take_along_axis(x, want_indices, dim), dtype=dtype)
+  assert_equal(indices, want_indices.astype(np.int32), dtype=dtypes.int32)
+
+
+def test_sort_network_gradient(rng, monkeypatch):
+  from tinycore.tensor_ops import TensorOps
+  monkeypatch.setattr(TensorOps, "SORT_NETWORK_MIN", 2)
+  check_gradient(rng, lambda x: x.sort(1, descending=True)[0], lambda x: -np.sort(-x, 1),
+                 [random_array(rng, (2, 6), "float32")])
+
+
 @pytest.mark.parametrize("largest", [True, False])
 def test_topk(rng, largest):
   x = random_array(rng, (4, 9), "float32")
@@ -327,3 +359,149 @@ def test_advanced_index_errors():
 def test_advanced_getitem_gradient(rng):
   index = np.array([[0, 2], [2, 1]])
   check_gradient(rng, lambda x: x[Tensor(index), 1:], lambda x: x[index, 1:], [random_array(rng, (3, 4), "float32")])
+
+
+def test_assign_through_advanced_index(rng):
+  """t[idx].assign(v) writes into t, as t[idx] = v does; the indexed tensor then reads the new values."""
+  x = random_array(rng, (5, 4), "float32")
+  v = random_array(rng, (3, 2), "float32")
+  t = Tensor(x).contiguous().realize()
+  picked = t[Tensor([4, 0, 2]), 1:3]
+  picked.assign(Tensor(v))
+  expected = x.copy()
+  expected[[4, 0, 2], 1:3] = v
+  assert_equal(t, expected)
+  assert_equal(picked, v)
+  t[[1, -1], [0, 3]].assign(Tensor([7.0, 8.0]))  # lists, negative indices, a broadcast of two index arrays
+  expected[[1, -1], [0, 3]] = [7.0, 8.0]
+  assert_equal(t, expected)
+  t[:2][Tensor([1])].assign(0.5)  # an advanced index of a view writes through the view
+  expected[1] = 0.5
+  assert_equal(t, expected)
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 3, 4), (0, 3)], ids=_ids)
+def test_nonzero(rng, shape):
+  x = random_array(rng, shape, "int32", low=-1, high=2)
+  assert_equal(Tensor(x).nonzero(), np.argwhere(x).astype(np.int32), dtype=dtypes.int32)
+  count = np.count_nonzero(x)
+  padded = np.full((count + 2, len(shape)), -5, dtype=np.int32)
+  padded[:count] = np.argwhere(x)
+  assert_equal(Tensor(x).nonzero(size=count + 2, fill_value=-5), padded)
+  assert_equal(Tensor(x.astype(np.float32)).nonzero(size=max(count - 1, 0)), np.argwhere(x)[:max(count - 1, 0)])
+  assert_equal(Tensor(x.astype(bool)).nonzero(), np.argwhere(x).astype(np.int32))
+
+
+def test_nonzero_0d():
+  assert Tensor(3).nonzero().shape == (1, 0) and Tensor(0).nonzero().shape == (0, 0)
+
+
+def test_masked_select(rng):
+  x = random_array(rng, (3, 5), "float32")
+  mask = random_array(rng, (3, 5), "bool")
+  assert_equal(Tensor(x).masked_select(Tensor(mask)), x[mask], dtype=dtypes.float32)
+  row = random_array(rng, (5,), "bool")
+  assert_equal(Tensor(x).masked_select(Tensor(row)), x[np.broadcast_to(row, x.shape)])  # the mask broadcasts
+  padded = np.concatenate([x[mask], np.full(2, 9.0, np.float32)])
+  assert_equal(Tensor(x).masked_select(Tensor(mask), size=mask.sum() + 2, fill_value=9.0), padded)
+  xi = random_array(rng, (3, 5), "int8")
+  assert_equal(Tensor(xi).masked_select(Tensor(mask)), xi[mask], dtype=dtypes.int8)
+  with pytest.raises(TypeError):
+    Tensor(x).masked_select(Tensor(x))
+  check_gradient(rng, lambda t: t.masked_select(Tensor(mask), size=int(mask.sum())), lambda a: a[mask], [x])
+
+
+# ---------------------------------------------------------------------------- more shapes
+@pytest.mark.parametrize("offset,dim1,dim2", [(0, 0, 1), (1, 1, 2), (-1, 2, 1), (2, 0, 2), (9, 0, 1)], ids=_ids)
+def test_diagonal(rng, offset, dim1, dim2):
+  x = random_array(rng, (3, 4, 5), "float32")
+  assert_equal(Tensor(x).diagonal(offset, dim1, dim2), np.diagonal(x, offset, dim1, dim2))
+
+
+def test_diag_and_diagonal_errors(rng):
+  v = random_array(rng, (4,), "int32")
+  assert_equal(Tensor(v).diag(), np.diag(v), dtype=dtypes.int32)
+  with pytest.raises(ValueError):
+    Tensor.ones(2, 2).diag()
+  with pytest.raises(RuntimeError):
+    Tensor.ones(2, 2).diagonal(0, 1, -1)
+  check_gradient(rng, lambda t: t.diagonal(1), lambda a: np.diagonal(a, 1).copy(), [random_array(rng, (3, 4))])
+
+
+@pytest.mark.parametrize("dim,size,step", [(0, 3, 2), (1, 2, 1), (-1, 4, 3), (1, 5, 5)], ids=_ids)
+def test_unfold(rng, dim, size, step):
+  x = random_array(rng, (4, 5), "float32")
+  axis = dim % x.ndim  # of the windowed array, whose last axis is new
+  windows = np.lib.stride_tricks.sliding_window_view(x, size, axis=axis)
+  expected = np.take(windows, np.arange(0, windows.shape[axis], step), axis=axis)
+  assert_equal(Tensor(x).unfold(dim, size, step), expected)
+
+
+def test_unfold_errors():
+  with pytest.raises(RuntimeError):
+    Tensor.ones(3).unfold(0, 4, 1)
+  with pytest.raises(RuntimeError):
+    Tensor.ones(3).unfold(0, 2, 0)
+
+
+def test_pad_to_shrink_to_size(rng):
+  x = random_array(rng, (2, 3), "float32")
+  assert_equal(Tensor(x).pad_to(4, None), np.pad(x, ((0, 2), (0, 0))))
+  assert_equal(Tensor(x).pad_to((3, 5), value=7.0), np.pad(x, ((0, 1), (0, 2)), constant_values=7.0))
+  assert_equal(Tensor(x).shrink_to(1, None), x[:1])
+  assert Tensor(x).size() == (2, 3) and Tensor(x).size(-1) == 3 and Tensor(x).size(0) == 2
+  with pytest.raises(ValueError):
+    Tensor(x).pad_to(1, 3)
+
+
+# ---------------------------------------------------------------------------- random
+def test_normal_and_initializers(rng):
+  from tinycore.testing.helpers import fresh_seed
+  Tensor.manual_seed(fresh_seed(rng))
+  samples = Tensor.normal(200, 100, mean=3.0, std=0.5).numpy()
+  assert samples.dtype == np.float32 and abs(samples.mean() - 3.0) < 0.02 and abs(samples.std() - 0.5) < 0.02
+  like = Tensor.ones(300, 100, dtype=dtypes.float16).randn_like()
+  assert like.dtype == dtypes.float16 and like.shape == (300, 100) and abs(float(like.float().std().item()) - 1) < 0.03
+  assert Tensor.zeros(2, 3, dtype=dtypes.int8).empty_like().shape == (2, 3)
+  scaled = Tensor.scaled_uniform(50, 80).numpy()
+  assert np.abs(scaled).max() <= 1 / np.sqrt(4000) and scaled.std() > 0.5 / np.sqrt(3 * 4000)
+  he = Tensor.kaiming_normal(400, 50, a=0.0).numpy()
+  assert abs(he.std() - np.sqrt(2 / 50)) < 0.01
+
+
+def test_randperm_and_multinomial(rng):
+  from tinycore.testing.helpers import fresh_seed
+  Tensor.manual_seed(fresh_seed(rng))
+  perm = Tensor.randperm(40)
+  assert perm.dtype == dtypes.int32 and sorted(perm.tolist()) == list(range(40))
+  weights = np.array([[0.0, 1.0, 3.0, 0.0], [2.0, 0.0, 0.0, 2.0]], np.float32)
+  drawn = Tensor(weights).multinomial(2000, replacement=True).numpy()
+  assert drawn.shape == (2, 2000) and set(np.unique(drawn[0])) <= {1, 2} and set(np.unique(drawn[1])) <= {0, 3}
+  assert abs((drawn[0] == 2).mean() - 0.75) < 0.05 and abs((drawn[1] == 0).mean() - 0.5) < 0.05
+  once = Tensor([1.0, 0.0, 5.0, 2.0, 0.5]).multinomial(4).numpy()
+  assert once.shape == (4,) and len(set(once.tolist())) == 4 and 1 not in once.tolist()
+  with pytest.raises(ValueError):
+    Tensor([1.0, 2.0]).multinomial(3)
+
+
+@pytest.mark.parametrize("formula,sizes,reference", [
+  ("b (c p) h w -> b (h w) (c p)", {"p": 2},
+   lambda x: x.reshape(2, 3, 2, 4, 5).transpose(0, 3, 4, 1, 2).reshape(2, 20, 6)),
+  ("b ... w -> w b ...", {}, lambda x: x.transpose(3, 0, 1, 2)),
+  ("... h w -> ... (h w)", {}, lambda x: x.reshape(2, 6, 20)),
+  ("b c h w -> (b c h w)", {}, lambda x: x.reshape(-1)),
+  ("b (c1 c2) h w -> c2 b h (w c1)", {"c2": 3}, lambda x: x.reshape(2, 2, 3, 4, 5).transpose(2, 0, 3, 4, 1)
+   .reshape(3, 2, 4, 10)),
+], ids=["split_merge", "ellipsis_move", "ellipsis_keep", "flatten", "inferred"])
+def test_rearrange(rng, formula, sizes, reference):
+  x = random_array(rng, (2, 6, 4, 5), "float32")
+  assert_equal(Tensor(x).rearrange(formula, **sizes), reference(x))
+
+
+@pytest.mark.parametrize("formula,sizes", [("a b -> a", {}), ("a b c d e -> a b c d e", {}), ("a b -> b a c", {}),
+                                           ("(a b) c d e -> a b c d e", {}), ("a b c d -> a b c d", {"z": 2}),
+                                           ("a (b c) d e -> a b c d e", {"b": 4}), ("a b c d", {})],
+                         ids=str)
+def test_rearrange_errors(formula, sizes):
+  with pytest.raises((ValueError, RuntimeError)):
+    Tensor.ones(2, 6, 4, 5).rearrange(formula, **sizes)

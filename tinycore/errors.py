@@ -1,0 +1,21 @@
+"""Exceptions the core raises for a user's mistake, where one Python class would break somebody's code.
+
+tinygrad raises ValueError for some shape mistakes (a reshape to the wrong size) and RuntimeError for others (a
+permutation that isn't one, a dim repeated in flip, a dot of mismatched shapes), and user code catches either.
+`ShapeError` is both, so an `except ValueError` and an `except RuntimeError` written against tinygrad still work.
+"""
+
+
+class ShapeError(ValueError, RuntimeError):
+  """Shapes or dims that don't fit the op: a reshape to another size, a bad permutation, a repeated flip dim,
+  a matmul of mismatched shapes, more paddings than dims."""
+
+
+class ArgumentError(ValueError, RuntimeError):
+  """An argument the op does not accept (a rounding mode or approximation it doesn't know, clip without bounds, a
+  negative int power of an int tensor), where tinygrad raises RuntimeError and numpy or torch ValueError."""
+
+
+class DTypeError(TypeError, RuntimeError):
+  """A tensor of a dtype the op does not take (one_hot of floats), where tinygrad raises RuntimeError and numpy or
+  torch TypeError."""

@@ -1,0 +1,256 @@
+"""Neural-network ops of tinygrad's Tensor API, mixed into Tensor: scaled dot-product attention, the losses that take
+class indices (nll_loss, cross_entropy with label smoothing and class weights, binary_crossentropy_logits with
+pos_weight), resampling (interpolate), the pad modes reflect/replicate/circular, and conv_transpose2d. All compose
+existing lazy ops (movement ops, where, reductions), so they fuse and differentiate like the rest."""
+from __future__ import annotations
+import math
+from typing import TYPE_CHECKING, Sequence
+from tinycore.dtype import dtypes, least_upper_dtype
+from tinycore.errors import ArgumentError, ShapeError
+
+if TYPE_CHECKING:
+  from tinycore.tensor import Tensor
+
+INTERPOLATE_MODES = {"linear": None, "bilinear": 2, "trilinear": 3, "nearest": None, "nearest-exact": None}
+PAD_MODES = ("reflect", "replicate", "circular")
+
+
+def _tuple_of(value: int | Sequence[int], count: int, name: str) -> tuple[int, ...]:
+  """An int repeated count times, or a sequence of count ints."""
+  values = (value,) * count if isinstance(value, int) else tuple(value)
+  if len(values) != count: raise ArgumentError(f"{name} needs an int or {count} ints, got {value}")
+  return values
+
+
+class TensorNN:
+  """Neural-network methods of Tensor (Tensor inherits them through TensorOps)."""
+  __slots__ = ()
+
+  # ------------------------------------------------------------------ attention
+  def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                   dropout_p: float = 0.0, is_causal: bool = False,
+                                   enable_gqa: bool = False) -> Tensor:
+    """softmax(self @ key^T / sqrt(d) + mask) @ value, self the queries (..., L, d), key (..., S, d), value
+    (..., S, dv). attn_mask: bools (False masks out) or floats added to the scores; is_causal masks each query from
+    the keys after it (top-left aligned, as torch). enable_gqa: key/value heads (dim -3) repeat to the query's."""
+    if enable_gqa:
+      key = key.repeat_interleave(self.shape[-3] // key.shape[-3], dim=-3)
+      value = value.repeat_interleave(self.shape[-3] // value.shape[-3], dim=-3)
+    score_dtype = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
+    scores = self.cast(score_dtype) @ key.cast(score_dtype).transpose(-2, -1) * (1 / math.sqrt(self.shape[-1]))
+    if is_causal:
+      if attn_mask is not None: raise ArgumentError("scaled_dot_product_attention: attn_mask with is_causal=True")
+      attn_mask = type(self).ones(*scores.shape[-2:], device=self.device, dtype=dtypes.bool).tril()
+    if attn_mask is not None:
+      scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
+    return scores.softmax(-1).cast(self.dtype).dropout(dropout_p) @ value
+
+  # ------------------------------------------------------------------ normalization
+  def softmin(self: Tensor, axis: int = -1) -> Tensor:
+    """softmax of -self."""
+    return (-self).softmax(axis)
+
+  def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """self divided by its L`p` norm along dim (at least eps), as torch.nn.functional.normalize."""
+    if p == 2.0: norm = self.square().sum(dim, keepdim=True).sqrt()
+    else: norm = (self.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
+    return self / norm.maximum(eps)
+
+  def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+                axis: int | Sequence[int] = 1) -> Tensor:
+    """(self - mean) * invstd * weight + bias, the statistics and parameters laid along axis (tinygrad's op)."""
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(a % self.ndim for a in axes)
+    shape = tuple(s if d in axes else 1 for d, s in enumerate(self.shape))
+    out = self - mean.reshape(shape)
+    if weight is not None: out = out * weight.reshape(shape)
+    out = out * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
+    return out if bias is None else out + bias.reshape(shape)
+
+  # ------------------------------------------------------------------ losses
+  def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
+               reduction: str = "mean") -> Tensor:
+    """The negative log likelihood of log-probabilities self (N, C, ...) (or (C,)) at class indices Y (N, ...) (or
+    ()); weight (C,) scales each class, and "mean" divides by the weights of the targets counted; targets equal to
+    ignore_index count for nothing."""
+    if self.ndim == 1: return self.unsqueeze(0).nll_loss(Y.unsqueeze(0), weight, ignore_index, reduction)
+    if Y.shape != self.shape[:1] + self.shape[2:]:
+      raise ShapeError(f"nll_loss: targets of shape {Y.shape} for log-probabilities of shape {self.shape}")
+    picked = -self.gather(1, Y.unsqueeze(1)).squeeze(1)
+    target_weight = self._target_weight(Y, weight, ignore_index)
+    loss = picked * target_weight
+    return loss.sum() / target_weight.sum() if reduction == "mean" else type(self)._reduce_loss(loss, reduction)
+
+  def _target_weight(self: Tensor, Y: Tensor, weight: Tensor | None, ignore_index: int | None) -> Tensor:
+    """Each target's class weight (1 without weights), 0 where the target is ignore_index."""
+    picked = Y.ones_like(dtype=self.dtype) if weight is None else weight.cast(self.dtype).gather(
+      0, Y.flatten()).reshape(Y.shape)
+    return picked if ignore_index is None else (Y != ignore_index).where(picked, 0)
+
+  def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
+                    weight: Tensor | None = None, ignore_index: int | None = None) -> Tensor:
+    """Cross-entropy of logits self (N, C, ...) (or (C,)) against class indices Y (N, ...) or probabilities (like
+    self), as torch.nn.functional.cross_entropy: label_smoothing mixes in the uniform distribution, weight (C,)
+    scales each class ("mean" over class indices divides by the targets' weights), targets equal to ignore_index
+    count for nothing."""
+    if not 0.0 <= label_smoothing <= 1.0:
+      raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    classes_axis = 1 if self.ndim > 1 else 0
+    classes = self.shape[classes_axis]
+    log_probs = self.log_softmax(classes_axis)
+    class_weight = 1 if weight is None else weight.cast(self.dtype).reshape(
+      (classes,) + (1,) * (self.ndim - classes_axis - 1))
+    if Y.shape == self.shape:  # probabilities
+      smoothed = Y * (1 - label_smoothing) + label_smoothing / classes
+      return type(self)._reduce_loss(-(log_probs * smoothed * class_weight).sum(classes_axis), reduction)
+    if Y.shape != self.shape[:classes_axis] + self.shape[classes_axis + 1:]:
+      raise ShapeError(f"cross_entropy: targets of shape {Y.shape} for logits of shape {self.shape}")
+    nll = log_probs.nll_loss(Y, weight, ignore_index, "none")
+    smooth = -(log_probs * class_weight).sum(classes_axis)
+    target_weight = self._target_weight(Y, weight, ignore_index)
+    if ignore_index is not None: smooth = (Y != ignore_index).where(smooth, 0)
+    loss = nll * (1 - label_smoothing) + smooth * (label_smoothing / classes)
+    return loss.sum() / target_weight.sum() if reduction == "mean" else type(self)._reduce_loss(loss, reduction)
+
+  def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean",
+                                 pos_weight: Tensor | None = None) -> Tensor:
+    """binary_crossentropy of sigmoid(self), from the logits through logsigmoid (stable for large |x|);
+    pos_weight scales the positive term, as torch's BCEWithLogitsLoss."""
+    positive = self.logsigmoid() * Y
+    if pos_weight is not None: positive = positive * pos_weight
+    loss = -(positive + (1 - Y) * (-self).logsigmoid())
+    return type(self)._reduce_loss(loss, reduction)
+
+  # ------------------------------------------------------------------ resampling
+  def interpolate(self: Tensor, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
+    """Resample the last len(size) dims to size (any leading dims are batch): mode "linear" (with 2 or 3 dims
+    bilinear/trilinear; "bilinear"/"trilinear" also name it), "nearest" or "nearest-exact", as torch's
+    interpolate. Each dim is a product with a (new, old) weight matrix, so gradients flow to the input."""
+    if mode not in INTERPOLATE_MODES:
+      raise ArgumentError(f"interpolate mode must be one of {', '.join(INTERPOLATE_MODES)}, got {mode!r}")
+    size = tuple(size)
+    if not size or len(size) > self.ndim or any(not isinstance(s, int) or s < 0 for s in size):
+      raise ShapeError(f"interpolate size {size} for a tensor of shape {self.shape}")
+    if INTERPOLATE_MODES[mode] not in (None, len(size)):
+      raise ShapeError(f"{mode} interpolates {INTERPOLATE_MODES[mode]} dims, size has {len(size)}")
+    if align_corners and "nearest" in mode: raise ArgumentError("align_corners needs a linear interpolate mode")
+    nearest = "nearest" in mode
+    x = self if nearest or dtypes.is_float(self.dtype) else self.float()
+    for axis, new in zip(range(self.ndim - len(size), self.ndim), size):
+      weights = x._resample_weights(self.shape[axis], new, mode, align_corners)
+      rows = x.transpose(axis, -1).unsqueeze(-2)
+      picked = weights.where(rows, 0) if nearest else rows * weights  # nearest: a select (inf stays inf)
+      x = picked.sum(-1).cast(x.dtype).transpose(axis, -1)
+    return x.cast(self.dtype)
+
+  def _resample_weights(self: Tensor, old: int, new: int, mode: str, align_corners: bool) -> Tensor:
+    """The (new, old) matrix whose row o holds the weights output o takes of the inputs (bools for nearest)."""
+    from tinycore.tensor import Tensor
+    out = Tensor.arange(new, device=self.device, dtype=dtypes.float32).reshape(new, 1)
+    inputs = Tensor.arange(old, device=self.device, dtype=dtypes.float32).reshape(1, old)
+    if "nearest" in mode:
+      scale = old / new if new else 0.0
+      source = ((out + 0.5) * scale if mode == "nearest-exact" else out * scale).floor().minimum(old - 1)
+      return inputs == source
+    if align_corners: source = out * ((old - 1) / (new - 1) if new > 1 else 0.0)
+    else: source = ((out + 0.5) * (old / new) - 0.5).maximum(0)
+    low = source.floor().minimum(old - 1)
+    high = (low + 1).minimum(old - 1)
+    frac = source - low
+    weights = (inputs == low).where(1 - frac, 0) + (inputs == high).where(frac, 0)
+    return weights.cast(self.dtype)
+
+  # ------------------------------------------------------------------ padding modes
+  def _pad_with_mode(self: Tensor, pairs: Sequence[tuple[int, int]], mode: str) -> Tensor:
+    """Pad each dim by (before, after) reflecting ("reflect": the edge not repeated, numpy's "reflect"),
+    repeating the edge ("replicate") or wrapping around ("circular"); negative amounts crop, as in pad."""
+    if mode not in PAD_MODES: raise NotImplementedError(f"pad mode {mode!r}: constant, {', '.join(PAD_MODES)}")
+    x = self
+    if mode == "circular":  # crop first, then wrap around what is left
+      x = x.pad([(min(b, 0), min(a, 0)) for b, a in pairs])
+    for dim, (before, after) in enumerate(pairs):
+      before, after = max(before, 0), max(after, 0)
+      if before or after: x = x._pad_dim_with_mode(dim, before, after, mode)
+    if mode != "circular": x = x.pad([(min(b, 0), min(a, 0)) for b, a in pairs])
+    return x
+
+  def _pad_dim_with_mode(self: Tensor, dim: int, before: int, after: int, mode: str) -> Tensor:
+    n = self.shape[dim]
+    limit = n - 1 if mode == "reflect" else n
+    if mode != "replicate" and (before > limit or after > limit):
+      raise ShapeError(f"{mode} padding ({before}, {after}) of dim {dim} needs amounts <= {limit} (its size is {n})")
+    if mode == "replicate" and n == 0: raise ShapeError(f"replicate padding of dim {dim}, which is empty")
+
+    def part(start: int, stop: int) -> Tensor:
+      return self.shrink([(start, stop) if d == dim else None for d in range(self.ndim)])
+    if mode == "reflect": head, tail = part(1, before + 1).flip(dim), part(n - 1 - after, n - 1).flip(dim)
+    elif mode == "circular": head, tail = part(n - before, n), part(0, after)
+    else:
+      def edge(start: int, count: int) -> Tensor:
+        return part(start, start + 1).expand([count if d == dim else s for d, s in enumerate(self.shape)])
+      head, tail = edge(0, before), edge(n - 1, after)
+    return type(self).cat(*[t for t in (head, self, tail) if t.shape[dim]], dim=dim)
+
+  # ------------------------------------------------------------------ pooling indices
+  def _pool_argmax(self: Tensor, windows: Tensor, padding: int | Sequence[int], kernel: tuple[int, int],
+                   stride: tuple[int, int], dilation: tuple[int, int]) -> Tensor:
+    """For max_pool2d(return_indices=True): the flat (H*W) index of each window's first maximum. Positions count
+    down (H*W ... 1, padding 0), so the first maximum has the largest count and padding never wins."""
+    from tinycore.tensor import Tensor
+    h, w = self.shape[-2:]
+    countdown = Tensor.arange(h * w, 0, -1, device=self.device, dtype=dtypes.int32).reshape(h, w)
+    counts = countdown._pad2d(padding, 0)._pool(kernel, stride, dilation)
+    is_max = windows == windows.max((-2, -1), keepdim=True)
+    return (h * w - is_max.where(counts, 0).max((-2, -1))).cast(dtypes.int32)
+
+  def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2),
+                   stride: int | Sequence[int] | None = None, dilation: int | Sequence[int] = 1,
+                   padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
+    """The partial inverse of max_pool2d: each pooled value goes back to the place its index names (torch's
+    max_unpool2d), zeros elsewhere, in a plane of output_size (default: the size max_pool2d's arguments map to
+    self's)."""
+    if self.shape != indices.shape: raise ShapeError(f"max_unpool2d: indices {indices.shape} for values {self.shape}")
+    if output_size is None:
+      kernel, dilation = _tuple_of(kernel_size, 2, "kernel_size"), _tuple_of(dilation, 2, "dilation")
+      stride = kernel if stride is None else _tuple_of(stride, 2, "stride")
+      pads = _tuple_of(padding, 2, "padding")
+      output_size = tuple((i - 1) * s - 2 * p + d * (k - 1) + 1
+                          for i, k, s, d, p in zip(self.shape[-2:], kernel, stride, dilation, pads))
+    plane = tuple(output_size)[-2:]
+    lead, count = self.shape[:-2], plane[0] * plane[1]
+    flat_values = self.reshape(*lead, -1, 1)
+    hits = indices.reshape(*lead, -1, 1) == type(self).arange(count, device=self.device, dtype=indices.dtype)
+    # overlapping windows may name one place twice, always with its one value: take it once (a max, not a sum)
+    placed = hits.where(flat_values, dtypes.min(self.dtype)).max(-2)
+    return hits.any(-2).where(placed, 0).cast(self.dtype).reshape(*lead, *plane)
+
+  # ------------------------------------------------------------------ transposed convolution
+  def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+                       stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
+                       padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Tensor:
+    """The transposed 2-d convolution (the gradient of conv2d with respect to its input), self (N, C_in, H, W),
+    weight (C_in, C_out/groups, kh, kw), as torch's conv_transpose2d: the input spread out by stride, padded by
+    dilation*(k-1) - padding (plus output_padding after), convolved with the flipped kernel."""
+    if self.ndim != 4 or weight.ndim != 4:
+      raise ShapeError(f"conv_transpose2d needs 4-d input and weight, got {self.shape} and {weight.shape}")
+    cin, cout_group, (kh, kw) = weight.shape[0], weight.shape[1], weight.shape[2:]
+    if self.shape[1] != cin or cin % groups:
+      raise ShapeError(f"conv_transpose2d channels: input {self.shape}, weight {weight.shape}, groups={groups}")
+    stride, dilation = _tuple_of(stride, 2, "stride"), _tuple_of(dilation, 2, "dilation")
+    padding, output_padding = _tuple_of(padding, 2, "padding"), _tuple_of(output_padding, 2, "output_padding")
+    if any(o >= max(s, d) for o, s, d in zip(output_padding, stride, dilation)):
+      raise ArgumentError(f"output_padding {output_padding} must be smaller than stride {stride} or dilation "
+                          f"{dilation}")
+    x = self._spread(stride)
+    sides = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip((kh, kw), dilation, padding, output_padding)]
+    x = x.pad(((0, 0), (0, 0), *sides))
+    kernel = weight.reshape(groups, cin // groups, cout_group, kh, kw).transpose(1, 2)
+    kernel = kernel.reshape(groups * cout_group, cin // groups, kh, kw).flip(2, 3)
+    return x.conv2d(kernel, bias, groups=groups, dilation=dilation)
+
+  def _spread(self: Tensor, stride: tuple[int, int]) -> Tensor:
+    """(N, C, H, W) -> (N, C, (H-1)*sh + 1, (W-1)*sw + 1) with stride-1 zeros between neighbours."""
+    (sh, sw), (n, c, h, w) = stride, self.shape
+    if sh == sw == 1 or h == 0 or w == 0: return self
+    x = self.reshape(n, c, h, 1, w, 1).pad(((0, 0), (0, 0), (0, 0), (0, sh - 1), (0, 0), (0, sw - 1)))
+    return x.reshape(n, c, h * sh, w * sw).shrink((None, None, (0, (h - 1) * sh + 1), (0, (w - 1) * sw + 1)))
