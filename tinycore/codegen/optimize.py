@@ -74,7 +74,7 @@ def _split_range(sink: UOp, r: UOp, width: int, new_id: int) -> UOp:
 class KernelTarget:
   """What the optimizer knows of the machine a kernel runs on: `vector_lanes` float32 lanes in a vector register,
   `vector_registers` of them, `cores` that run one kernel's shares, and `strip_vectors`, how many vectors of
-  accumulators a column-sum strip may hold (in L1 on a CPU). A renderer carries one as `target`."""
+  accumulators a column-sum strip may hold (in L1 on a CPU). A renderer carries one as `kernel_target`."""
   vector_lanes: int = 4
   vector_registers: int = 16
   cores: int = 1

@@ -43,7 +43,7 @@ def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
                        "device first, e.g. .to(Device.DEFAULT)")
   check_dtypes(dev.renderer, sink, device)
   # a renderer may describe its machine (vector width, registers, cores) for the tiles; else the default shapes
-  optimized = optimize_kernel(sink, getattr(dev.renderer, "target", DEFAULT_TARGET))
+  optimized = optimize_kernel(sink, getattr(dev.renderer, "kernel_target", DEFAULT_TARGET))
   if kernel_scalars(optimized) != kernel_scalars(sink):
     raise AssertionError("optimizing a kernel changed its scalar parameters: its CALL's arguments would not match")
   name = kernel_name(optimized)

@@ -91,7 +91,7 @@ class CPUDevice(HCQDevice):
     caps = super().capabilities()
     caps["compiler"] = self.compiler.name if isinstance(self.compiler, CPUCompiler) else None
     caps["queues"] = sorted(self.queues)
-    target = self.renderer.target  # what the optimizer shapes register tiles and reduction strips for
+    target = self.renderer.kernel_target  # what the optimizer shapes register tiles and reduction strips for
     caps.update(cores=target.cores, vector_lanes=target.vector_lanes, vector_registers=target.vector_registers)
     return caps
 

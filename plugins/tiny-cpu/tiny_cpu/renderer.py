@@ -47,7 +47,7 @@ class CPURenderer(CStyleRenderer):
 
   def __init__(self, threads: int = 1, target: KernelTarget | None = None):
     self.threads = threads
-    self.target = target or host_target(threads)
+    self.kernel_target = target or host_target(threads)
     self._split: UOp | None = None
 
   def threaded_loop(self, kernel: LinearKernel) -> UOp | None:
