@@ -101,7 +101,7 @@ def test_nv_to_disk_and_back(nv, tmp_path):
 
 
 def test_records_patch_only_inputs_and_variables(nv):
-  from tinycore.plugin import CommandWriter, Copy, InputAddress, SignalStore, SignalWait, Variable
+  from tinycore.plugin import Copy, InputAddress, SignalStore, SignalWait, Variable
   from tinycore.hcq.signal import signal_pool
   from tiny_nv.device import COPY, SIGNAL, WAIT
   signal = signal_pool.new("test")
