@@ -189,7 +189,7 @@ def sop1_value(name: str, a: np.ndarray, width: int):
     u = a.astype(np.uint32)
     flipped = np.where(u >> np.uint32(31) == 1, ~u, u)
     return np.where((u == 0) | (u == 0xFFFFFFFF), 0xFFFFFFFF, 31 - bitlen(flipped)).astype(np.uint32), None
-  raise NotImplementedError(name)
+  raise NotImplementedError(f"the RDNA3 emulator does not execute the SOP1 instruction {name}")
 
 
 def exec_sopc(st: WaveBatch, ins) -> None:
@@ -231,4 +231,4 @@ def exec_sopk(st: WaveBatch, ins) -> None:
   if name == "s_call_b64":
     st.swrite(f["sdst"], np.full(st.nwaves, ins.pc + 4, np.uint64), 64)
     return st.branch_to(np.full(st.nwaves, ins.pc + 4 + sext * 4, np.int64))
-  raise NotImplementedError(name)
+  raise NotImplementedError(f"the RDNA3 emulator does not execute the SOPK instruction {name}")
