@@ -10,6 +10,7 @@ from tinycore.tensor import Tensor
 from tinycore.engine.realize import GlobalCounters
 from tinycore.helpers import Context
 from tinycore.jit import TinyJit
+from tinycore.profiler import profile
 
-__all__ = ["Tensor", "Variable", "Device", "dtypes", "DType", "GlobalCounters", "Context", "TinyJit"]
+__all__ = ["Tensor", "Variable", "Device", "dtypes", "DType", "GlobalCounters", "Context", "TinyJit", "profile"]
 __version__ = "0.1.0"
