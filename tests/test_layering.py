@@ -21,6 +21,8 @@ LAYERS = {
   "gradient": 6, "multi": 6,
   # the public faces: they gather the layers below for users and plugin authors
   "nn": 7, "cli": 7, "testing": 7, "jit": 7, "plugin": 7, "__init__": 7, "__main__": 7,
+  # VIZ: the web page of what the compiler did (the layers report to it through tinycore.uop.capture)
+  "viz": 7,
 }
 
 

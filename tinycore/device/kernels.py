@@ -12,6 +12,7 @@ from typing import Any
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import UOp
 from tinycore.uop.scalars import kernel_scalars
+from tinycore.uop import capture
 from tinycore.codegen import DEFAULT_TARGET, CodegenStats, kernel_name, optimize_kernel
 from tinycore.device.registry import Device
 
@@ -49,6 +50,7 @@ def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
   name = kernel_name(optimized)
   rendered = dev.renderer.render(name, optimized)
   source = rendered.source
+  if capture.listener is not None: capture.listener.kernel_rendered(device, sink, optimized, name, source)
   CodegenStats.rendered += 1
   key = (type(dev.compiler).__name__ + str(getattr(dev.compiler, "cachekey", "")), source)
   if (lib := binaries.get(key)) is None:

@@ -1,6 +1,7 @@
 """Realize: schedule tensor graphs into a LINEAR and run its calls (the tensor layer rebinds tensors to the results)."""
 from __future__ import annotations
 from tinycore.uop.ops import Ops, UOp
+from tinycore.uop import capture
 from tinycore.schedule.cache import bind_template
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 from tinycore.hcq.runtime import holding_runtime_lock
@@ -79,6 +80,7 @@ def realize_roots(roots: list[UOp]) -> dict[UOp, UOp]:
   linear, keys, values = template.src
   linear = split_lanes(linear)
   if is_capturing(): record_linear(linear.substitute(mapping))  # TinyJit replays it later
+  if capture.listener is not None: capture.listener.schedule_run(linear)
   bound_linear, keys, values = bind_template(UOp(Ops.SINK, None, (compile_template(linear), keys, values)), mapping)
   if bound_linear.src: run_linear(bound_linear)
   return dict(zip(keys.src, values.src))
