@@ -79,11 +79,13 @@ function showSchedule(realize, highlight = null) {
   realize.buffers.forEach((label, i) => nodes.push({ id: `b${i}`, op: "BUFFER", dtype: "", arg: label }));
   for (const item of realize.items) {
     const op = item.kind === "copy" ? "COPY" : "CALL";
-    nodes.push({ id: `c${item.index}`, op, dtype: item.device, arg: item.name, isNew: item.index === highlight });
+    nodes.push({ id: `c${item.index}`, op, dtype: item.device, arg: item.name, isNew: item.index === highlight,
+      kernel: item.kernel });
     for (const read of item.reads) edges.push([`b${read}`, `c${item.index}`]);
     edges.push([`c${item.index}`, `b${item.writes}`]);
   }
   drawGraph({ nodes, edges, truncated: 0 }, null);
+  document.getElementById("source-title").textContent = "schedule";
   document.getElementById("source").textContent = realize.items.map(item =>
     `${item.index}: ${item.kind === "copy" ? "COPY" : "CALL"} ${item.name} on ${item.device}` +
     (item.bytes ? ` (${item.bytes} bytes)` : "")).join("\n");
@@ -94,6 +96,7 @@ async function showKernel(number) {
   state.kernel = kernel;
   document.getElementById("graph-title").textContent =
     `kernel ${kernel.name}${kernel.device ? " on " + kernel.device : ""}: ${kernel.steps.length} graphs`;
+  document.getElementById("source-title").textContent = "rendered source";
   document.getElementById("source").textContent = kernel.source ?? "(not compiled in this run)";
   const steps = document.getElementById("steps");
   steps.textContent = "";
@@ -157,6 +160,10 @@ function drawGraph(graph, previousIds) {
     const group = element("g", { class: isNew ? "node new" : "node", "data-op": node.op,
       transform: `translate(${x - width / 2},${y - height / 2})` }, null, SVG_NS);
     group.appendChild(element("title", {}, lines.join("\n"), SVG_NS));
+    if (node.kernel !== undefined) {  // a kernel's CALL in a schedule opens the kernel
+      group.classList.add("link");
+      group.addEventListener("click", () => showKernel(node.kernel));
+    }
     group.appendChild(element("rect", { width, height, rx: 4, fill: OP_COLOURS[node.op] || DEFAULT_COLOUR },
       null, SVG_NS));
     lines.forEach((line, i) => group.appendChild(element("text", { x: 7, y: 14 + i * 14 }, line, SVG_NS)));
