@@ -8,6 +8,7 @@ again with new input Buffers: no scheduling, no graph rewriting, no compiling.
 from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Sequence
+import tinycore.profiler as profiler
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 
@@ -140,10 +141,22 @@ class ReplayPlan:
         step.callee.arg.run(buffers, step.batch_values(var_vals))
         continue
       written[step.device] = None
-      if step.kind == "copy":
+      if profiler.enabled: self.run_timed_step(step, buffers, var_vals)
+      elif step.kind == "copy":
         wait_for_queues()
         run_copy(buffers[0], buffers[1])
       else: step.kernel(*[b.ensure_allocated()._buf for b in buffers], vals=step.words(var_vals))
     for device in written:
       if not is_hcq_device(Device[device]): Device[device].synchronize()
     GlobalCounters.kernel_count += self.kernel_count
+
+  @staticmethod
+  def run_timed_step(step: ReplayStep, buffers: list[Any], var_vals: dict[str, int]) -> None:
+    """A host-run copy or kernel of the plan while profiling: recorded with host times, as eager calls are."""
+    from tinycore.engine.realize import timed_host_copy, timed_host_kernel
+    from tinycore.hcq.runtime import wait_for_queues
+    if step.kind == "copy":
+      wait_for_queues()
+      timed_host_copy(buffers[0], buffers[1])
+    else: timed_host_kernel(step.kernel, step.callee, buffers, [b.ensure_allocated()._buf for b in buffers],
+                            step.words(var_vals))
