@@ -113,7 +113,8 @@ class ReplayPlan:
     from tinycore.hcq.runtime import compile_linear, uses_queues
     linear = UOp(Ops.LINEAR, None, tuple(call for lin in linears for call in lin.src))
     # queue devices: compiled once; only the input buffers' addresses are patched on each run
-    if any(uses_queues(call) for call in linear.src): linear = compile_linear(linear, input_uops=list(input_uops))
+    if any(uses_queues(call) for call in linear.src):
+      linear = compile_linear(linear, input_uops=list(input_uops), profile=profiler.enabled)
     slots = {u: i for i, u in enumerate(input_uops)}
     self.steps = [ReplayStep(call, slots) for call in linear.src]
     self.kernel_count = sum(s.callee.arg.commands if s.kind == "batch" else 1 for s in self.steps)

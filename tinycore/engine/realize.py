@@ -39,7 +39,7 @@ def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
   from tinycore.hcq.runtime import call_is_hcq, compile_linear, uses_queues, wait_for_queues
   linear = split_lanes(linear)  # a tuple CALL runs once per lane (and counts once per lane)
   if any(uses_queues(call) for call in linear.src):
-    linear = compile_linear(linear, input_uops=linear_buffers(linear))
+    linear = compile_linear(linear, input_uops=linear_buffers(linear), profile=profiler.enabled)
   written: dict[str, None] = {}
   for call in linear.src:
     callee, buffer_uops, scalars = call.src[0], call_buffers(call), call_scalars(call)
