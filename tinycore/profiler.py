@@ -104,8 +104,9 @@ def record(name: str, category: str, process: str, track: str, start_ns: int, en
   with the event."""
   if category not in CATEGORIES: raise ValueError(f"unknown profiler category {category!r}: one of {CATEGORIES}")
   pid, tid = recording.track(process, track)
-  event = {"name": name, "cat": category, "ph": "X", "pid": pid, "tid": tid, "ts": (start_ns - ORIGIN_NS) / 1000,
-           "dur": max(0, end_ns - start_ns) / 1000, "args": {"device": process, "clock": clock, **args}}
+  # held in integer nanoseconds (exact nesting checks); trace() writes microseconds
+  event = {"name": name, "cat": category, "ph": "X", "pid": pid, "tid": tid, "ts": start_ns - ORIGIN_NS,
+           "dur": max(0, end_ns - start_ns), "args": {"device": process, "clock": clock, **args}}
   with recording.lock: recording.events.append(event)
 
 
@@ -128,11 +129,35 @@ def metadata_events() -> list[dict[str, Any]]:
   return out
 
 
+def nest_slices(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """The events (times in ns) sorted by start, with slices on one track properly nested, as Perfetto needs (it drops a slice that
+  starts inside another and ends after it). Such a partial overlap only comes from two clocks on one track (a copy
+  the host timed beside copies the device timed, within the clock offset's uncertainty): the earlier slice is cut
+  where the later one starts, and says by how much (`trimmed_us`)."""
+  ordered = sorted(events, key=lambda e: (e["ts"], -e["dur"]))
+  open_slices: dict[tuple[int, int], list[dict[str, Any]]] = {}
+  for event in ordered:
+    stack = open_slices.setdefault((event["pid"], event["tid"]), [])
+    end = event["ts"] + event["dur"]
+    while stack:
+      outer = stack[-1]
+      outer_end = outer["ts"] + outer["dur"]
+      if outer_end <= event["ts"]: stack.pop()
+      elif outer_end < end:  # a partial overlap: cut the outer slice where this one starts
+        outer["args"]["trimmed_us"] = (outer_end - event["ts"]) / 1000
+        outer["dur"] = event["ts"] - outer["ts"]
+        stack.pop()
+      else: break
+    stack.append(event)
+  return ordered
+
+
 def trace(since: int = 0) -> dict[str, Any]:
   """Everything recorded so far (from event index `since`) as a Chrome trace: {"traceEvents": [...],
   "displayTimeUnit": "ms", "otherData": {...}}. Device events still held back are flushed first."""
   run_flushes()
-  with recording.lock: events = sorted(recording.events[since:], key=lambda e: e["ts"])
+  with recording.lock: events = nest_slices([{**e, "args": dict(e["args"])} for e in recording.events[since:]])
+  for event in events: event["ts"], event["dur"] = event["ts"] / 1000, event["dur"] / 1000
   return {"traceEvents": metadata_events() + events, "displayTimeUnit": "ms",
           "otherData": {"producer": "tinycore", "clock": "host perf_counter, microseconds since the profiler loaded",
                         "device_clocks": dict(recording.device_clocks)}}
@@ -149,6 +174,7 @@ def write_trace(path: str, since: int = 0) -> str:
 def profile(path: str | None = None) -> Iterator[None]:
   """Record while inside the block; on exit write the events recorded in it to `path` (when given) as a Chrome
   trace. Blocks nest: recording stays on until the outermost one ends (or as it was before it)."""
+  run_flushes()  # work submitted before the block lands before it, not in it
   was_enabled, cleared = enabled, recording.cleared
   with recording.lock: start = len(recording.events)
   enable()

@@ -8,6 +8,7 @@ again with new input Buffers: no scheduling, no graph rewriting, no compiling.
 from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Sequence
+import tinycore.profiler as profiler
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 
@@ -112,7 +113,8 @@ class ReplayPlan:
     from tinycore.hcq.runtime import compile_linear, uses_queues
     linear = UOp(Ops.LINEAR, None, tuple(call for lin in linears for call in lin.src))
     # queue devices: compiled once; only the input buffers' addresses are patched on each run
-    if any(uses_queues(call) for call in linear.src): linear = compile_linear(linear, input_uops=list(input_uops))
+    if any(uses_queues(call) for call in linear.src):
+      linear = compile_linear(linear, input_uops=list(input_uops), profile=profiler.enabled)
     slots = {u: i for i, u in enumerate(input_uops)}
     self.steps = [ReplayStep(call, slots) for call in linear.src]
     self.kernel_count = sum(s.callee.arg.commands if s.kind == "batch" else 1 for s in self.steps)
@@ -140,10 +142,22 @@ class ReplayPlan:
         step.callee.arg.run(buffers, step.batch_values(var_vals))
         continue
       written[step.device] = None
-      if step.kind == "copy":
+      if profiler.enabled: self.run_timed_step(step, buffers, var_vals)
+      elif step.kind == "copy":
         wait_for_queues()
         run_copy(buffers[0], buffers[1])
       else: step.kernel(*[b.ensure_allocated()._buf for b in buffers], vals=step.words(var_vals))
     for device in written:
       if not is_hcq_device(Device[device]): Device[device].synchronize()
     GlobalCounters.kernel_count += self.kernel_count
+
+  @staticmethod
+  def run_timed_step(step: ReplayStep, buffers: list[Any], var_vals: dict[str, int]) -> None:
+    """A host-run copy or kernel of the plan while profiling: recorded with host times, as eager calls are."""
+    from tinycore.engine.realize import timed_host_copy, timed_host_kernel
+    from tinycore.hcq.runtime import wait_for_queues
+    if step.kind == "copy":
+      wait_for_queues()
+      timed_host_copy(buffers[0], buffers[1])
+    else: timed_host_kernel(step.kernel, step.callee, buffers, [b.ensure_allocated()._buf for b in buffers],
+                            step.words(var_vals))
