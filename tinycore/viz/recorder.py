@@ -3,8 +3,8 @@
 `VizRecorder` is the capture listener (`tinycore.uop.capture`) VIZ registers. Each step it keeps links a graph to
 the graph it came from (`Step.before -> Step.after`); since UOps are hash-consed, a kernel's history is found by
 walking back from its final graph through the steps that produced it. Memory is bounded: at most `MAX_STEPS` steps
-and `MAX_REALIZES` distinct schedules are kept (what does not fit is counted, not stored), and a run of identical
-schedules (a training loop) is one entry with a count.
+and `MAX_REALIZES` distinct schedules are kept (what does not fit is counted, not stored), and a schedule that runs
+again (each step of a training loop) is one entry with a count.
 """
 from __future__ import annotations
 import sys
@@ -41,7 +41,7 @@ class RenderedKernel:
 
 @attrs.define
 class ScheduleRun:
-  """A realized LINEAR and how many realizes in a row ran it (the schedule cache hands out the same one)."""
+  """A realized LINEAR and how many realizes ran it (the schedule cache hands out the same one each time)."""
   linear: UOp
   count: int = 1
 
@@ -55,7 +55,8 @@ class VizRecorder:
     self.steps_by_after: dict[UOp, Step] = {}
     self.dropped_steps = 0
     self.rendered: dict[UOp, RenderedKernel] = {}
-    self.schedules: list[ScheduleRun] = []
+    self.schedules: list[ScheduleRun] = []  # in the order each first ran
+    self.schedules_by_linear: dict[UOp, ScheduleRun] = {}
     self.dropped_realizes = 0
 
   # ---------------------------------------------------------------------------- the capture listener's calls
@@ -74,8 +75,10 @@ class VizRecorder:
 
   def schedule_run(self, linear: UOp) -> None:
     with self.lock:
-      if self.schedules and self.schedules[-1].linear is linear: self.schedules[-1].count += 1
-      elif len(self.schedules) < self.max_realizes: self.schedules.append(ScheduleRun(linear))
+      if (seen := self.schedules_by_linear.get(linear)) is not None: seen.count += 1
+      elif len(self.schedules) < self.max_realizes:
+        self.schedules.append(run := ScheduleRun(linear))
+        self.schedules_by_linear[linear] = run
       else: self.dropped_realizes += 1
 
   def add_step(self, step: Step) -> None:

@@ -34,8 +34,8 @@ function renderRealizes(data) {
   const kernels = new Set();
   for (const realize of data.realizes) {
     const block = element("div", { class: "realize" });
-    const times = realize.count > 1 ? ` (ran ${realize.count}x)` : "";
-    const title = element("div", { class: "realize-title" }, `realize ${realize.id}${times}`);
+    const times = realize.count > 1 ? ` (realized ${realize.count}x)` : "";
+    const title = element("div", { class: "realize-title" }, `schedule ${realize.id}${times}`);
     title.addEventListener("click", () => { select(title); showSchedule(realize); });
     block.appendChild(title);
     const list = element("ul");
@@ -74,7 +74,7 @@ function showSchedule(realize, highlight = null) {
   document.getElementById("steps").textContent = "";
   document.getElementById("rules").textContent = "";
   document.getElementById("graph-title").textContent =
-    `realize ${realize.id}: LINEAR of ${realize.items.length} calls (buffers in cyan, copies in the store colour)`;
+    `schedule ${realize.id}: LINEAR of ${realize.items.length} calls (buffers in cyan, copies in the store colour)`;
   const nodes = [], edges = [];
   realize.buffers.forEach((label, i) => nodes.push({ id: `b${i}`, op: "BUFFER", dtype: "", arg: label }));
   for (const item of realize.items) {
