@@ -121,4 +121,13 @@ def test_the_timeline_has_a_box_per_profiled_event(page, server):
   assert boxes.count() == len(events)
   assert page.locator("#timeline text.track-label").count() == len({(e["pid"], e["tid"]) for e in events})
   assert "(" in page.locator("#timeline rect.box title").first.text_content()  # hover: name (duration) and args
+  # the wheel zooms in time around the pointer; a double-click shows everything again
+  whole = page.text_content("#timeline-note")
+  area = page.locator("#timeline").bounding_box()
+  page.mouse.move(area["x"] + area["width"] * 0.9, area["y"] + 5)
+  page.mouse.wheel(0, -400)
+  page.wait_for_function("whole => document.getElementById('timeline-note').textContent !== whole", arg=whole)
+  assert boxes.count() <= len(events)
+  page.dblclick("#timeline")
+  assert page.text_content("#timeline-note") == whole and boxes.count() == len(events)
   assert page.errors == []

@@ -214,11 +214,11 @@ function installPanZoom(svg) {
 }
 
 // ------------------------------------------------------------------------------------------ the timeline
-const TRACK_HEIGHT = 18, LABEL_WIDTH = 150;
+// a row per track (process / thread of the Chrome trace), nested slices one sub-row deeper; the wheel zooms in time
+const TRACK_HEIGHT = 16, LABEL_WIDTH = 150;
+const timeline = { boxes: [], tracks: [], labels: {}, start: 0, end: 1, view: null };
 
-function drawTimeline(trace) {
-  const svg = document.getElementById("timeline");
-  svg.textContent = "";
+function loadTimeline(trace) {
   const events = trace.traceEvents || [];
   const processNames = {}, trackNames = {};
   for (const e of events) {
@@ -226,38 +226,89 @@ function drawTimeline(trace) {
     if (e.name === "process_name") processNames[e.pid] = e.args.name;
     if (e.name === "thread_name") trackNames[`${e.pid}:${e.tid}`] = e.args.name;
   }
-  const boxes = events.filter(e => e.ph === "X");
-  const note = document.getElementById("timeline-note");
-  if (!boxes.length) { note.textContent = "(no events: nothing was profiled)"; return; }
-  const tracks = [...new Set(boxes.map(e => `${e.pid}:${e.tid}`))].sort((a, b) => {
+  timeline.boxes = events.filter(e => e.ph === "X").sort((a, b) => a.ts - b.ts || b.dur - a.dur);
+  const keys = [...new Set(timeline.boxes.map(e => `${e.pid}:${e.tid}`))].sort((a, b) => {
     const [pa, ta] = a.split(":").map(Number), [pb, tb] = b.split(":").map(Number);
     return pa - pb || ta - tb;
   });
-  const start = Math.min(...boxes.map(e => e.ts)), end = Math.max(...boxes.map(e => e.ts + e.dur));
-  const width = Math.max(600, svg.parentElement.clientWidth - 20), span = Math.max(end - start, 1e-3);
-  const scale = (width - LABEL_WIDTH - 10) / span;
-  note.textContent = `(${boxes.length} events over ${(span / 1000).toFixed(3)} ms)`;
-  svg.setAttribute("width", width);
-  svg.setAttribute("height", tracks.length * TRACK_HEIGHT + 6);
-  tracks.forEach((track, row) => {
-    const [pid] = track.split(":");
-    const label = `${processNames[pid] ?? pid} / ${trackNames[track] ?? track.split(":")[1]}`;
-    svg.appendChild(element("text", { class: "track-label", x: 4, y: row * TRACK_HEIGHT + 13 }, label, SVG_NS));
+  const depths = {};
+  for (const key of keys) depths[key] = nestDepths(timeline.boxes.filter(e => `${e.pid}:${e.tid}` === key));
+  let row = 0;
+  timeline.tracks = keys.map(key => {
+    const [pid, tid] = key.split(":");
+    const track = { key, row, label: `${processNames[pid] ?? pid} / ${trackNames[key] ?? tid}` };
+    row += Math.max(...depths[key].values()) + 1;
+    return track;
   });
-  for (const e of boxes) {
-    const row = tracks.indexOf(`${e.pid}:${e.tid}`);
+  timeline.rows = row;
+  timeline.depth = new Map(Object.values(depths).flatMap(m => [...m]));
+  if (timeline.boxes.length) {
+    timeline.start = Math.min(...timeline.boxes.map(e => e.ts));
+    timeline.end = Math.max(...timeline.boxes.map(e => e.ts + e.dur));
+  }
+  timeline.view = [timeline.start, Math.max(timeline.end, timeline.start + 1e-3)];
+}
+
+// how deep each slice of one track is nested (0: not inside another slice)
+function nestDepths(slices) {
+  const depth = new Map(), open = [];
+  for (const e of slices) {
+    while (open.length && open[open.length - 1] <= e.ts) open.pop();
+    depth.set(e, open.length);
+    open.push(e.ts + e.dur);
+  }
+  return depth;
+}
+
+function drawTimeline() {
+  const svg = document.getElementById("timeline");
+  svg.textContent = "";
+  const note = document.getElementById("timeline-note");
+  if (!timeline.boxes.length) { note.textContent = "(no events: nothing was profiled)"; return; }
+  const [from, to] = timeline.view, span = to - from;
+  const width = Math.max(600, svg.parentElement.clientWidth - 20), scale = (width - LABEL_WIDTH - 10) / span;
+  note.textContent = `(${timeline.boxes.length} events; showing ${(span / 1000).toFixed(3)} ms of ` +
+    `${((timeline.end - timeline.start) / 1000).toFixed(3)} ms: scroll to zoom, double-click to reset)`;
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", timeline.rows * TRACK_HEIGHT + 6);
+  const trackRow = Object.fromEntries(timeline.tracks.map(t => [t.key, t.row]));
+  for (const track of timeline.tracks)
+    svg.appendChild(element("text", { class: "track-label", x: 4, y: track.row * TRACK_HEIGHT + 12 }, track.label,
+      SVG_NS));
+  for (const e of timeline.boxes) {
+    if (e.ts + e.dur < from || e.ts > to) continue;
+    const row = trackRow[`${e.pid}:${e.tid}`] + timeline.depth.get(e);
     const kind = e.cat === "copy" ? "copy" : e.cat === "kernel" ? "kernel" : "other";
-    const box = element("rect", { class: `box ${kind}`, x: LABEL_WIDTH + (e.ts - start) * scale,
-      y: row * TRACK_HEIGHT + 2, width: Math.max(1, e.dur * scale), height: TRACK_HEIGHT - 4 }, null, SVG_NS);
+    const x = LABEL_WIDTH + Math.max(0, (e.ts - from) * scale);
+    const right = LABEL_WIDTH + Math.min(span, e.ts + e.dur - from) * scale;
+    const box = element("rect", { class: `box ${kind}`, x, y: row * TRACK_HEIGHT + 2, width: Math.max(1, right - x),
+      height: TRACK_HEIGHT - 3 }, null, SVG_NS);
     const details = Object.entries(e.args || {}).map(([k, v]) => `${k}: ${v}`).join("\n");
     box.appendChild(element("title", {}, `${e.name} (${e.dur.toFixed(1)} us)\n${details}`, SVG_NS));
     svg.appendChild(box);
   }
 }
 
+function installTimelineZoom(svg) {
+  svg.addEventListener("wheel", e => {
+    if (!timeline.boxes.length) return;
+    e.preventDefault();
+    const [from, to] = timeline.view, rect = svg.getBoundingClientRect();
+    const fraction = Math.min(1, Math.max(0, (e.clientX - rect.left - LABEL_WIDTH) / (rect.width - LABEL_WIDTH - 10)));
+    const at = from + fraction * (to - from), factor = e.deltaY > 0 ? 1.25 : 0.8;
+    timeline.view = [at - (at - from) * factor, at + (to - at) * factor];
+    drawTimeline();
+  }, { passive: false });
+  svg.addEventListener("dblclick", () => {
+    timeline.view = [timeline.start, Math.max(timeline.end, timeline.start + 1e-3)];
+    drawTimeline();
+  });
+}
+
 // ------------------------------------------------------------------------------------------ start
 async function main() {
   installPanZoom(document.getElementById("graph"));
+  installTimelineZoom(document.getElementById("timeline"));
   document.getElementById("step-prev").addEventListener("click", () => showStep(state.step - 1));
   document.getElementById("step-next").addEventListener("click", () => showStep(state.step + 1));
   document.getElementById("step-slider").addEventListener("input", e => showStep(Number(e.target.value)));
@@ -266,7 +317,8 @@ async function main() {
     if (e.key === "ArrowRight") showStep(state.step + 1);
   });
   renderRealizes(await getJSON("/api/realizes"));
-  drawTimeline(await getJSON("/api/timeline"));
+  loadTimeline(await getJSON("/api/timeline"));
+  drawTimeline();
   document.body.dataset.loaded = "true";
 }
 
