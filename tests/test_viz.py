@@ -1,5 +1,6 @@
 """VIZ: what is captured (schedules, each kernel's graphs after every pass, the rules that fired, sources), the JSON
 the page reads, the server, and the TINYCORE_VIZ=1 / `tinycore viz` entry points."""
+import inspect
 import json
 import os
 import pathlib
@@ -95,8 +96,8 @@ def test_unchanged_nodes_keep_their_number_across_steps(captured):
 
 def test_rules_are_named_by_function_or_by_their_comment():
   assert rule_name(fold_constants) == "fold_constants"
-  cast_rule = next(fn for pat, fn in symbolic.rules if fn.__name__ == "<lambda>" and "c.dtype is x.dtype" in
-                   __import__("inspect").getsource(fn))
+  cast_rule = next(fn for _, fn in symbolic.rules
+                   if fn.__name__ == "<lambda>" and "c.dtype is x.dtype" in inspect.getsource(fn))
   assert rule_name(cast_rule) == "a cast to the same dtype is nothing"
   assert matcher_name(symbolic) == "symbolic"
   assert matcher_name(object()) == "rewrite"
