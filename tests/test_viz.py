@@ -204,3 +204,10 @@ def test_a_script_is_served_after_it_ends_until_ctrl_c(entry):
     assert stop_with_ctrl_c(process) == 0
   finally:
     if process.poll() is None: process.kill()
+
+
+def test_tinycore_viz_names_a_missing_script(tmp_path, capsys):
+  from tinycore.cli import main
+  assert main(["viz", str(tmp_path / "missing.py")]) == 2
+  assert "no such script" in capsys.readouterr().err
+  assert not viz.is_enabled()

@@ -151,9 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
 def viz_command(arguments: argparse.Namespace) -> int:
   """Run the script as __main__ with VIZ capturing, then serve the page until Ctrl-C. The page is served even when
   the script fails (what ran until then is there); the exit code is the script's."""
+  import os
   import runpy
   import traceback
   from tinycore import viz
+  if not os.path.isfile(arguments.script):
+    print(f"tinycore viz: no such script: {arguments.script}", file=sys.stderr)
+    return 2
   viz.enable()
   saved_argv, code = sys.argv, 0
   sys.argv = [arguments.script, *arguments.arguments]
