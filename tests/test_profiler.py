@@ -283,3 +283,23 @@ def test_train_digits_with_TINYCORE_PROFILE_on_SIM(tmp_path):
   assert {k["name"] for k in kernels} <= compiled  # every kernel that ran was compiled under that name
   assert all(k["args"]["estimated_ops"] > 0 for k in kernels if k["name"].startswith("r_"))
   assert len(slices(trace, "submit", "host", "submit")) >= steps
+
+
+def test_batches_carry_timestamps_only_while_profiling(recording):
+  """Off, a compiled batch has no Timestamp command (nothing runs for the profiler); on, each kernel and copy is
+  bracketed by two, and the cached template of each form is kept apart."""
+  from tinycore.hcq.commands import Exec, Timestamp
+  from tinycore.hcq.runtime import compile_template
+  x = Tensor(np.arange(32, dtype=np.float32), device="SIM").realize()
+  linear = ((x + 1) * x).sum().schedule_linear()
+
+  def commands(profile: bool) -> list:
+    profiler.enable() if profile else profiler.disable()
+    compiled = compile_template(linear)
+    profiler.disable()
+    batches = [call.src[0].arg for call in compiled.src if call.src[0].op is Ops.PROGRAM]
+    return [type(c) for batch in batches for cmds in batch.plan.values() for c in cmds]
+  off, on = commands(False), commands(True)
+  assert Timestamp not in off and off.count(Exec) == 1
+  assert on.count(Exec) == 1 and on.count(Timestamp) == 2
+  assert commands(False) == off  # the plain form is still the cached one

@@ -9,7 +9,7 @@ schedule, compile and submit tracks. Every kernel and copy is one complete ("X")
 or estimated ops, and `clock`: "device" when its times come from the device's own timestamps (HCQ2 `Timestamp`
 commands, converted to the host timebase with a per-device offset), "host" when the host timed the call.
 
-This module sits at the bottom of the layers and imports nothing of tinycore: the schedule cache, the compile path,
+This module sits at the bottom of the layers and imports nothing of tinycore: realize (scheduling), the compile path,
 HCQ2 and the engine call into it, each behind one check of `enabled`, so profiling off costs one attribute read per
 hook. Layers above that hold events back (HCQ2's device timestamps, readable once the queues ran) register a flush
 (`register_flush`) that `trace()` calls first.
@@ -130,10 +130,11 @@ def metadata_events() -> list[dict[str, Any]]:
 
 
 def nest_slices(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-  """The events (times in ns) sorted by start, with slices on one track properly nested, as Perfetto needs (it drops a slice that
-  starts inside another and ends after it). Such a partial overlap only comes from two clocks on one track (a copy
-  the host timed beside copies the device timed, within the clock offset's uncertainty): the earlier slice is cut
-  where the later one starts, and says by how much (`trimmed_us`)."""
+  """The events (times in ns) sorted by start, with slices on one track properly nested, as Perfetto needs (it
+  drops a slice that starts inside another and ends after it). Such a partial overlap only comes from two clocks on
+  one track (a copy the host timed beside copies the device timed, within the clock offset's uncertainty) or from
+  host threads recording on one track: the earlier slice is cut where the later one starts, and says by how much
+  (`trimmed_us`)."""
   ordered = sorted(events, key=lambda e: (e["ts"], -e["dur"]))
   open_slices: dict[tuple[int, int], list[dict[str, Any]]] = {}
   for event in ordered:

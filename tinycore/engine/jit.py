@@ -107,20 +107,30 @@ class ReplayStep:
 
 
 class ReplayPlan:
-  """The captured LINEARs as one compiled plan; `run(inputs)` replays it with these input Buffers."""
+  """The captured LINEARs as one compiled plan; `run(inputs)` replays it with these input Buffers. While profiling,
+  a second compiled form with device timestamps around each command replays instead (made at its first use)."""
 
   def __init__(self, linears: Sequence[UOp], input_uops: Sequence[UOp]):
-    from tinycore.hcq.runtime import compile_linear, uses_queues
     linear = UOp(Ops.LINEAR, None, tuple(call for lin in linears for call in lin.src))
-    # queue devices: compiled once; only the input buffers' addresses are patched on each run
-    if any(uses_queues(call) for call in linear.src):
-      linear = compile_linear(linear, input_uops=list(input_uops), profile=profiler.enabled)
-    slots = {u: i for i, u in enumerate(input_uops)}
-    self.steps = [ReplayStep(call, slots) for call in linear.src]
+    self.linear, self.input_uops = linear, list(input_uops)
+    self.compiled: dict[bool, list[ReplayStep]] = {}  # by profiling on/off
+    self.steps = self.compiled_steps(profiler.enabled)
     self.kernel_count = sum(s.callee.arg.commands if s.kind == "batch" else 1 for s in self.steps)
     # the Variables the captured kernels take, by name: (min, max)
     self.variables = {s.src[0].arg[0]: s.src[0].arg[1:] for call in linear.src for s in call_scalars(call)
                       if s.op is Ops.BIND}
+
+  def compiled_steps(self, profile: bool) -> list[ReplayStep]:
+    """The plan's steps; queue devices' calls compiled once (with timestamps when `profile`), so only the input
+    buffers' addresses are patched on each run."""
+    if (steps := self.compiled.get(profile)) is not None: return steps
+    from tinycore.hcq.runtime import compile_linear, uses_queues
+    linear = self.linear
+    if any(uses_queues(call) for call in linear.src):
+      linear = compile_linear(linear, input_uops=self.input_uops, profile=profile)
+    slots = {u: i for i, u in enumerate(self.input_uops)}
+    steps = self.compiled[profile] = [ReplayStep(call, slots) for call in linear.src]
+    return steps
 
   def run(self, inputs: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
     """Replay with these input Buffers and Variable values (by name; a Variable not given keeps its captured
@@ -136,7 +146,7 @@ class ReplayPlan:
       lo, hi = self.variables[name]
       if not lo <= value <= hi: raise ValueError(f"Variable {name!r} = {value} is outside its range [{lo}, {hi}]")
     written: dict[str, None] = {}
-    for step in self.steps:
+    for step in self.compiled_steps(profiler.enabled):
       buffers = step.bind(inputs)
       if step.kind == "batch":
         step.callee.arg.run(buffers, step.batch_values(var_vals))

@@ -63,7 +63,7 @@ clock_offsets: dict[HCQDevice, int] = {}  # device clock - host clock, in nanose
 
 
 def calibrate(dev: HCQDevice) -> int:
-  """The offset of `dev`'s Timestamp clock from the host clock (ns), measured once per device: the device is
+  """The offset of `dev`'s Timestamp clock (in ns) from the host clock, measured once per device: the device is
   drained, then a lone Timestamp is timed from the host; the fastest of a few round trips sets the offset
   (device time minus the host's midpoint). Its round trip is the offset's uncertainty, noted in the trace."""
   if (known := clock_offsets.get(dev)) is not None: return known
@@ -79,10 +79,15 @@ def calibrate(dev: HCQDevice) -> int:
     wait_for_timestamp(dev, signal)
     after = profiler.clock_ns()
     if best_round_trip is None or after - before < best_round_trip:
-      best_round_trip, offset = after - before, signal.value - (before + after) // 2
+      best_round_trip, offset = after - before, device_ns(dev, signal.value) - (before + after) // 2
   clock_offsets[dev] = offset
   profiler.record_device_clock(dev.device, offset, best_round_trip or 0)
   return offset
+
+
+def device_ns(dev: HCQDevice, value: int) -> int:
+  """A Timestamp value of `dev` in nanoseconds of its clock."""
+  return round(value * dev.timestamp_period_ns)
 
 
 def wait_for_timestamp(dev: HCQDevice, signal: Signal) -> None:
@@ -102,9 +107,9 @@ def add_pending(commands: Sequence[TimedCommand], timers: Sequence[tuple[Signal,
 def record_run(run: PendingRun) -> None:
   """The finished run's timestamps as events on its devices' queue tracks, on the host clock."""
   for command, (start, end) in zip(run.commands, run.timers):
-    offset = clock_offsets[command.device]
-    profiler.record(command.name, command.category, command.device.device, command.queue, start.value - offset,
-                    end.value - offset, clock="device", **command.args)
+    dev, offset = command.device, clock_offsets[command.device]
+    profiler.record(command.name, command.category, dev.device, command.queue, device_ns(dev, start.value) - offset,
+                    device_ns(dev, end.value) - offset, clock="device", **command.args)
 
 
 def collect_finished() -> None:

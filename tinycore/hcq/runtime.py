@@ -22,8 +22,8 @@ from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
 from tinycore.device.fence import register_host_fence
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
-from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp, Value,
-                                   Variable)
+from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
+                                   Value, Variable)
 from tinycore.hcq.device import Encoded, HCQDevice, is_hcq_device
 from tinycore.hcq.signal import Signal, signal_pool
 from tinycore.hcq import profiling, staging
