@@ -44,7 +44,7 @@ def captured(capturing):
 
 def test_the_schedule_lists_kernels_and_the_copy(captured):
   realizes = captured.realizes()
-  assert realizes["dropped_realizes"] == 0 and realizes["dropped_steps"] == 0
+  assert realizes["dropped_realizes"] == realizes["dropped_steps"] == realizes["dropped_kernels"] == 0
   [realize] = realizes["realizes"]
   items = realize["items"]
   assert [item["kind"] for item in items] == ["kernel", "kernel", "copy", "kernel"]
@@ -123,12 +123,13 @@ def test_capture_is_off_unless_enabled():
 
 
 def test_memory_is_bounded_by_the_caps(capturing):
-  small = VizRecorder(max_steps=3, max_realizes=1)
+  small = VizRecorder(max_steps=3, max_realizes=1, max_kernels=2)
   capture.set_listener(small)
   viz_program.run("SIM")
   (Tensor([1.0, 2.0]) + 5).numpy()
   assert len(small.steps_by_after) == 3 and small.dropped_steps > 0
   assert len(small.schedules) == 1 and small.dropped_realizes >= 1
+  assert len(small.rendered) == 2 and small.dropped_kernels >= 2
 
 
 def test_a_repeated_schedule_is_one_entry_with_a_count(capturing):

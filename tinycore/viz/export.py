@@ -39,7 +39,8 @@ class VizData:
     """Every captured schedule: its calls (kernels and copies) in order, and how often it ran."""
     runs = self.recorder.schedule_runs()
     return {"realizes": [{"id": i, "count": run.count, **self.schedule(run.linear)} for i, run in enumerate(runs)],
-            "dropped_realizes": self.recorder.dropped_realizes, "dropped_steps": self.recorder.dropped_steps}
+            "dropped_realizes": self.recorder.dropped_realizes, "dropped_steps": self.recorder.dropped_steps,
+            "dropped_kernels": self.recorder.dropped_kernels}
 
   def schedule(self, linear: UOp) -> dict[str, Any]:
     """The calls of a LINEAR, each with the buffers it writes and reads (numbered within the schedule)."""

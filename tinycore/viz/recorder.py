@@ -2,9 +2,9 @@
 
 `VizRecorder` is the capture listener (`tinycore.uop.capture`) VIZ registers. Each step it keeps links a graph to
 the graph it came from (`Step.before -> Step.after`); since UOps are hash-consed, a kernel's history is found by
-walking back from its final graph through the steps that produced it. Memory is bounded: at most `MAX_STEPS` steps
-and `MAX_REALIZES` distinct schedules are kept (what does not fit is counted, not stored), and a schedule that runs
-again (each step of a training loop) is one entry with a count.
+walking back from its final graph through the steps that produced it. Memory is bounded: at most `MAX_STEPS` steps,
+`MAX_KERNELS` rendered kernels and `MAX_REALIZES` distinct schedules are kept (what does not fit is counted, not
+stored), and a schedule that runs again (each step of a training loop) is one entry with a count.
 """
 from __future__ import annotations
 import sys
@@ -16,6 +16,7 @@ from tinycore.viz.naming import matcher_name, rule_name
 
 MAX_STEPS = 4000
 MAX_REALIZES = 1000
+MAX_KERNELS = 4096  # rendered sources kept
 # frames of these modules are the rewrite machinery, not the pass that asked for a rewrite
 MACHINERY_MODULES = ("tinycore.uop.pattern", "tinycore.uop.capture", "tinycore.viz.recorder")
 
@@ -49,12 +50,13 @@ class ScheduleRun:
 class VizRecorder:
   """The capture listener: keeps steps, rendered kernels and schedules, bounded (see the module docstring)."""
 
-  def __init__(self, max_steps: int = MAX_STEPS, max_realizes: int = MAX_REALIZES):
+  def __init__(self, max_steps: int = MAX_STEPS, max_realizes: int = MAX_REALIZES, max_kernels: int = MAX_KERNELS):
     self.lock = threading.Lock()
-    self.max_steps, self.max_realizes = max_steps, max_realizes
+    self.max_steps, self.max_realizes, self.max_kernels = max_steps, max_realizes, max_kernels
     self.steps_by_after: dict[UOp, Step] = {}
     self.dropped_steps = 0
     self.rendered: dict[UOp, RenderedKernel] = {}
+    self.dropped_kernels = 0
     self.schedules: list[ScheduleRun] = []  # in the order each first ran
     self.schedules_by_linear: dict[UOp, ScheduleRun] = {}
     self.dropped_realizes = 0
@@ -70,7 +72,11 @@ class VizRecorder:
     self.add_step(Step(name, before, after))
 
   def kernel_rendered(self, device: str, kernel: UOp, optimized: UOp, name: str, source: str) -> None:
-    with self.lock: self.rendered[kernel] = RenderedKernel(device, optimized, name, source)
+    with self.lock:
+      if kernel not in self.rendered and len(self.rendered) >= self.max_kernels:
+        self.dropped_kernels += 1
+        return
+      self.rendered[kernel] = RenderedKernel(device, optimized, name, source)
     if optimized is not kernel: self.add_step(Step("optimize", kernel, optimized))
 
   def schedule_run(self, linear: UOp) -> None:

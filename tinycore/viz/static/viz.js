@@ -56,8 +56,9 @@ function renderRealizes(data) {
     nav.appendChild(block);
   }
   let summary = `${data.realizes.length} schedules, ${kernels.size} kernels`;
-  if (data.dropped_realizes || data.dropped_steps)
-    summary += ` (not kept: ${data.dropped_realizes} schedules, ${data.dropped_steps} steps over the caps)`;
+  if (data.dropped_realizes || data.dropped_steps || data.dropped_kernels)
+    summary += ` (over the caps, not kept: ${data.dropped_realizes} schedules, ${data.dropped_steps} steps, ` +
+      `${data.dropped_kernels} kernel sources)`;
   document.getElementById("summary").textContent = summary;
 }
 
