@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet "tox>=4"
-python3 -m tox -e core,cpu,sim,disk,cl,python,example,llvm,amd,nv "$@"
+python3 -m tox -e core,cpu,sim,disk,cl,python,example,llvm,amd,nv,viz "$@"

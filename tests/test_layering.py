@@ -10,6 +10,8 @@ PACKAGE = pathlib.Path(tinycore.__file__).parent
 # module (dotted, below tinycore) or package -> layer; the longest matching prefix wins
 LAYERS = {
   "dtype": 0, "caches": 0, "helpers": 0, "errors": 0,
+  # the profiler imports nothing of tinycore: the schedule cache, the compile path, HCQ2 and the engine record into it
+  "profiler": 0,
   "uop": 1,
   "schedule": 2, "codegen": 2,
   "device": 3, "plugin.hookspecs": 3, "plugin.spec": 3, "plugin.manager": 3, "plugin.known_failures": 3,
@@ -19,6 +21,8 @@ LAYERS = {
   "gradient": 6, "multi": 6,
   # the public faces: they gather the layers below for users and plugin authors
   "nn": 7, "cli": 7, "testing": 7, "jit": 7, "plugin": 7, "__init__": 7, "__main__": 7,
+  # VIZ: the web page of what the compiler did (the layers report to it through tinycore.uop.capture)
+  "viz": 7,
 }
 
 

@@ -140,7 +140,36 @@ def build_parser() -> argparse.ArgumentParser:
   devices.add_argument("--json", action="store_true", help="print the devices as a JSON list")
   devices.add_argument("--check", action="store_true", help="run a small kernel on every usable compute device")
   devices.set_defaults(handler=devices_command)
+  viz = commands.add_parser("viz", help="run a Python script with VIZ on, then serve its page (Ctrl-C stops it)")
+  viz.add_argument("script", help="the Python script to run")
+  viz.add_argument("arguments", nargs=argparse.REMAINDER, help="arguments passed to the script")
+  viz.add_argument("--port", type=int, default=None, help="port to serve on (default: TINYCORE_VIZ_PORT or a free one)")
+  viz.set_defaults(handler=viz_command)
   return parser
+
+
+def viz_command(arguments: argparse.Namespace) -> int:
+  """Run the script as __main__ with VIZ capturing, then serve the page until Ctrl-C. The page is served even when
+  the script fails (what ran until then is there); the exit code is the script's."""
+  import os
+  import runpy
+  import traceback
+  from tinycore import viz
+  if not os.path.isfile(arguments.script):
+    print(f"tinycore viz: no such script: {arguments.script}", file=sys.stderr)
+    return 2
+  viz.enable()
+  saved_argv, code = sys.argv, 0
+  sys.argv = [arguments.script, *arguments.arguments]
+  try: runpy.run_path(arguments.script, run_name="__main__")
+  except SystemExit as exit_request:
+    code = exit_request.code if isinstance(exit_request.code, int) else (0 if exit_request.code is None else 1)
+  except Exception:
+    traceback.print_exc()
+    code = 1
+  finally: sys.argv = saved_argv
+  viz.serve_captured(arguments.port)
+  return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

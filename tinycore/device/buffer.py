@@ -2,6 +2,7 @@
 from __future__ import annotations
 import weakref
 from typing import Any
+import tinycore.profiler as profiler
 from tinycore.dtype import DType, dtypes, to_np_dtype
 from tinycore.device.allocator import BufferSpec, BufferStorage
 from tinycore.device.fence import host_fence
@@ -155,15 +156,25 @@ class Buffer:
     host_fence()
     mv = memoryview(mv).cast("B") if memoryview(mv).nbytes else memoryview(b"")
     if mv.nbytes != self.nbytes: raise ValueError(f"copyin of {mv.nbytes} bytes into {self!r} of {self.nbytes} bytes")
+    start = profiler.clock_ns() if profiler.enabled else 0
     if self.nbytes: self.allocator._copyin(self._buf, mv)
+    if start: self.record_host_copy("copyin", start)
     return self
 
   def copyout(self, mv: memoryview) -> memoryview:
     host_fence()
     mv = memoryview(mv).cast("B") if memoryview(mv).nbytes else memoryview(bytearray(0))
     if mv.nbytes != self.nbytes: raise ValueError(f"copyout of {self!r} ({self.nbytes} bytes) into {mv.nbytes} bytes")
+    start = profiler.clock_ns() if profiler.enabled else 0
     if self.nbytes: self.allocator._copyout(mv, self._buf)
+    if start: self.record_host_copy("copyout", start)
     return mv
+
+  def record_host_copy(self, direction: str, start_ns: int) -> None:
+    """Profiling: a copyin or copyout the host waited for, on this device's copy track. Only for memory the host
+    cannot see (a device transfer); a copy between host-visible memories is already the copy call that made it."""
+    if self.nbytes and not self.allocator.supports_as_buffer:
+      profiler.record(direction, "copy", self.device, "copy", start_ns, profiler.clock_ns(), bytes=self.nbytes)
 
   def as_memoryview(self, allow_zero_copy: bool = False, force_zero_copy: bool = False,
                     no_sync: bool = False) -> memoryview:

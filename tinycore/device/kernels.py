@@ -9,9 +9,11 @@ import hashlib
 import os
 import pathlib
 from typing import Any
+import tinycore.profiler as profiler
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import UOp
 from tinycore.uop.scalars import kernel_scalars
+from tinycore.uop import capture
 from tinycore.codegen import DEFAULT_TARGET, CodegenStats, kernel_name, optimize_kernel
 from tinycore.device.registry import Device
 
@@ -37,6 +39,7 @@ binaries: BoundedCache[bytes] = BoundedCache("compiled binaries by (compiler, so
 def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
   """The kernel `sink` compiled for `device` (by canonical name), from the caches when it was compiled before."""
   if (hit := compiled_kernels.get((device, sink))) is not None: return hit
+  start, compiled_before = (profiler.clock_ns() if profiler.enabled else 0), CodegenStats.compiled
   dev = Device[device]
   if not dev.can_compute:
     raise RuntimeError(f"device {device} cannot run kernels (it only stores bytes): move the tensor to a compute "
@@ -49,6 +52,7 @@ def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
   name = kernel_name(optimized)
   rendered = dev.renderer.render(name, optimized)
   source = rendered.source
+  if capture.listener is not None: capture.listener.kernel_rendered(device, sink, optimized, name, source)
   CodegenStats.rendered += 1
   key = (type(dev.compiler).__name__ + str(getattr(dev.compiler, "cachekey", "")), source)
   if (lib := binaries.get(key)) is None:
@@ -56,6 +60,9 @@ def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
     CodegenStats.compiled += 1
   dump_binary(name, lib, getattr(dev.compiler, "binary_extension", ".bin"))
   kernel = CompiledKernel(name, source, dev.runtime(name, lib), rendered.global_size, rendered.local_size)
+  if start and profiler.enabled:
+    profiler.record(name, "compile", profiler.HOST_PROCESS, "compile", start, profiler.clock_ns(), device=device,
+                    source_bytes=len(source), binary="built" if CodegenStats.compiled > compiled_before else "cached")
   return compiled_kernels.put((device, sink), kernel)
 
 

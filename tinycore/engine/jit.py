@@ -8,6 +8,7 @@ again with new input Buffers: no scheduling, no graph rewriting, no compiling.
 from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Sequence
+import tinycore.profiler as profiler
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 
@@ -106,19 +107,30 @@ class ReplayStep:
 
 
 class ReplayPlan:
-  """The captured LINEARs as one compiled plan; `run(inputs)` replays it with these input Buffers."""
+  """The captured LINEARs as one compiled plan; `run(inputs)` replays it with these input Buffers. While profiling,
+  a second compiled form with device timestamps around each command replays instead (made at its first use)."""
 
   def __init__(self, linears: Sequence[UOp], input_uops: Sequence[UOp]):
-    from tinycore.hcq.runtime import compile_linear, uses_queues
     linear = UOp(Ops.LINEAR, None, tuple(call for lin in linears for call in lin.src))
-    # queue devices: compiled once; only the input buffers' addresses are patched on each run
-    if any(uses_queues(call) for call in linear.src): linear = compile_linear(linear, input_uops=list(input_uops))
-    slots = {u: i for i, u in enumerate(input_uops)}
-    self.steps = [ReplayStep(call, slots) for call in linear.src]
+    self.linear, self.input_uops = linear, list(input_uops)
+    self.compiled: dict[bool, list[ReplayStep]] = {}  # by profiling on/off
+    self.steps = self.compiled_steps(profiler.enabled)
     self.kernel_count = sum(s.callee.arg.commands if s.kind == "batch" else 1 for s in self.steps)
     # the Variables the captured kernels take, by name: (min, max)
     self.variables = {s.src[0].arg[0]: s.src[0].arg[1:] for call in linear.src for s in call_scalars(call)
                       if s.op is Ops.BIND}
+
+  def compiled_steps(self, profile: bool) -> list[ReplayStep]:
+    """The plan's steps; queue devices' calls compiled once (with timestamps when `profile`), so only the input
+    buffers' addresses are patched on each run."""
+    if (steps := self.compiled.get(profile)) is not None: return steps
+    from tinycore.hcq.runtime import compile_linear, uses_queues
+    linear = self.linear
+    if any(uses_queues(call) for call in linear.src):
+      linear = compile_linear(linear, input_uops=self.input_uops, profile=profile)
+    slots = {u: i for i, u in enumerate(self.input_uops)}
+    steps = self.compiled[profile] = [ReplayStep(call, slots) for call in linear.src]
+    return steps
 
   def run(self, inputs: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
     """Replay with these input Buffers and Variable values (by name; a Variable not given keeps its captured
@@ -134,16 +146,28 @@ class ReplayPlan:
       lo, hi = self.variables[name]
       if not lo <= value <= hi: raise ValueError(f"Variable {name!r} = {value} is outside its range [{lo}, {hi}]")
     written: dict[str, None] = {}
-    for step in self.steps:
+    for step in self.compiled_steps(profiler.enabled):
       buffers = step.bind(inputs)
       if step.kind == "batch":
         step.callee.arg.run(buffers, step.batch_values(var_vals))
         continue
       written[step.device] = None
-      if step.kind == "copy":
+      if profiler.enabled: self.run_timed_step(step, buffers, var_vals)
+      elif step.kind == "copy":
         wait_for_queues()
         run_copy(buffers[0], buffers[1])
       else: step.kernel(*[b.ensure_allocated()._buf for b in buffers], vals=step.words(var_vals))
     for device in written:
       if not is_hcq_device(Device[device]): Device[device].synchronize()
     GlobalCounters.kernel_count += self.kernel_count
+
+  @staticmethod
+  def run_timed_step(step: ReplayStep, buffers: list[Any], var_vals: dict[str, int]) -> None:
+    """A host-run copy or kernel of the plan while profiling: recorded with host times, as eager calls are."""
+    from tinycore.engine.realize import timed_host_copy, timed_host_kernel
+    from tinycore.hcq.runtime import wait_for_queues
+    if step.kind == "copy":
+      wait_for_queues()
+      timed_host_copy(buffers[0], buffers[1])
+    else: timed_host_kernel(step.kernel, step.callee, buffers, [b.ensure_allocated()._buf for b in buffers],
+                            step.words(var_vals))

@@ -1,6 +1,10 @@
 """Realize: schedule tensor graphs into a LINEAR and run its calls (the tensor layer rebinds tensors to the results)."""
 from __future__ import annotations
+from typing import Any, Sequence
+import tinycore.profiler as profiler
 from tinycore.uop.ops import Ops, UOp
+from tinycore.uop import capture
+from tinycore.codegen.estimates import estimated_ops
 from tinycore.schedule.cache import bind_template
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 from tinycore.hcq.runtime import holding_runtime_lock
@@ -36,7 +40,7 @@ def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
   from tinycore.hcq.runtime import call_is_hcq, compile_linear, uses_queues, wait_for_queues
   linear = split_lanes(linear)  # a tuple CALL runs once per lane (and counts once per lane)
   if any(uses_queues(call) for call in linear.src):
-    linear = compile_linear(linear, input_uops=linear_buffers(linear))
+    linear = compile_linear(linear, input_uops=linear_buffers(linear), profile=profiler.enabled)
   written: dict[str, None] = {}
   for call in linear.src:
     callee, buffer_uops, scalars = call.src[0], call_buffers(call), call_scalars(call)
@@ -48,19 +52,42 @@ def run_linear(linear: UOp, wait: bool = False, count: bool = True) -> None:
     written[buffer_uops[0].device] = None
     if callee.op is Ops.COPY:
       wait_for_queues()
-      run_copy(buffers[0], buffers[1])
+      if profiler.enabled: timed_host_copy(buffers[0], buffers[1])
+      else: run_copy(buffers[0], buffers[1])
       if count: GlobalCounters.copy_count += 1
     elif callee.op is Ops.SINK:
       kernel = compile_kernel(buffers[0].device, callee)
       handles = [b.ensure_allocated()._buf for b in buffers]
       words = tuple(scalar_word(scalar_value(s), s.dtype) for s in scalars)
-      elapsed = kernel(*handles, vals=words, wait=wait)
+      if profiler.enabled: elapsed = timed_host_kernel(kernel, callee, buffers, handles, words)
+      else: elapsed = kernel(*handles, vals=words, wait=wait)
       if elapsed and count: GlobalCounters.time_sum_s += elapsed
     else: raise RuntimeError(f"cannot run a call to {callee.op}")
     if count: GlobalCounters.kernel_count += 1
   for device in written:
     if not is_hcq_device(Device[device]): Device[device].synchronize()
   if wait: wait_for_queues()
+
+
+def timed_host_copy(dst: Any, src: Any) -> None:
+  """A copy run by the host (not on a queue), recorded on the destination's copy track with host times."""
+  from tinycore.device.copy import run_copy
+  start = profiler.clock_ns()
+  run_copy(dst, src)
+  profiler.record(f"copy {src.device} -> {dst.device}", "copy", dst.device, "copy", start, profiler.clock_ns(),
+                  bytes=dst.nbytes, src=src.device, dst=dst.device)
+
+
+def timed_host_kernel(kernel: Any, sink: UOp, buffers: Sequence[Any], handles: Sequence[Any],
+                      words: tuple[int, ...]) -> float | None:
+  """A kernel on a device without queues, recorded with host times on its compute track. It is waited for, so the
+  event spans the kernel's run; a device that measures the kernel itself (OpenCL's profiling events) adds that."""
+  start = profiler.clock_ns()
+  elapsed = kernel(*handles, vals=words, wait=True)
+  args: dict[str, Any] = {"bytes": sum(b.nbytes for b in buffers), "estimated_ops": estimated_ops(sink)}
+  if elapsed: args["device_time_us"] = elapsed * 1e6
+  profiler.record(kernel.name, "kernel", buffers[0].device, "compute", start, profiler.clock_ns(), **args)
+  return elapsed
 
 
 @holding_runtime_lock
@@ -75,10 +102,23 @@ def realize_roots(roots: list[UOp]) -> dict[UOp, UOp]:
   (one substitution) and run. Returns what each realized node became (its buffer): the tensor layer rebinds the
   live tensors to them."""
   from tinycore.hcq.runtime import compile_template
-  template, mapping = schedule_template(roots)
+  if profiler.enabled: template, mapping = timed_schedule_template(roots)
+  else: template, mapping = schedule_template(roots)
   linear, keys, values = template.src
   linear = split_lanes(linear)
   if is_capturing(): record_linear(linear.substitute(mapping))  # TinyJit replays it later
+  if capture.listener is not None: capture.listener.schedule_run(linear)
   bound_linear, keys, values = bind_template(UOp(Ops.SINK, None, (compile_template(linear), keys, values)), mapping)
   if bound_linear.src: run_linear(bound_linear)
   return dict(zip(keys.src, values.src))
+
+
+def timed_schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
+  """`schedule_template`, recorded as a span on the host's schedule track (a cache hit or a new schedule)."""
+  from tinycore.schedule.cache import ScheduleCacheStats
+  start, misses = profiler.clock_ns(), ScheduleCacheStats.misses
+  template, mapping = schedule_template(roots)
+  hit = ScheduleCacheStats.misses == misses
+  profiler.record("schedule (cached)" if hit else "schedule", "schedule", profiler.HOST_PROCESS, "schedule", start,
+                  profiler.clock_ns(), cache="hit" if hit else "miss", calls=len(template.src[0].src))
+  return template, mapping

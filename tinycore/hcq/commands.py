@@ -62,7 +62,7 @@ class SignalWait:
 
 @attrs.frozen
 class Timestamp:
-  """Write the device clock (nanoseconds) into the signal."""
+  """Write the device clock (nanoseconds, or ticks of the device's `timestamp_period_ns`) into the signal."""
   signal: Signal
 
 

@@ -116,7 +116,7 @@ class HWQueue:
     raise NotImplementedError(f"{type(self).__name__} cannot wait on signals")
 
   def timestamp(self, out: CommandWriter, command: Timestamp) -> None:
-    """Store the device clock in nanoseconds into the signal."""
+    """Store the device clock into the signal: nanoseconds, or ticks of the device's `timestamp_period_ns`."""
     raise NotImplementedError(f"{type(self).__name__} cannot write timestamps")
 
   def barrier(self, out: CommandWriter, command: Barrier) -> None:
@@ -146,9 +146,11 @@ class HCQDevice(Compiled):
   the allocator otherwise); `host_devs` are the host device kinds whose memory the queues address in place (others
   are staged through a ring in the core's host memory). The core's host kind (`HOST_DEVICE`, where the ring lives) is
   always addressed in place, listed or not. `timeline` is written by the device at the end of each batch with the
-  batch's epoch; `epoch` is the last one the host submitted.
+  batch's epoch; `epoch` is the last one the host submitted. `timestamp_period_ns` is the length of one unit of
+  the device clock that Timestamp commands write (1: nanoseconds).
   """
   host_devs: frozenset[str] = frozenset({HOST_DEVICE})
+  timestamp_period_ns: float = 1.0  # nanoseconds per unit of what a Timestamp command writes (the profiler reads it)
 
   def __init__(self, device: str, allocator: Any, renderer: Any = None, compiler: Any = None, runtime: Any = None):
     super().__init__(device, allocator, renderer, compiler, runtime)

@@ -17,14 +17,17 @@ import os
 import threading
 from typing import Any, Callable, Sequence, TypeVar
 import attrs
+import tinycore.profiler as profiler
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
 from tinycore.device.fence import register_host_fence
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
-from tinycore.hcq.commands import Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Value, Variable
+from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
+                                   Value, Variable)
 from tinycore.hcq.device import Encoded, HCQDevice, is_hcq_device
 from tinycore.hcq.signal import Signal, signal_pool
-from tinycore.hcq import staging
+from tinycore.hcq import profiling, staging
+from tinycore.codegen.estimates import estimated_ops
 
 MAX_CACHED_CALLS = 32     # eager schedules with more calls than this bake nothing into the cache
 MAX_TEMPLATES = 4096      # compiled eager templates kept (oldest dropped first)
@@ -187,13 +190,15 @@ def order_commands(placed: Sequence[PlacedCommand]) -> Ordering:
   return Ordering(tuple(numbers), tuple(waits), frozenset(signaled), dict(seq))
 
 
-def queue_commands(placed: Sequence[PlacedCommand], ordering: Ordering,
-                   signals: dict[Queue, Signal]) -> dict[Queue, list[Command]]:
-  """Each queue's command list with one signal set: waits before a command, a signal store after it if needed."""
+def queue_commands(placed: Sequence[PlacedCommand], ordering: Ordering, signals: dict[Queue, Signal],
+                   timers: Sequence[tuple[Signal, Signal]] | None = None) -> dict[Queue, list[Command]]:
+  """Each queue's command list with one signal set: waits before a command, a signal store after it if needed.
+  With `timers` (profiling), each command is bracketed by Timestamps into its (start, end) signals."""
   per_queue: dict[Queue, list[Command]] = {item.queue: [] for item in placed}
-  for item, number, need in zip(placed, ordering.numbers, ordering.waits):
+  for i, (item, number, need) in enumerate(zip(placed, ordering.numbers, ordering.waits)):
     per_queue[item.queue].extend(SignalWait(signals[q], s) for q, s in need.items())
-    per_queue[item.queue].append(item.command)
+    if timers is None: per_queue[item.queue].append(item.command)
+    else: per_queue[item.queue].extend((Timestamp(timers[i][0]), item.command, Timestamp(timers[i][1])))
     if (item.queue, number) in ordering.signaled: per_queue[item.queue].append(SignalStore(signals[item.queue], number))
   return per_queue
 
@@ -202,10 +207,11 @@ class CompiledBatch:
   """Command buffers for a run of queue calls. `slots` are the buffers, by the CALL's argument order; slots in
   `baked` had their addresses written at compile time, the rest are patched in on every run. `scalars` are the
   kernels' scalar arguments (the CALL's arguments after the buffers): each is patched in on every run as the
-  variable `scalar<i>`."""
+  variable `scalar<i>`. A batch compiled with `profile` times each of its commands with device timestamps
+  (`tinycore.hcq.profiling`)."""
 
   def __init__(self, calls: Sequence[UOp], slots: Sequence[UOp], baked: frozenset[int] = frozenset(),
-               scalars: Sequence[UOp] = ()):
+               scalars: Sequence[UOp] = (), profile: bool = False):
     self.slot_count = len(slots)
     slot_of = {s: i for i, s in enumerate(slots)}
     self.scalar_names = [f"scalar{i}" for i in range(len(scalars))]
@@ -221,7 +227,10 @@ class CompiledBatch:
       {q: signal_pool.new(f"{q[0].device} {q[1]} batch") for q in self.queues} for _ in range(SIGNAL_SETS)]
     self.set_epochs: list[dict[HCQDevice, int]] = [{} for _ in range(SIGNAL_SETS)]
     self.next_set = itertools.count()
-    plans = [queue_commands(placed, ordering, signals) for signals in self.signal_sets]
+    self.timed = [timed_command(call, item) for call, item in zip(calls, placed)] if profile else None
+    self.timers = [profiling.timer_signals(len(placed)) for _ in range(SIGNAL_SETS)] if profile else None
+    plans = [queue_commands(placed, ordering, signals, self.timers[i] if self.timers else None)
+             for i, signals in enumerate(self.signal_sets)]
     self.plan: dict[Queue, list[Command]] = plans[0]  # the abstract commands of the first set (to inspect)
     self.encoded: list[dict[Queue, Encoded]] = [
       {q: q[0].queues[q[1]].encode(cmds) for q, cmds in plan.items()} for plan in plans]
@@ -234,6 +243,24 @@ class CompiledBatch:
   @holding_runtime_lock
   def run(self, buffers: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
     """Submit the batch with these buffers (by slot) and variable values (64-bit words, by name)."""
+    if profiler.enabled: return self.run_profiled(buffers, var_vals)
+    self.submit(buffers, var_vals)
+
+  def run_profiled(self, buffers: Sequence[Any], var_vals: dict[str, int] | None) -> None:
+    """`run` while profiling: a submit span on the host, and the device timestamps of a batch compiled to have
+    them, recorded once the run finished."""
+    if self.timers is not None:
+      for dev in self.devices: profiling.calibrate(dev)
+    start = profiler.clock_ns()
+    which, epochs = self.submit(buffers, var_vals)
+    profiler.record(f"submit {self.commands} commands", "submit", profiler.HOST_PROCESS, "submit", start,
+                    profiler.clock_ns(), commands=self.commands, timed=self.timers is not None,
+                    queues=[f"{dev.device} {kind}" for dev, kind in self.queues])
+    if self.timed is not None and self.timers is not None:
+      profiling.add_pending(self.timed, self.timers[which], epochs)
+
+  def submit(self, buffers: Sequence[Any], var_vals: dict[str, int] | None) -> tuple[int, dict[HCQDevice, int]]:
+    """Write the batch into its queues; returns the signal set used and the epochs that mark the run finished."""
     for dev in self.devices:
       if dev.unusable is not None: raise RuntimeError(dev.unusable)
     which = next(self.next_set) % SIGNAL_SETS
@@ -241,6 +268,7 @@ class CompiledBatch:
     # host fence: the last run that used this signal set must be done before its signals are reset
     for dev, epoch in self.set_epochs[which].items():
       if dev.timeline.value < epoch: dev.synchronize()
+    if self.timers is not None: profiling.collect_finished()  # the set's timestamps are read before reuse
     for signal in signals.values(): signal.value = 0
     values: dict[Any, int] = {}
     for enc in encoded.values():
@@ -273,6 +301,14 @@ class CompiledBatch:
       hw.submit(commands, values)
     self.set_epochs[which] = epochs
     _in_flight.append((epochs, list(buffers)))
+    return which, epochs
+
+
+def timed_command(call: UOp, item: PlacedCommand) -> profiling.TimedCommand:
+  """How the profiler names and measures a batch's command (a kernel's estimated ops, the bytes it touches)."""
+  nbytes = sum(access.end - access.start for access in item.accesses)
+  ops = estimated_ops(call.src[0]) if call.src[0].op is Ops.SINK else None
+  return profiling.describe(item.command, item.queue[0], item.queue[1], nbytes, ops)
 
 
 def ref_address(ref: InputAddress, buffers: Sequence[Any]) -> int:
@@ -358,7 +394,7 @@ def compile_template(linear: UOp) -> UOp:
   """compile_linear for a cached schedule's template LINEAR (its buffers are placeholders, all patched at run time),
   cached by the template itself: a repeated computation neither compiles nor builds a cache key."""
   from tinycore.device.buffers import linear_buffers
-  return cached_template(linear, linear_buffers(linear), profile=False)
+  return cached_template(linear, linear_buffers(linear), profile=profiler.enabled)
 
 
 def cached_template(template: UOp, placeholders: Sequence[UOp], profile: bool) -> UOp:
@@ -366,7 +402,7 @@ def cached_template(template: UOp, placeholders: Sequence[UOp], profile: bool) -
   compiled templates (keyed with the profile flag and the settings a compiled batch bakes in)."""
   key = (template, profile, *compile_settings(template))
   if (done := compiled_templates.get(key)) is not None: return done
-  compiled = _compile(template, placeholders) if any(uses_queues(call) for call in template.src) else template
+  compiled = _compile(template, placeholders, profile) if any(uses_queues(call) for call in template.src) else template
   return compiled_templates.put(key, compiled)
 
 
@@ -394,11 +430,12 @@ def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile
     binding = dict(zip(placeholders, inputs)) | dict(zip(scalar_slots, values))
     template = cached_template(linear.substitute({v: k for k, v in binding.items()}), placeholders, profile)
     return template.substitute(binding)
-  return _compile(linear, list(input_uops) if input_uops is not None else [])
+  return _compile(linear, list(input_uops) if input_uops is not None else [], profile)
 
 
-def _compile(linear: UOp, inputs: Sequence[UOp]) -> UOp:
+def _compile(linear: UOp, inputs: Sequence[UOp], profile: bool = False) -> UOp:
   from tinycore.device.buffers import linear_buffers
+  start = profiler.clock_ns() if profiler.enabled else 0
   expanded: list[UOp] = []
   for call in linear.src:
     direction = staging_direction(call)
@@ -412,7 +449,7 @@ def _compile(linear: UOp, inputs: Sequence[UOp]) -> UOp:
     input_set = set(inputs)
     baked = frozenset(i for i, s in enumerate(slots) if s not in input_set)
     scalars = list(dict.fromkeys(s for call in batch for s in call_scalars(call)))
-    compiled = CompiledBatch(batch, slots, baked, scalars)
+    compiled = CompiledBatch(batch, slots, baked, scalars, profile)
     out.append(UOp(Ops.CALL, None, (UOp(Ops.PROGRAM, None, (), compiled), *slots, *scalars)))
     batch.clear()
 
@@ -422,4 +459,7 @@ def _compile(linear: UOp, inputs: Sequence[UOp]) -> UOp:
       flush()
       out.append(call)
   flush()
+  if start and profiler.enabled:
+    profiler.record("compile queue batches", "compile", profiler.HOST_PROCESS, "compile", start, profiler.clock_ns(),
+                    calls=len(expanded), timed=profile)
   return UOp(Ops.LINEAR, None, tuple(out))

@@ -10,6 +10,7 @@ from tinycore.uop.scalars import kernel_scalars
 from tinycore.uop.symbolic_shapes import max_numel, view_in_buffer
 from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
+from tinycore.uop.capture import report_pass
 from tinycore.schedule.context import ScheduleContext
 from tinycore.schedule.scalars import ScalarBindings, bind_kernel_scalars
 from tinycore.schedule.rangeify import KernelBuilder, NeedsRealize, build_store_kernel, build_value_kernel
@@ -102,10 +103,12 @@ def build_jobs(ctx: ScheduleContext) -> list[Job]:
           jobs.append(copy_job(ctx, node, effect))
           continue
         kb = build_store_kernel(ctx, effect, ctx.buffer_for(node))
+        report_pass("rangeify", effect, kb.sink)
         check_store_hazard(kb, effect)
         jobs.append(Job(node, kernel_call(kb, ctx.scalars), kb.reads, after_prev=node.src[0]))
       continue
     kb = build_value_kernel(ctx, node, ctx.buffer_for(node))
+    report_pass("rangeify", node, kb.sink)
     jobs.append(Job(node, kernel_call(kb, ctx.scalars), kb.reads))
   return jobs
 
@@ -146,9 +149,12 @@ def kernel_call(kb: KernelBuilder, scalars: ScalarBindings) -> UOp:
   if used != list(range(len(kb.buffers))):
     renumber = {UOp(Ops.PARAM, kb.buffers[slot].dtype, (), slot): UOp(Ops.PARAM, kb.buffers[slot].dtype, (), i)
                 for i, slot in enumerate(used)}
-    sink, buffers = sink.substitute(renumber), [kb.buffers[slot] for slot in used]
+    renumbered, buffers = sink.substitute(renumber), [kb.buffers[slot] for slot in used]
+    report_pass("renumber parameters", sink, renumbered)
+    sink = renumbered
   bound, placeholders = bind_kernel_scalars(sink, shape_parameters(sink, buffers[0].device) | kb.scalar_sources,
                                             len(buffers), scalars)
+  report_pass("bind scalars", sink, bound)
   if bound is not sink: sink = graph_rewrite(bound, symbolic)  # baked-in literals may fold
   return UOp(Ops.CALL, None, (sink, *buffers, *placeholders))
 

@@ -11,6 +11,7 @@ import math
 from typing import Any, Callable, Iterable
 from tinycore.dtype import DType
 from tinycore.uop.ops import Ops, UOp
+from tinycore.uop import capture
 
 
 class UPat:
@@ -109,8 +110,35 @@ def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
   return graph_rewrite_map(root, matcher, ctx)[root]
 
 
+class RecordingMatcher:
+  """A PatternMatcher's rules, tried as `PatternMatcher.rewrite` does, noting the function of every rule that fires
+  (used only while a capture listener watches, so the plain path stays as fast as it was)."""
+
+  def __init__(self, matcher: PatternMatcher):
+    self.matcher, self.fired = matcher, []
+
+  def rewrite(self, node: UOp, ctx: Any = None) -> UOp | None:
+    for pat, fn, wants_ctx in self.matcher.by_op[node.op]:
+      bindings: dict[str, UOp] = {}
+      if pat.match(node, bindings):
+        result = fn(ctx=ctx, **bindings) if wants_ctx else fn(**bindings)
+        if result is not None and result is not node:
+          self.fired.append(fn)
+          return result
+    return None
+
+
 def graph_rewrite_map(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> dict[UOp, UOp]:
   """`graph_rewrite`, returning what every node under root became."""
+  if capture.listener is None: return rewrite_bottom_up(root, matcher, ctx)
+  recorder = RecordingMatcher(matcher)
+  done = rewrite_bottom_up(root, recorder, ctx)
+  if capture.listener is not None: capture.listener.rewrite(matcher, root, done[root], recorder.fired)
+  return done
+
+
+def rewrite_bottom_up(root: UOp, matcher: PatternMatcher | RecordingMatcher, ctx: Any = None) -> dict[UOp, UOp]:
+  """The rewrite loop of `graph_rewrite_map`: each node after its sources, each replacement rewritten in turn."""
   done: dict[UOp, UOp] = {}
   stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
   while stack:

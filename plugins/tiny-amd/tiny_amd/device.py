@@ -372,6 +372,7 @@ def offset_value(value: Value, offset: int) -> Value:
 class AMDDevice(HCQDevice):
   """An AMD GPU (or the emulated one) on the driver object `driver`."""
   host_devs = frozenset({HOST_DEVICE, "CPU"})
+  timestamp_period_ns = 10.0  # RELEASE_MEM's and SDMA's clock is the 100 MHz SOC reference counter
 
   def __init__(self, name: str, driver: Any, host_mappings: HostMappings):
     arch = driver.gfx_target
