@@ -34,6 +34,16 @@ static inline double tc_fma(double a, double b, double c) { _Pragma("clang fp co
 #define tc_fma __builtin_fma
 #endif
 """
+ITERATIONS_COMMENT = "/* tiny-cpu loop iterations: "  # the first line of every kernel's source (-1: symbolic)
+
+
+def kernel_iterations(source: str) -> int | None:
+  """The total loop trip count a CPU kernel's source declares on its first line; None when unknown (symbolic)."""
+  if not source.startswith(ITERATIONS_COMMENT): return None
+  count = int(source[len(ITERATIONS_COMMENT):source.index(" ", len(ITERATIONS_COMMENT))])
+  return count if count >= 0 else None
+
+
 FMA_FUNCTIONS = {dtypes.float32: "tc_fmaf", dtypes.float64: "tc_fma"}
 OMP_REDUCTION = {Ops.ADD: "+", Ops.MUL: "*", Ops.MAX: "max"}
 
@@ -57,6 +67,12 @@ class CPURenderer(CStyleRenderer):
     if (outer is None or outer.src[0].arg < self.threads or
         prod(r.src[0].arg for r in kernel.ranges) < self.parallel_threshold): return None
     return outer
+
+  def write_source(self, name: str, sink: UOp, kernel: LinearKernel) -> str:
+    # the queue reads the loop trip count back (`kernel_iterations`): a tiny kernel may run on the submitting thread
+    sizes = [r.src[0].arg for r in kernel.ranges]
+    iterations = prod(sizes) if all(isinstance(size, int) for size in sizes) else -1
+    return f"{ITERATIONS_COMMENT}{iterations} */\n" + super().write_source(name, sink, kernel)
 
   def begin_kernel(self, kernel: LinearKernel) -> None:
     self._split = self.threaded_loop(kernel)
