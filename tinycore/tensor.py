@@ -97,6 +97,11 @@ def _normalize_axis(axis: int, ndim: int) -> int:
   return axis % max(ndim, 1)
 
 
+MAX_BROADCAST_CONSTANTS = 256
+# (dtype, device, shape, number's type, number, sign) -> the constant broadcast to that shape (Tensor._broadcast_scalar)
+_broadcast_constants: dict[tuple, UOp] = {}
+
+
 class Tensor(TensorOps):
   """A lazily evaluated multi-dimensional array on a device."""
   __slots__ = ("uop", "requires_grad", "grad", "view_of", "__weakref__")
@@ -714,6 +719,9 @@ class Tensor(TensorOps):
 
   def _broadcasted(self, other: Tensor | Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x: Tensor = self
+    if (const := self._broadcast_scalar(other)) is not None:
+      y = Tensor._rebuild(const)
+      return (y, x) if reverse else (x, y)
     if isinstance(other, UOp): y = Tensor(other, self.device, self._scalar_dtype(1))  # a bound Variable
     elif not isinstance(other, Tensor):
       dtype = self._scalar_dtype(other)
@@ -727,12 +735,30 @@ class Tensor(TensorOps):
     shape = broadcast_shape(x.shape, y.shape)
     return x._broadcast_to(shape), y._broadcast_to(shape)
 
+  def _broadcast_scalar(self, value: Any) -> UOp | None:
+    """A Python number of this tensor's dtype (`_scalar_dtype`) as a constant broadcast to this tensor's shape, or
+    None for anything else (a tensor, a number of another dtype). The common eager case (`x + 1`), built without
+    Tensors in between and from a small cache of the broadcast nodes."""
+    if type(value) not in (int, float, bool): return None
+    uop = self.uop
+    shape, device = uop.shape, uop.device
+    # keyed by the number's type and bits: 1 == 1.0 == True and 0.0 == -0.0 are different constants
+    key = (uop.dtype, device, shape, type(value), value, math.copysign(1.0, value) if type(value) is float else 0)
+    if (hit := _broadcast_constants.get(key)) is not None: return hit
+    dtype = self._scalar_dtype(value)
+    if dtype is not uop.dtype: return None
+    const = UOp.const(dtype, value, device).reshape((1,) * len(shape)).expand(shape)
+    if len(_broadcast_constants) >= MAX_BROADCAST_CONSTANTS: _broadcast_constants.pop(next(iter(_broadcast_constants)))
+    _broadcast_constants[key] = const
+    return const
+
   def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
     if self.shape == shape: return self
     padded = (1,) * (len(shape) - self.ndim) + self.shape
     return self._apply(self.uop.reshape(padded).expand(shape))
 
   def _binary(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
+    if not reverse and (const := self._broadcast_scalar(other)) is not None: return self._apply(self.uop.alu(op, const))
     x, y = self._broadcasted(other, reverse)
     return x._apply(x.uop.alu(op, y.uop))
 

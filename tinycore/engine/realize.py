@@ -1,12 +1,13 @@
 """Realize: schedule tensor graphs into a LINEAR and run its calls (the tensor layer rebinds tensors to the results)."""
 from __future__ import annotations
+from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
 from tinycore.schedule.cache import bind_template
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 from tinycore.hcq.runtime import holding_runtime_lock
 from tinycore.device.buffers import buffer_of, linear_buffers
 from tinycore.engine.jit import is_capturing, record_linear
-from tinycore.schedule.cache import cached_schedule, schedule_template
+from tinycore.schedule.cache import cached_schedule, plain_template, schedule_template
 from tinycore.schedule.multi import split_lanes
 
 
@@ -75,10 +76,58 @@ def realize_roots(roots: list[UOp]) -> dict[UOp, UOp]:
   (one substitution) and run. Returns what each realized node became (its buffer): the tensor layer rebinds the
   live tensors to them."""
   from tinycore.hcq.runtime import compile_template
-  template, mapping = schedule_template(roots)
+  plain = None if is_capturing() else plain_template(roots)
+  if plain is not None and (plan := direct_plan(plain[0])) is not None: return plan.run(*plain[1:])
+  template, mapping = plain[:2] if plain is not None else schedule_template(roots)
   linear, keys, values = template.src
   linear = split_lanes(linear)
   if is_capturing(): record_linear(linear.substitute(mapping))  # TinyJit replays it later
   bound_linear, keys, values = bind_template(UOp(Ops.SINK, None, (compile_template(linear), keys, values)), mapping)
   if bound_linear.src: run_linear(bound_linear)
   return dict(zip(keys.src, values.src))
+
+
+class DirectPlan:
+  """A cached schedule whose compiled form is only queue batches over whole buffers (an eager op's, usually): run
+  by handing each batch this call's buffers and scalars straight from the binding, with no bound LINEAR built."""
+
+  def __init__(self, template: UOp, batches: list[tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]]]):
+    self.batches = batches  # (PROGRAM of a CompiledBatch, its buffer slots, its scalar arguments)
+    _, keys, values = template.src
+    self.becomes = list(zip(keys.src, values.src))
+
+  def run(self, mapping: dict[UOp, UOp], real_of: dict[UOp, UOp]) -> dict[UOp, UOp]:
+    """Run with the placeholders bound by `mapping`; returns what each realized graph node (`real_of` a key node)
+    became."""
+    get = mapping.get
+    for program, slots, scalars in self.batches:
+      batch = program.arg
+      batch.run([buffer_of(get(s, s)) for s in slots], batch.scalar_values([get(s, s) for s in scalars]))
+      GlobalCounters.kernel_count += batch.commands
+    return {real_of[key] if key in real_of else key.substitute(mapping): get(value) or value.substitute(mapping)
+            for key, value in self.becomes}
+
+
+MAX_DIRECT_PLANS = 4096
+# template -> (the compile settings it was made under, its DirectPlan or None when it has none)
+direct_plans: BoundedCache[tuple[tuple, DirectPlan | None]] = BoundedCache("direct plans by schedule template",
+                                                                          MAX_DIRECT_PLANS)
+
+
+def direct_plan(template: UOp) -> DirectPlan | None:
+  """The DirectPlan of a schedule template, or None when its compiled LINEAR has a host call or an argument that is
+  not a whole buffer or a scalar (those run through `run_linear` on a bound LINEAR)."""
+  from tinycore.hcq.runtime import compile_settings, compile_template
+  settings = compile_settings(template.src[0])  # what compile_template's result depends on
+  if (hit := direct_plans.get(template)) is not None and hit[0] == settings: return hit[1]
+  batches = [batch_arguments(call) for call in compile_template(split_lanes(template.src[0])).src]
+  plan = DirectPlan(template, batches) if all(batches) else None  # type: ignore[arg-type]
+  return direct_plans.put(template, (settings, plan))[1]
+
+
+def batch_arguments(call: UOp) -> tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]] | None:
+  """(PROGRAM, buffers, scalars) of a CALL of a compiled batch on whole buffers; None for any other call."""
+  from tinycore.hcq.runtime import call_is_hcq
+  buffers = call_buffers(call)
+  if not call_is_hcq(call) or any(b.op is not Ops.BUFFER for b in buffers): return None
+  return call.src[0], buffers, call_scalars(call)

@@ -226,6 +226,12 @@ class CompiledBatch:
     self.encoded: list[dict[Queue, Encoded]] = [
       {q: q[0].queues[q[1]].encode(cmds) for q, cmds in plan.items()} for plan in plans]
     self.patches = [ref for enc in self.encoded[0].values() for _, ref in enc.patches]
+    # what every run patches (each once), with the device whose address of the input it needs
+    self.inputs = [(ref, _device(ref.device)) for ref in dict.fromkeys(self.patches) if isinstance(ref, InputAddress)]
+    self.variables = [ref for ref in dict.fromkeys(self.patches) if not isinstance(ref, InputAddress)]
+    # each set's command buffers behind the barrier a submission starts with, for runs that wait on nothing else
+    self.after_barrier: list[dict[Queue, Encoded]] = [
+      {q: q[0].queues[q[1]].encode([Barrier()]) + enc for q, enc in encoded.items()} for encoded in self.encoded]
 
   def scalar_values(self, scalars: Sequence[UOp]) -> dict[str, int]:
     """The variable values (64-bit words) of a run whose CALL passes these scalar arguments."""
@@ -242,13 +248,10 @@ class CompiledBatch:
     for dev, epoch in self.set_epochs[which].items():
       if dev.timeline.value < epoch: dev.synchronize()
     for signal in signals.values(): signal.value = 0
-    values: dict[Any, int] = {}
-    for enc in encoded.values():
-      for _, ref in enc.patches:
-        if ref in values: continue
-        if isinstance(ref, InputAddress): values[ref] = ref_address(ref, buffers)
-        else: values[ref] = (var_vals or {})[ref.name]
-    release_finished()
+    values: dict[Any, int] = {ref: dev.device_address(buffers[ref.slot].ensure_allocated()) + ref.offset
+                              for ref, dev in self.inputs}
+    for ref in self.variables: values[ref] = (var_vals or {})[ref.name]
+    if _in_flight: release_finished()
     # every queue first waits for everything submitted before, on this batch's devices and any still running
     previous = {d: d.epoch for d in [*self.devices, *(d for epochs, _ in _in_flight for d in epochs)]}
     # each device ends the batch on one queue (compute if it has work there) by writing its next epoch to its
@@ -268,7 +271,7 @@ class CompiledBatch:
       # first wait for everything submitted before (a single-queue device's own work is already in order), then
       # the batch, then the end-of-batch commands: one submission per queue
       waits = [SignalWait(d.timeline, e) for d, e in previous.items() if e and not (d is dev and len(dev.queues) == 1)]
-      commands = hw.encode([Barrier(), *waits]) + encoded[queue]
+      commands = hw.encode([Barrier(), *waits]) + encoded[queue] if waits else self.after_barrier[which][queue]
       if queue in finalize: commands = commands + hw.encode(finalize[queue])
       hw.submit(commands, values)
     self.set_epochs[which] = epochs
@@ -282,8 +285,13 @@ def ref_address(ref: InputAddress, buffers: Sequence[Any]) -> int:
 @holding_runtime_lock
 def release_finished() -> None:
   """Drop the references that kept buffers alive while queues still used them."""
-  _in_flight[:] = [(epochs, bufs) for epochs, bufs in _in_flight
-                   if any(d.timeline.value < e for d, e in epochs.items())]
+  _in_flight[:] = [entry for entry in _in_flight if not _reached(entry[0])]
+
+
+def _reached(epochs: dict[HCQDevice, int]) -> bool:
+  for dev, epoch in epochs.items():
+    if dev.timeline.value < epoch: return False
+  return True
 
 
 @holding_runtime_lock
@@ -370,10 +378,14 @@ def cached_template(template: UOp, placeholders: Sequence[UOp], profile: bool) -
   return compiled_templates.put(key, compiled)
 
 
+linear_devices: BoundedCache[list[str]] = BoundedCache("devices by template LINEAR", MAX_TEMPLATES)
+
+
 def compile_settings(linear: UOp) -> tuple:
   """What else a compiled batch depends on: the devices' host_devs and the staging ring (a staged copy bakes the
   ring's address and chunking)."""
-  devices = sorted({b.device for call in linear.src for b in call_buffers(call)})
+  if (devices := linear_devices.get(linear)) is None:
+    devices = linear_devices.put(linear, sorted({b.device for call in linear.src for b in call_buffers(call)}))
   host_devs = tuple(getattr(_device(d), "host_devs", None) for d in devices)
   return host_devs, staging.STAGING_SIZE, staging.STAGING_SLOTS, staging._staging
 
