@@ -89,6 +89,10 @@ class HWQueue:
   `timestamp(out, Timestamp)` and `barrier(out, Barrier)`; plus `submit`. `encode` (in the core) dispatches the
   commands to those methods and counts kernels and copies."""
 
+  # True when `signal` takes a Variable as the stored value (written as a patch, as in `CommandWriter.words`): the
+  # runtime then encodes a batch's end once and patches the epoch in at every run
+  patched_signal_values: bool = False
+
   def __init__(self, device: HCQDevice, kind: str):
     self.device, self.kind = device, kind
 

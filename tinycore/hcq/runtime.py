@@ -232,6 +232,18 @@ class CompiledBatch:
     # each set's command buffers behind the barrier a submission starts with, for runs that wait on nothing else
     self.after_barrier: list[dict[Queue, Encoded]] = [
       {q: q[0].queues[q[1]].encode([Barrier()]) + enc for q, enc in encoded.items()} for encoded in self.encoded]
+    self.whole_runs = self.encode_whole_runs()
+
+  def encode_whole_runs(self) -> list[Encoded] | None:
+    """For a batch on the one queue of its device, when that queue patches signal values: each set's complete
+    submission (barrier, batch, the timeline's store of the epoch as a patch), so a run when nothing else is in
+    flight encodes nothing. None otherwise."""
+    if len(self.queues) != 1: return None
+    dev, kind = self.queues[0]
+    hw = dev.queues[kind]
+    if len(dev.queues) != 1 or not hw.patched_signal_values: return None
+    end = hw.encode([SignalStore(dev.timeline, EPOCH)])  # type: ignore[arg-type]
+    return [after[self.queues[0]] + end for after in self.after_barrier]
 
   def scalar_values(self, scalars: Sequence[UOp]) -> dict[str, int]:
     """The variable values (64-bit words) of a run whose CALL passes these scalar arguments."""
@@ -252,6 +264,7 @@ class CompiledBatch:
                               for ref, dev in self.inputs}
     for ref in self.variables: values[ref] = (var_vals or {})[ref.name]
     if _in_flight: release_finished()
+    if self.whole_runs is not None and not _in_flight: return self.run_whole(which, values, buffers)
     # every queue first waits for everything submitted before, on this batch's devices and any still running
     previous = {d: d.epoch for d in [*self.devices, *(d for epochs, _ in _in_flight for d in epochs)]}
     # each device ends the batch on one queue (compute if it has work there) by writing its next epoch to its
@@ -275,7 +288,22 @@ class CompiledBatch:
       if queue in finalize: commands = commands + hw.encode(finalize[queue])
       hw.submit(commands, values)
     self.set_epochs[which] = epochs
-    _in_flight.append((epochs, list(buffers)))
+    if not _reached(epochs): _in_flight.append((epochs, list(buffers)))  # (a tiny batch may have run already)
+
+
+  def run_whole(self, which: int, values: dict[Any, int], buffers: Sequence[Any]) -> None:
+    """`run` of a batch with `whole_runs` when nothing else is in flight: it waits for nothing, and its device's
+    timeline gets the next epoch."""
+    assert self.whole_runs is not None
+    dev, kind = self.queues[0]
+    dev.epoch += 1
+    values[EPOCH] = dev.epoch
+    dev.queues[kind].submit(self.whole_runs[which], values)
+    self.set_epochs[which] = epochs = {dev: dev.epoch}
+    if not _reached(epochs): _in_flight.append((epochs, list(buffers)))
+
+
+EPOCH = Variable("timeline epoch")  # the epoch a whole run's end stores (a name no kernel scalar has)
 
 
 def ref_address(ref: InputAddress, buffers: Sequence[Any]) -> int:

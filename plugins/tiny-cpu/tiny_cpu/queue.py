@@ -82,14 +82,14 @@ void tc_queue_submit(tc_queue *q, const uint64_t *entries, uint64_t n) {
 }
 void tc_signal_wait(uint64_t *signal, uint64_t value, tc_queue *q);
 /* run a submission on the calling thread instead, when that cannot change what happens: the worker is idle (so
-   nothing queued runs after it), every entry is marked inline-able (word 63: a tiny kernel or copy, a signal or
+   nothing queued runs after it), every entry is marked inline-able (word 32: a tiny kernel or copy, a signal or
    timestamp) and every wait is already satisfied. Returns 0, having run nothing, otherwise: submit it then. A
    tiny kernel costs less than waking the worker would. */
 int tc_queue_run_inline(tc_queue *q, const uint64_t *entries, uint64_t n) {
   if (__atomic_load_n(&q->done, __ATOMIC_ACQUIRE) != q->put) return 0;
   for (uint64_t i = 0; i < n; i++) {
     const uint64_t *e = entries + i * 64;
-    if (!(e[63] & 1)) return 0;
+    if (!(e[32] & 1)) return 0;
     if (e[0] == (uint64_t)tc_signal_wait && __atomic_load_n((uint64_t *)e[1], __ATOMIC_ACQUIRE) < e[2]) return 0;
   }
   for (uint64_t i = 0; i < n; i++) tc_run_entry(entries + i * 64);
@@ -183,7 +183,8 @@ void tc_parallel(tc_pool *p, uint64_t fn, uint64_t nargs, uint64_t a0, uint64_t 
 }
 """
 MAX_ARGS = 31
-INLINE_WORD = 63  # an entry's last word: 1 if it may run on the submitting thread (see tc_queue_run_inline)
+# the word after the most arguments an entry passes: 1 if it may run on the submitting thread (tc_queue_run_inline)
+INLINE_WORD = 32
 # a kernel of at most this many loop iterations (a few microseconds) runs on the submitting thread when the worker is
 # idle: waking the worker (a futex call and a context switch, far more on a busy machine) costs more than the kernel
 INLINE_MAX_ITERATIONS = 1 << 14
@@ -230,6 +231,7 @@ class WorkerLibrary:
 
 class CPUQueue(HWQueue):
   """A ring of 16Ki entries run by one worker thread."""
+  patched_signal_values = True  # an entry's words are patched alike, whatever they are
 
   def __init__(self, device: Any, kind: str, worker: WorkerLibrary, threads: int = 1):
     super().__init__(device, kind)
@@ -247,7 +249,6 @@ class CPUQueue(HWQueue):
   def _entry(self, out: CommandWriter, function: int, args: Sequence[Value], inline: bool = True) -> None:
     if len(args) > MAX_ARGS: raise ValueError(f"a CPU queue entry takes at most {MAX_ARGS} arguments, got {len(args)}")
     out.words([function, *args, *[0] * (INLINE_WORD - 1 - len(args)), int(inline)], pad_to=ENTRY_WORDS)
-
   def exec(self, out: CommandWriter, command: Exec) -> None:
     args = [*command.buffers, *command.vals]
     if command.global_size[0] > 1:  # a threaded kernel: every core runs its share, then the entry is done
