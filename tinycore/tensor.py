@@ -22,6 +22,9 @@ from tinycore.errors import ArgumentError, DTypeError, ShapeError
 all_tensors: dict[weakref.ref, None] = {}
 
 
+def _forget_tensor(ref: weakref.ref) -> None: all_tensors.pop(ref, None)
+
+
 def _canonical_device(device: str | tuple | None) -> str | tuple:
   """The canonical name of a device the caller asked for; an unknown or unopenable device fails here, at creation."""
   if device is None: return Device.DEFAULT
@@ -144,7 +147,7 @@ class Tensor(TensorOps):
       else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
     if dtype is not None and uop.dtype is not dtype: uop = uop.cast(dtype)
     self.uop = uop
-    all_tensors[weakref.ref(self, lambda ref: all_tensors.pop(ref, None))] = None
+    all_tensors[weakref.ref(self, _forget_tensor)] = None
 
   # ------------------------------------------------------------------ construction helpers
   @staticmethod
@@ -182,7 +185,7 @@ class Tensor(TensorOps):
   def _rebuild(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = Tensor.__new__(Tensor)
     t.uop, t.requires_grad, t.grad, t.view_of = uop, requires_grad, None, None
-    all_tensors[weakref.ref(t, lambda ref: all_tensors.pop(ref, None))] = None
+    all_tensors[weakref.ref(t, _forget_tensor)] = None
     return t
 
   def _apply(self, uop: UOp) -> Tensor: return Tensor._rebuild(uop, self.requires_grad)

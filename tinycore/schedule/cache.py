@@ -32,7 +32,15 @@ class ScheduleCacheStats:
 
 def buffer_placeholder(i: int, buf: UOp) -> UOp:
   """Slot i standing in for `buf` in a cache key: same device, size and dtype; negative UNIQUE (never a real one)."""
-  return UOp(Ops.BUFFER, buf.dtype, (UOp(Ops.UNIQUE, None, (), -(i + 1)), buf.src[1]), buf.arg)
+  key = (i, buf.dtype, buf.src[1], buf.arg)
+  if (hit := _placeholders.get(key)) is not None: return hit
+  placeholder = UOp(Ops.BUFFER, buf.dtype, (UOp(Ops.UNIQUE, None, (), -(i + 1)), buf.src[1]), buf.arg)
+  if len(_placeholders) >= MAX_ENTRIES: _placeholders.pop(next(iter(_placeholders)))
+  _placeholders[key] = placeholder
+  return placeholder
+
+
+_placeholders: dict[tuple, UOp] = {}  # (slot, dtype, DEVICE, size) -> its placeholder (kept: eager ops reuse a few)
 
 
 def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
