@@ -15,6 +15,9 @@ from tinycore.device.registry import Device
 from tinycore.gradient import compute_gradient, full_like, functional
 from tinycore.helpers import Context, TRAINING
 from tinycore.engine.jit import JitError, is_capturing, record_random_draw
+from tinycore.engine.realize import realize_roots
+from tinycore.hcq.runtime import runtime_lock
+from tinycore.tensor_assign import apply_becomes
 from tinycore.tensor_ops import TensorOps
 from tinycore.errors import ArgumentError, DTypeError, ShapeError
 
@@ -393,9 +396,6 @@ class Tensor(TensorOps):
     return linear
 
   def realize(self, *others: Tensor) -> Tensor:
-    from tinycore.hcq.runtime import runtime_lock
-    from tinycore.engine.realize import realize_roots
-    from tinycore.tensor_assign import apply_becomes
     with runtime_lock: apply_becomes(realize_roots([t.uop for t in (self, *others)]))
     return self
 
