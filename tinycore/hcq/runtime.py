@@ -290,7 +290,6 @@ class CompiledBatch:
     self.set_epochs[which] = epochs
     if not _reached(epochs): _in_flight.append((epochs, list(buffers)))  # (a tiny batch may have run already)
 
-
   def run_whole(self, which: int, values: dict[Any, int], buffers: Sequence[Any]) -> None:
     """`run` of a batch with `whole_runs` when nothing else is in flight: it waits for nothing, and its device's
     timeline gets the next epoch."""
