@@ -12,7 +12,7 @@ import time
 from typing import Any, Sequence
 from tinycore.plugin import (Barrier, CommandWriter, Copy, Encoded, Exec, HCQTimeoutError, HWQueue, SignalStore,
                              SignalWait, Timestamp, Value, raise_timeout_hint)
-from tiny_cpu.renderer import kernel_iterations
+from tiny_cpu.kernel_source import kernel_iterations
 
 ENTRY_WORDS = 64
 RING_ENTRIES = 16 * 1024

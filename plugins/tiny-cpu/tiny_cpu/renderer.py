@@ -23,12 +23,6 @@ static inline float tc_exp2f(float x) {
 }
 """
 
-# what kernels use of libm, declared as <math.h> declares it: without an #include there is nothing to preprocess, a
-# few milliseconds less per kernel compiled (the first result of a new kernel waits for its compile)
-MATH_DECLARATIONS = "".join(f"double {name}(double{', double' if name == 'pow' else ''}); "
-                            f"float {name}f(float{', float' if name == 'pow' else ''});\n"
-                            for name in ("exp2", "log2", "sin", "sqrt", "trunc", "pow", "fabs"))
-
 # a*b+acc with one rounding. gcc vectorizes its fma builtins; clang keeps unrolled accumulators of the builtin badly
 # (copies and spills), but fuses a contracted a*b+c just as well; without FMA hardware both compute a*b+c
 MULTIPLY_ADD = r"""
@@ -40,16 +34,6 @@ static inline double tc_fma(double a, double b, double c) { _Pragma("clang fp co
 #define tc_fma __builtin_fma
 #endif
 """
-ITERATIONS_COMMENT = "/* tiny-cpu loop iterations: "  # the first line of every kernel's source (-1: symbolic)
-
-
-def kernel_iterations(source: str) -> int | None:
-  """The total loop trip count a CPU kernel's source declares on its first line; None when unknown (symbolic)."""
-  if not source.startswith(ITERATIONS_COMMENT): return None
-  count = int(source[len(ITERATIONS_COMMENT):source.index(" ", len(ITERATIONS_COMMENT))])
-  return count if count >= 0 else None
-
-
 FMA_FUNCTIONS = {dtypes.float32: "tc_fmaf", dtypes.float64: "tc_fma"}
 OMP_REDUCTION = {Ops.ADD: "+", Ops.MUL: "*", Ops.MAX: "max"}
 
@@ -57,7 +41,7 @@ OMP_REDUCTION = {Ops.ADD: "+", Ops.MUL: "*", Ops.MAX: "max"}
 class CPURenderer(CStyleRenderer):
   """Renders a kernel as a C function ``void name(T* restrict data0, ..., long long var0, ...)``."""
   device = "CPU"
-  prelude = MATH_DECLARATIONS + EXP2F + MULTIPLY_ADD
+  prelude = CStyleRenderer.prelude + EXP2F + MULTIPLY_ADD
   # kernels with at least this many loop iterations split their outermost loop across `threads` worker threads
   parallel_threshold = 1 << 16
 
@@ -66,6 +50,13 @@ class CPURenderer(CStyleRenderer):
     self.kernel_target = target or host_target(threads)
     self._split: UOp | None = None
 
+  def write_source(self, name: str, sink: UOp, kernel: LinearKernel) -> str:
+    # the trip count first (the queue runs a tiny kernel on the submitting thread), and no #include to preprocess
+    from tiny_cpu.kernel_source import annotated_source
+    sizes = [r.src[0].arg for r in kernel.ranges]
+    iterations = prod(sizes) if all(isinstance(size, int) for size in sizes) else None
+    return annotated_source(super().write_source(name, sink, kernel), iterations)
+
   def threaded_loop(self, kernel: LinearKernel) -> UOp | None:
     """The outermost output loop to split across threads, or None for a kernel too small (or too narrow)."""
     if self.threads < 2: return None
@@ -73,12 +64,6 @@ class CPURenderer(CStyleRenderer):
     if (outer is None or outer.src[0].arg < self.threads or
         prod(r.src[0].arg for r in kernel.ranges) < self.parallel_threshold): return None
     return outer
-
-  def write_source(self, name: str, sink: UOp, kernel: LinearKernel) -> str:
-    # the queue reads the loop trip count back (`kernel_iterations`): a tiny kernel may run on the submitting thread
-    sizes = [r.src[0].arg for r in kernel.ranges]
-    iterations = prod(sizes) if all(isinstance(size, int) for size in sizes) else -1
-    return f"{ITERATIONS_COMMENT}{iterations} */\n" + super().write_source(name, sink, kernel)
 
   def begin_kernel(self, kernel: LinearKernel) -> None:
     self._split = self.threaded_loop(kernel)
