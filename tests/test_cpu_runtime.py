@@ -179,3 +179,28 @@ def test_absurd_cpu_index_starts_no_threads():
   from tiny_cpu.device import cpu_threads
   last = Device[f"CPU:{MAX_CPU_DEVICES - 1}"]  # the last index opens: one worker and its helper threads
   assert last.device == "CPU:63" and 0 < os_threads() - before <= cpu_threads() + 1
+
+
+def test_tiny_kernels_run_on_the_submitting_thread_only_when_the_worker_is_idle():
+  import numpy as np
+  from tinycore import Tensor
+  from tinycore.device.registry import Device
+  from tiny_cpu.queue import INLINE_MAX_ITERATIONS
+  dev = Device["CPU"]
+  queue = dev.queues["compute"]
+  x = Tensor(np.zeros(16, np.float32), device="CPU").realize()
+  dev.synchronize()
+  put = queue.put
+  for _ in range(5): x = (x + 1).realize()
+  assert queue.put == put  # 16 elements: run inline, the ring untouched, and finished on return
+  assert not dev.in_flight
+  # a kernel too big to run inline goes through the ring; a tiny one submitted behind it keeps its order
+  big = Tensor(np.ones(4 * INLINE_MAX_ITERATIONS, np.float32), device="CPU").realize()
+  dev.synchronize()
+  put = queue.put
+  total = (big * 2).sum().realize()
+  y = (x + total).realize()  # reads what the ring's kernel writes: inline only once the worker finished it
+  x = (x * 3).realize()
+  assert queue.put > put
+  np.testing.assert_equal(y.numpy(), np.full(16, 5 + 8 * INLINE_MAX_ITERATIONS, np.float32))
+  np.testing.assert_equal(x.numpy(), np.full(16, 15, np.float32))

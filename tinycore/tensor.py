@@ -15,11 +15,17 @@ from tinycore.device.registry import Device
 from tinycore.gradient import compute_gradient, full_like, functional
 from tinycore.helpers import Context, TRAINING
 from tinycore.engine.jit import JitError, is_capturing, record_random_draw
+from tinycore.engine.realize import realize_roots
+from tinycore.hcq.runtime import runtime_lock
+from tinycore.tensor_assign import apply_becomes
 from tinycore.tensor_ops import TensorOps
 from tinycore.errors import ArgumentError, DTypeError, ShapeError
 
 # every live Tensor (weakly), so a realize can rebind all of them to the buffers it produced
 all_tensors: dict[weakref.ref, None] = {}
+
+
+def _forget_tensor(ref: weakref.ref) -> None: all_tensors.pop(ref, None)
 
 
 def _canonical_device(device: str | tuple | None) -> str | tuple:
@@ -97,6 +103,11 @@ def _normalize_axis(axis: int, ndim: int) -> int:
   return axis % max(ndim, 1)
 
 
+MAX_BROADCAST_CONSTANTS = 256
+# (dtype, device, shape, number's type, number, sign) -> the constant broadcast to that shape (Tensor._broadcast_scalar)
+_broadcast_constants: dict[tuple, UOp] = {}
+
+
 class Tensor(TensorOps):
   """A lazily evaluated multi-dimensional array on a device."""
   __slots__ = ("uop", "requires_grad", "grad", "view_of", "__weakref__")
@@ -139,7 +150,7 @@ class Tensor(TensorOps):
       else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
     if dtype is not None and uop.dtype is not dtype: uop = uop.cast(dtype)
     self.uop = uop
-    all_tensors[weakref.ref(self, lambda ref: all_tensors.pop(ref, None))] = None
+    all_tensors[weakref.ref(self, _forget_tensor)] = None
 
   # ------------------------------------------------------------------ construction helpers
   @staticmethod
@@ -177,7 +188,7 @@ class Tensor(TensorOps):
   def _rebuild(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = Tensor.__new__(Tensor)
     t.uop, t.requires_grad, t.grad, t.view_of = uop, requires_grad, None, None
-    all_tensors[weakref.ref(t, lambda ref: all_tensors.pop(ref, None))] = None
+    all_tensors[weakref.ref(t, _forget_tensor)] = None
     return t
 
   def _apply(self, uop: UOp) -> Tensor: return Tensor._rebuild(uop, self.requires_grad)
@@ -385,9 +396,6 @@ class Tensor(TensorOps):
     return linear
 
   def realize(self, *others: Tensor) -> Tensor:
-    from tinycore.hcq.runtime import runtime_lock
-    from tinycore.engine.realize import realize_roots
-    from tinycore.tensor_assign import apply_becomes
     with runtime_lock: apply_becomes(realize_roots([t.uop for t in (self, *others)]))
     return self
 
@@ -714,6 +722,9 @@ class Tensor(TensorOps):
 
   def _broadcasted(self, other: Tensor | Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x: Tensor = self
+    if (const := self._broadcast_scalar(other)) is not None:
+      y = Tensor._rebuild(const)
+      return (y, x) if reverse else (x, y)
     if isinstance(other, UOp): y = Tensor(other, self.device, self._scalar_dtype(1))  # a bound Variable
     elif not isinstance(other, Tensor):
       dtype = self._scalar_dtype(other)
@@ -727,12 +738,30 @@ class Tensor(TensorOps):
     shape = broadcast_shape(x.shape, y.shape)
     return x._broadcast_to(shape), y._broadcast_to(shape)
 
+  def _broadcast_scalar(self, value: Any) -> UOp | None:
+    """A Python number of this tensor's dtype (`_scalar_dtype`) as a constant broadcast to this tensor's shape, or
+    None for anything else (a tensor, a number of another dtype). The common eager case (`x + 1`), built without
+    Tensors in between and from a small cache of the broadcast nodes."""
+    if type(value) not in (int, float, bool): return None
+    uop = self.uop
+    shape, device = uop.shape, uop.device
+    # keyed by the number's type and bits: 1 == 1.0 == True and 0.0 == -0.0 are different constants
+    key = (uop.dtype, device, shape, type(value), value, math.copysign(1.0, value) if type(value) is float else 0)
+    if (hit := _broadcast_constants.get(key)) is not None: return hit
+    dtype = self._scalar_dtype(value)
+    if dtype is not uop.dtype: return None
+    const = UOp.const(dtype, value, device).reshape((1,) * len(shape)).expand(shape)
+    if len(_broadcast_constants) >= MAX_BROADCAST_CONSTANTS: _broadcast_constants.pop(next(iter(_broadcast_constants)))
+    _broadcast_constants[key] = const
+    return const
+
   def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
     if self.shape == shape: return self
     padded = (1,) * (len(shape) - self.ndim) + self.shape
     return self._apply(self.uop.reshape(padded).expand(shape))
 
   def _binary(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
+    if not reverse and (const := self._broadcast_scalar(other)) is not None: return self._apply(self.uop.alu(op, const))
     x, y = self._broadcasted(other, reverse)
     return x._apply(x.uop.alu(op, y.uop))
 

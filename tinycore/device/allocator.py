@@ -24,6 +24,9 @@ class BufferSpec:
   external_ptr: int | None = None
 
 
+DEFAULT_SPEC = BufferSpec()  # (frozen: one shared instance saves building one per allocation)
+
+
 @attrs.define(eq=False)
 class BufferStorage:
   """A buffer's memory as one device addresses it.
@@ -58,7 +61,7 @@ class Allocator(Generic[Handle]):
   def alloc(self, nbytes: int, spec: BufferSpec | None = None) -> Handle:
     if not isinstance(nbytes, int) or nbytes <= 0:
       raise ValueError(f"allocation size must be a positive int, got {nbytes!r}")
-    spec = spec or BufferSpec()
+    spec = spec or DEFAULT_SPEC
     try:
       handle = self._alloc(nbytes, spec)
     except MemoryError as e:
@@ -68,7 +71,7 @@ class Allocator(Generic[Handle]):
     return handle
 
   def free(self, handle: Handle, nbytes: int, spec: BufferSpec | None = None) -> None:
-    spec = spec or BufferSpec()
+    spec = spec or DEFAULT_SPEC
     if spec.external_ptr is None: self.allocated_bytes -= nbytes
     self._free(handle, spec)
 
@@ -124,7 +127,7 @@ class LRUAllocator(Allocator[Handle]):
     self.lock = threading.RLock()
 
   def alloc(self, nbytes: int, spec: BufferSpec | None = None) -> Handle:
-    spec = spec or BufferSpec()
+    spec = spec or DEFAULT_SPEC
     with self.lock:
       if (cached := self.cache.get((nbytes, spec))):
         self.allocated_bytes += nbytes
@@ -136,7 +139,7 @@ class LRUAllocator(Allocator[Handle]):
       return super().alloc(nbytes, spec)
 
   def free(self, handle: Handle, nbytes: int, spec: BufferSpec | None = None) -> None:
-    spec = spec or BufferSpec()
+    spec = spec or DEFAULT_SPEC
     if os.environ.get("TINYCORE_LRU", "1") != "0" and not (spec.nolru or spec.zero or spec.external_ptr is not None):
       with self.lock:
         self.allocated_bytes -= nbytes

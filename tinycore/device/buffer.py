@@ -133,6 +133,7 @@ class Buffer:
 
   def get_buf(self, device: str | None = None) -> Any:
     """The handle `device` uses for this buffer (default: its own device): `get_storage(device).buf`."""
+    if device is None or device == self.device: return self.ensure_allocated()._handle  # no host view needed
     return self.get_storage(device).buf
 
   def _own_storage(self) -> BufferStorage:

@@ -85,6 +85,8 @@ class DeviceRegistry:
 
   # --- opening
   def __getitem__(self, name: str) -> Compiled:
+    # an open device by its canonical name (the common case, many times per op) needs no canonicalizing
+    if type(name) is str and (device := self._opened.get(name)) is not None: return device
     if isinstance(name, tuple):
       raise TypeError(f"Device[...] opens one device; open each of {name!r} separately")
     canonical = self.canonicalize(name)

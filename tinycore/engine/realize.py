@@ -2,6 +2,7 @@
 from __future__ import annotations
 from typing import Any, Sequence
 import tinycore.profiler as profiler
+from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop import capture
 from tinycore.codegen.estimates import estimated_ops
@@ -10,7 +11,7 @@ from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scala
 from tinycore.hcq.runtime import holding_runtime_lock
 from tinycore.device.buffers import buffer_of, linear_buffers
 from tinycore.engine.jit import is_capturing, record_linear
-from tinycore.schedule.cache import cached_schedule, schedule_template
+from tinycore.schedule.cache import cached_schedule, plain_template, schedule_template
 from tinycore.schedule.multi import split_lanes
 
 
@@ -102,7 +103,12 @@ def realize_roots(roots: list[UOp]) -> dict[UOp, UOp]:
   (one substitution) and run. Returns what each realized node became (its buffer): the tensor layer rebinds the
   live tensors to them."""
   from tinycore.hcq.runtime import compile_template
-  if profiler.enabled: template, mapping = timed_schedule_template(roots)
+  # the eager fast path skips what JIT capture, the profiler and VIZ record, so it runs only with all three off
+  observed = is_capturing() or profiler.enabled or capture.listener is not None
+  plain = None if observed else plain_template(roots)
+  if plain is not None and (plan := direct_plan(plain[0])) is not None: return plan.run(*plain[1:])
+  if plain is not None: template, mapping = plain[:2]
+  elif profiler.enabled: template, mapping = timed_schedule_template(roots)
   else: template, mapping = schedule_template(roots)
   linear, keys, values = template.src
   linear = split_lanes(linear)
@@ -122,3 +128,49 @@ def timed_schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   profiler.record("schedule (cached)" if hit else "schedule", "schedule", profiler.HOST_PROCESS, "schedule", start,
                   profiler.clock_ns(), cache="hit" if hit else "miss", calls=len(template.src[0].src))
   return template, mapping
+
+
+class DirectPlan:
+  """A cached schedule whose compiled form is only queue batches over whole buffers (an eager op's, usually): run
+  by handing each batch this call's buffers and scalars straight from the binding, with no bound LINEAR built."""
+
+  def __init__(self, template: UOp, batches: list[tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]]]):
+    self.batches = batches  # (PROGRAM of a CompiledBatch, its buffer slots, its scalar arguments)
+    _, keys, values = template.src
+    self.becomes = list(zip(keys.src, values.src))
+
+  def run(self, mapping: dict[UOp, UOp], real_of: dict[UOp, UOp]) -> dict[UOp, UOp]:
+    """Run with the placeholders bound by `mapping`; returns what each realized graph node (`real_of` a key node)
+    became."""
+    get = mapping.get
+    for program, slots, scalars in self.batches:
+      batch = program.arg
+      batch.run([buffer_of(get(s, s)) for s in slots], batch.scalar_values([get(s, s) for s in scalars]))
+      GlobalCounters.kernel_count += batch.commands
+    return {real_of[key] if key in real_of else key.substitute(mapping): get(value) or value.substitute(mapping)
+            for key, value in self.becomes}
+
+
+MAX_DIRECT_PLANS = 4096
+# template -> (the compile settings it was made under, its DirectPlan or None when it has none)
+direct_plans: BoundedCache[tuple[tuple, DirectPlan | None]] = BoundedCache("direct plans by schedule template",
+                                                                          MAX_DIRECT_PLANS)
+
+
+def direct_plan(template: UOp) -> DirectPlan | None:
+  """The DirectPlan of a schedule template, or None when its compiled LINEAR has a host call or an argument that is
+  not a whole buffer or a scalar (those run through `run_linear` on a bound LINEAR)."""
+  from tinycore.hcq.runtime import compile_settings, compile_template
+  settings = compile_settings(template.src[0])  # what compile_template's result depends on
+  if (hit := direct_plans.get(template)) is not None and hit[0] == settings: return hit[1]
+  batches = [batch_arguments(call) for call in compile_template(split_lanes(template.src[0])).src]
+  plan = DirectPlan(template, batches) if all(batches) else None  # type: ignore[arg-type]
+  return direct_plans.put(template, (settings, plan))[1]
+
+
+def batch_arguments(call: UOp) -> tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]] | None:
+  """(PROGRAM, buffers, scalars) of a CALL of a compiled batch on whole buffers; None for any other call."""
+  from tinycore.hcq.runtime import call_is_hcq
+  buffers = call_buffers(call)
+  if not call_is_hcq(call) or any(b.op is not Ops.BUFFER for b in buffers): return None
+  return call.src[0], buffers, call_scalars(call)

@@ -1,5 +1,6 @@
 """The device side of HCQ2: what a queue-driven device implements (`HCQDevice`, `HWQueue`)."""
 from __future__ import annotations
+import functools
 import struct
 import time
 from typing import Any, Sequence
@@ -69,12 +70,15 @@ class CommandWriter:
     """Append one record: `values` as 64-bit words, zero-padded to `pad_to` words (fixed-size records)."""
     if pad_to and len(values) > pad_to: raise ValueError(f"a record of {len(values)} words exceeds {pad_to}")
     start = len(self.blob)
-    for i, value in enumerate(values):
-      if not isinstance(value, int): self.patches.append((start + 8 * i, value))
     ints = [value if isinstance(value, int) else 0 for value in values]
-    ints += [0] * (max(pad_to, len(ints)) - len(ints))
-    self.blob.extend(struct.pack(f"<{len(ints)}Q", *ints))
+    self.patches += [(start + 8 * i, value) for i, value in enumerate(values) if not isinstance(value, int)]
+    self.blob += _words_struct(len(ints)).pack(*ints)
+    if pad_to > len(ints): self.blob += bytes(8 * (pad_to - len(ints)))
     self.records += 1
+
+
+@functools.lru_cache(maxsize=None)
+def _words_struct(count: int) -> struct.Struct: return struct.Struct(f"<{count}Q")
 
 
 class HWQueue:
@@ -84,6 +88,10 @@ class HWQueue:
   `exec(out, Exec)`, `copy(out, Copy)`, `signal(out, SignalStore)`, `wait(out, SignalWait)`,
   `timestamp(out, Timestamp)` and `barrier(out, Barrier)`; plus `submit`. `encode` (in the core) dispatches the
   commands to those methods and counts kernels and copies."""
+
+  # True when `signal` takes a Variable as the stored value (written as a patch, as in `CommandWriter.words`): the
+  # runtime then encodes a batch's end once and patches the epoch in at every run
+  patched_signal_values: bool = False
 
   def __init__(self, device: HCQDevice, kind: str):
     self.device, self.kind = device, kind

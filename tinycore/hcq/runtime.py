@@ -235,6 +235,24 @@ class CompiledBatch:
     self.encoded: list[dict[Queue, Encoded]] = [
       {q: q[0].queues[q[1]].encode(cmds) for q, cmds in plan.items()} for plan in plans]
     self.patches = [ref for enc in self.encoded[0].values() for _, ref in enc.patches]
+    # what every run patches (each once), with the device whose address of the input it needs
+    self.inputs = [(ref, _device(ref.device)) for ref in dict.fromkeys(self.patches) if isinstance(ref, InputAddress)]
+    self.variables = [ref for ref in dict.fromkeys(self.patches) if not isinstance(ref, InputAddress)]
+    # each set's command buffers behind the barrier a submission starts with, for runs that wait on nothing else
+    self.after_barrier: list[dict[Queue, Encoded]] = [
+      {q: q[0].queues[q[1]].encode([Barrier()]) + enc for q, enc in encoded.items()} for encoded in self.encoded]
+    self.whole_runs = self.encode_whole_runs()
+
+  def encode_whole_runs(self) -> list[Encoded] | None:
+    """For a batch on the one queue of its device, when that queue patches signal values: each set's complete
+    submission (barrier, batch, the timeline's store of the epoch as a patch), so a run when nothing else is in
+    flight encodes nothing. None otherwise."""
+    if len(self.queues) != 1: return None
+    dev, kind = self.queues[0]
+    hw = dev.queues[kind]
+    if len(dev.queues) != 1 or not hw.patched_signal_values: return None
+    end = hw.encode([SignalStore(dev.timeline, EPOCH)])  # type: ignore[arg-type]
+    return [after[self.queues[0]] + end for after in self.after_barrier]
 
   def scalar_values(self, scalars: Sequence[UOp]) -> dict[str, int]:
     """The variable values (64-bit words) of a run whose CALL passes these scalar arguments."""
@@ -270,13 +288,11 @@ class CompiledBatch:
       if dev.timeline.value < epoch: dev.synchronize()
     if self.timers is not None: profiling.collect_finished()  # the set's timestamps are read before reuse
     for signal in signals.values(): signal.value = 0
-    values: dict[Any, int] = {}
-    for enc in encoded.values():
-      for _, ref in enc.patches:
-        if ref in values: continue
-        if isinstance(ref, InputAddress): values[ref] = ref_address(ref, buffers)
-        else: values[ref] = (var_vals or {})[ref.name]
-    release_finished()
+    values: dict[Any, int] = {ref: dev.device_address(buffers[ref.slot].ensure_allocated()) + ref.offset
+                              for ref, dev in self.inputs}
+    for ref in self.variables: values[ref] = (var_vals or {})[ref.name]
+    if _in_flight: release_finished()
+    if self.whole_runs is not None and not _in_flight: return self.run_whole(which, values, buffers)
     # every queue first waits for everything submitted before, on this batch's devices and any still running
     previous = {d: d.epoch for d in [*self.devices, *(d for epochs, _ in _in_flight for d in epochs)]}
     # each device ends the batch on one queue (compute if it has work there) by writing its next epoch to its
@@ -296,12 +312,27 @@ class CompiledBatch:
       # first wait for everything submitted before (a single-queue device's own work is already in order), then
       # the batch, then the end-of-batch commands: one submission per queue
       waits = [SignalWait(d.timeline, e) for d, e in previous.items() if e and not (d is dev and len(dev.queues) == 1)]
-      commands = hw.encode([Barrier(), *waits]) + encoded[queue]
+      commands = hw.encode([Barrier(), *waits]) + encoded[queue] if waits else self.after_barrier[which][queue]
       if queue in finalize: commands = commands + hw.encode(finalize[queue])
       hw.submit(commands, values)
     self.set_epochs[which] = epochs
-    _in_flight.append((epochs, list(buffers)))
+    if not _reached(epochs): _in_flight.append((epochs, list(buffers)))  # (a tiny batch may have run already)
     return which, epochs
+
+  def run_whole(self, which: int, values: dict[Any, int], buffers: Sequence[Any]) -> tuple[int, dict[HCQDevice, int]]:
+    """`submit` of a batch with `whole_runs` when nothing else is in flight: it waits for nothing, and its device's
+    timeline gets the next epoch."""
+    assert self.whole_runs is not None
+    dev, kind = self.queues[0]
+    dev.epoch += 1
+    values[EPOCH] = dev.epoch
+    dev.queues[kind].submit(self.whole_runs[which], values)
+    self.set_epochs[which] = epochs = {dev: dev.epoch}
+    if not _reached(epochs): _in_flight.append((epochs, list(buffers)))
+    return which, epochs
+
+
+EPOCH = Variable("timeline epoch")  # the epoch a whole run's end stores (a name no kernel scalar has)
 
 
 def timed_command(call: UOp, item: PlacedCommand) -> profiling.TimedCommand:
@@ -318,8 +349,13 @@ def ref_address(ref: InputAddress, buffers: Sequence[Any]) -> int:
 @holding_runtime_lock
 def release_finished() -> None:
   """Drop the references that kept buffers alive while queues still used them."""
-  _in_flight[:] = [(epochs, bufs) for epochs, bufs in _in_flight
-                   if any(d.timeline.value < e for d, e in epochs.items())]
+  _in_flight[:] = [entry for entry in _in_flight if not _reached(entry[0])]
+
+
+def _reached(epochs: dict[HCQDevice, int]) -> bool:
+  for dev, epoch in epochs.items():
+    if dev.timeline.value < epoch: return False
+  return True
 
 
 @holding_runtime_lock
@@ -406,10 +442,14 @@ def cached_template(template: UOp, placeholders: Sequence[UOp], profile: bool) -
   return compiled_templates.put(key, compiled)
 
 
+linear_devices: BoundedCache[list[str]] = BoundedCache("devices by template LINEAR", MAX_TEMPLATES)
+
+
 def compile_settings(linear: UOp) -> tuple:
   """What else a compiled batch depends on: the devices' host_devs and the staging ring (a staged copy bakes the
   ring's address and chunking)."""
-  devices = sorted({b.device for call in linear.src for b in call_buffers(call)})
+  if (devices := linear_devices.get(linear)) is None:
+    devices = linear_devices.put(linear, sorted({b.device for call in linear.src for b in call_buffers(call)}))
   host_devs = tuple(getattr(_device(d), "host_devs", None) for d in devices)
   return host_devs, staging.STAGING_SIZE, staging.STAGING_SLOTS, staging._staging
 

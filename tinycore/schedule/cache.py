@@ -11,10 +11,12 @@ from __future__ import annotations
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import scalar_value, scalar_word
-from tinycore.uop.symbolic_shapes import is_shape_placeholder, shape_binds, shape_placeholder, substitute_with_args
+from tinycore.uop.symbolic_shapes import (SYMBOLIC_ARG_OPS, is_shape_placeholder, shape_binds, shape_placeholder,
+                                          substitute_with_args)
 from tinycore.schedule import create_schedule
 from tinycore.schedule.multi import allreduce_settings
-from tinycore.schedule.scalars import ScalarBindings, bound_variables, python_scalars, scalar_placeholder
+from tinycore.schedule.scalars import (STEERING_OPS, ScalarBindings, bound_variables, is_python_scalar, python_scalars,
+                                      scalar_placeholder, steering_const)
 
 MAX_ENTRIES = 4096
 # (key, values of its baked scalars) -> (template, fresh buffers)
@@ -30,7 +32,15 @@ class ScheduleCacheStats:
 
 def buffer_placeholder(i: int, buf: UOp) -> UOp:
   """Slot i standing in for `buf` in a cache key: same device, size and dtype; negative UNIQUE (never a real one)."""
-  return UOp(Ops.BUFFER, buf.dtype, (UOp(Ops.UNIQUE, None, (), -(i + 1)), buf.src[1]), buf.arg)
+  key = (i, buf.dtype, buf.src[1], buf.arg)
+  if (hit := _placeholders.get(key)) is not None: return hit
+  placeholder = UOp(Ops.BUFFER, buf.dtype, (UOp(Ops.UNIQUE, None, (), -(i + 1)), buf.src[1]), buf.arg)
+  if len(_placeholders) >= MAX_ENTRIES: _placeholders.pop(next(iter(_placeholders)))
+  _placeholders[key] = placeholder
+  return placeholder
+
+
+_placeholders: dict[tuple, UOp] = {}  # (slot, dtype, DEVICE, size) -> its placeholder (kept: eager ops reuse a few)
 
 
 def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
@@ -53,6 +63,65 @@ def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   template, fresh = _cached(key, values)
   return template, (dict(zip(placeholders, inputs)) | values | {shape_placeholder(b): b for b in in_shapes} |
                     {f: UOp.new_buffer(f.device, f.arg, f.dtype) for f in fresh})
+
+
+def plain_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp], dict[UOp, UOp]] | None:
+  """`schedule_template` for a graph without bound Variables and symbolic shapes (an eager op's), in one pass over
+  its nodes: (template, mapping, the graph node each node of the key stands for), the last so that binding the
+  realized nodes needs no second substitution. None for any other graph (use `schedule_template`)."""
+  nodes = toposort_all(roots)  # (no SINK of the real roots: it would be one more node made and dropped per call)
+  inputs: list[UOp] = []
+  candidates: list[UOp] = []
+  steering: set[UOp] = set()
+  for node in nodes:
+    op = node.op
+    if op is Ops.BUFFER: inputs.append(node)
+    elif op is Ops.CONST:
+      if is_python_scalar(node): candidates.append(node)
+    elif op is Ops.BIND: return None
+    elif op in STEERING_OPS: steering.add(steering_const(node.src[1]))
+    elif op in SYMBOLIC_ARG_OPS and not _int_arg(node.arg): return None
+  scalars = [c for c in candidates if c not in steering]  # as python_scalars: in graph order
+  placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
+  scalar_slots = [scalar_placeholder(i, c) for i, c in enumerate(scalars)]
+  key_of = dict(zip(inputs, placeholders)) | dict(zip(scalars, scalar_slots))
+  real_of: dict[UOp, UOp] = {}
+  for node in nodes:  # sink.substitute(key_of), remembering the way back
+    if (mapped := key_of.get(node)) is None:
+      if node.src:
+        new_src = tuple([key_of[s] for s in node.src])
+        mapped = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
+      else: mapped = node
+      key_of[node] = mapped
+    real_of[mapped] = node
+  values = dict(zip(scalar_slots, scalars))
+  template, fresh = _cached(UOp(Ops.SINK, None, tuple([key_of[r] for r in roots])), values)
+  mapping = dict(zip(placeholders, inputs)) | values
+  for f in fresh: mapping[f] = UOp.new_buffer(f.device, f.arg, f.dtype)
+  return template, mapping, real_of
+
+
+def toposort_all(roots: list[UOp]) -> dict[UOp, None]:
+  """Every node reachable from any of `roots`, sources before users (as `UOp.toposort` of their SINK, less it)."""
+  order: dict[UOp, None] = {}
+  stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(roots)]
+  pop, push = stack.pop, stack.append
+  while stack:
+    node, expanded = pop()
+    if node in order: continue
+    if expanded or not node.src:
+      order[node] = None
+      continue
+    push((node, True))
+    for s in reversed(node.src):
+      if s not in order: push((s, False))
+  return order
+
+
+def _int_arg(arg: object) -> bool:
+  """An op's arg holds ints only (tuples of ints, or of pairs of ints): no symbolic shape entry in it."""
+  if not isinstance(arg, tuple): return isinstance(arg, int)
+  return all(type(a) is int or (type(a) is tuple and all(type(b) is int for b in a)) for a in arg)
 
 
 def shape_values(in_shapes: list[UOp], nodes: dict[UOp, None]) -> dict[UOp, UOp]:

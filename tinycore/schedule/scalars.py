@@ -33,7 +33,7 @@ def python_scalars(nodes: Iterable[UOp]) -> list[UOp]:
   """The Python scalars of a tensor graph (its nodes in order), each once: the constants that become kernel
   arguments, less those used as divisors or shift counts."""
   nodes = list(nodes)
-  steering = {_const_below(n.src[1]) for n in nodes if n.op in STEERING_OPS}
+  steering = {steering_const(n.src[1]) for n in nodes if n.op in STEERING_OPS}
   return [n for n in nodes if is_python_scalar(n) and n not in steering]
 
 
@@ -55,7 +55,7 @@ def bound_variables(nodes: Iterable[UOp]) -> list[UOp]:
 STEERING_OPS = (Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR)  # ops whose second operand is kept a literal
 
 
-def _const_below(u: UOp) -> UOp:
+def steering_const(u: UOp) -> UOp:
   """The node under the reshapes, expands and casts that broadcast a scalar."""
   while u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.CAST): u = u.src[0]
   return u

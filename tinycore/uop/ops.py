@@ -367,6 +367,10 @@ def _binop(op: Ops, a: Any, b: Any) -> UOp:
 # ---------------------------------------------------------------------------- shape inference
 def _infer_shape(u: UOp) -> tuple[int, ...] | None:
   op = u.op
+  if op in GroupOp.ALU:  # first: most new nodes of a graph are elementwise
+    for s in u.src:
+      if s.shape is not None: return s.shape
+    return None
   if op is Ops.BUFFER: return (u.arg,)
   if op is Ops.BUFFER_VIEW: return (u.arg[0],)
   if op in (Ops.CONST, Ops.DEFINE_VAR): return () if u.src else None  # a scalar on a device (tensor level)
@@ -392,10 +396,6 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
     lane = u.src[0].shape
     if u.arg is None or lane is None: return lane
     return lane[:u.arg] + (lane[u.arg] * len(u.src[0].device),) + lane[u.arg + 1:]
-  if op in GroupOp.ALU:
-    for s in u.src:
-      if s.shape is not None: return s.shape
-    return None
   return None
 
 

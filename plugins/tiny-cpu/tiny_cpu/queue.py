@@ -12,6 +12,7 @@ import time
 from typing import Any, Sequence
 from tinycore.plugin import (Barrier, CommandWriter, Copy, Encoded, Exec, HCQTimeoutError, HWQueue, SignalStore,
                              SignalWait, Timestamp, Value, raise_timeout_hint)
+from tiny_cpu.kernel_source import kernel_iterations
 
 ENTRY_WORDS = 64
 RING_ENTRIES = 16 * 1024
@@ -31,6 +32,7 @@ typedef struct {
   uint64_t *ring;
   volatile int stop;         /* set by the host: leave after the entry now running (queued entries are dropped) */
   volatile int exited;       /* set by the worker as it leaves */
+  int sleeping;              /* the worker is (about to be) asleep on sem: a submission must post it */
   sem_t sem;
   pthread_t thread;
 } tc_queue;
@@ -38,15 +40,24 @@ typedef struct {
 typedef void (*tc_fn)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
   uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
   uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
+static void tc_run_entry(const uint64_t *e) {
+  ((tc_fn)e[0])(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7), A(8), A(9), A(10), A(11), A(12), A(13), A(14),
+                A(15), A(16), A(17), A(18), A(19), A(20), A(21), A(22), A(23), A(24), A(25), A(26), A(27), A(28),
+                A(29), A(30));
+}
 static void *tc_worker(void *arg) {
   tc_queue *q = (tc_queue *)arg;
   for (;;) {
-    while (sem_wait(&q->sem) != 0) {}
     if (q->stop) break;
-    uint64_t *e = q->ring + (q->done % q->slots) * 64;
-    ((tc_fn)e[0])(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7), A(8), A(9), A(10), A(11), A(12), A(13), A(14),
-                  A(15), A(16), A(17), A(18), A(19), A(20), A(21), A(22), A(23), A(24), A(25), A(26), A(27), A(28),
-                  A(29), A(30));
+    if (q->done == __atomic_load_n(&q->put, __ATOMIC_SEQ_CST)) {
+      /* no work: announce the sleep, then look again (a submission between the two saw no sleeper and did not
+         post); a stale post only wakes the loop once more */
+      __atomic_store_n(&q->sleeping, 1, __ATOMIC_SEQ_CST);
+      if (q->done == __atomic_load_n(&q->put, __ATOMIC_SEQ_CST) && !q->stop) while (sem_wait(&q->sem) != 0) {}
+      __atomic_store_n(&q->sleeping, 0, __ATOMIC_SEQ_CST);
+      continue;
+    }
+    tc_run_entry(q->ring + (q->done % q->slots) * 64);
     __atomic_store_n(&q->done, q->done + 1, __ATOMIC_RELEASE);
   }
   __atomic_store_n(&q->exited, 1, __ATOMIC_RELEASE);
@@ -60,9 +71,29 @@ tc_queue *tc_queue_new(uint64_t slots) {
   pthread_create(&q->thread, 0, tc_worker, q);
   return q;
 }
-void tc_queue_post(tc_queue *q, uint64_t n) {
-  __atomic_store_n(&q->put, q->put + n, __ATOMIC_RELEASE);
-  for (uint64_t i = 0; i < n; i++) sem_post(&q->sem);
+/* copy n entries into the ring at the put position (wrapping around) and make them available: one wake-up per
+   submission, and only when the worker sleeps (a futex call costs more than a tiny kernel) */
+void tc_queue_submit(tc_queue *q, const uint64_t *entries, uint64_t n) {
+  uint64_t first = q->put % q->slots, head = n < q->slots - first ? n : q->slots - first;
+  memcpy(q->ring + first * 64, entries, head * 64 * 8);
+  if (head < n) memcpy(q->ring, entries + head * 64, (n - head) * 64 * 8);
+  __atomic_store_n(&q->put, q->put + n, __ATOMIC_SEQ_CST);
+  if (__atomic_exchange_n(&q->sleeping, 0, __ATOMIC_SEQ_CST)) sem_post(&q->sem);
+}
+void tc_signal_wait(uint64_t *signal, uint64_t value, tc_queue *q);
+/* run a submission on the calling thread instead, when that cannot change what happens: the worker is idle (so
+   nothing queued runs after it), every entry is marked inline-able (word 32: a tiny kernel or copy, a signal or
+   timestamp) and every wait is already satisfied. Returns 0, having run nothing, otherwise: submit it then. A
+   tiny kernel costs less than waking the worker would. */
+int tc_queue_run_inline(tc_queue *q, const uint64_t *entries, uint64_t n) {
+  if (__atomic_load_n(&q->done, __ATOMIC_ACQUIRE) != q->put) return 0;
+  for (uint64_t i = 0; i < n; i++) {
+    const uint64_t *e = entries + i * 64;
+    if (!(e[32] & 1)) return 0;
+    if (e[0] == (uint64_t)tc_signal_wait && __atomic_load_n((uint64_t *)e[1], __ATOMIC_ACQUIRE) < e[2]) return 0;
+  }
+  for (uint64_t i = 0; i < n; i++) tc_run_entry(entries + i * 64);
+  return 1;
 }
 uint64_t tc_queue_done(tc_queue *q) { return __atomic_load_n(&q->done, __ATOMIC_ACQUIRE); }
 uint64_t *tc_queue_ring(tc_queue *q) { return q->ring; }
@@ -76,7 +107,7 @@ void tc_queue_join(tc_queue *q) { pthread_join(q->thread, 0); }
 /* in a forked child only the forking thread exists: start the worker again (the ring and counters are copies) */
 void tc_queue_restart(tc_queue *q) {
   sem_init(&q->sem, 0, 0);
-  q->stop = 0; q->exited = 0;
+  q->stop = 0; q->exited = 0; q->sleeping = 0;
   pthread_create(&q->thread, 0, tc_worker, q);
 }
 void tc_signal_store(uint64_t *signal, uint64_t value) { __atomic_store_n(signal, value, __ATOMIC_RELEASE); }
@@ -152,6 +183,12 @@ void tc_parallel(tc_pool *p, uint64_t fn, uint64_t nargs, uint64_t a0, uint64_t 
 }
 """
 MAX_ARGS = 31
+# the word after the most arguments an entry passes: 1 if it may run on the submitting thread (tc_queue_run_inline)
+INLINE_WORD = 32
+# a kernel of at most this many loop iterations (a few microseconds) runs on the submitting thread when the worker is
+# idle: waking the worker (a futex call and a context switch, far more on a busy machine) costs more than the kernel
+INLINE_MAX_ITERATIONS = 1 << 14
+INLINE_MAX_COPY_BYTES = 1 << 16
 
 
 class WorkerLibrary:
@@ -165,7 +202,9 @@ class WorkerLibrary:
     self.lib = lib
     lib.tc_queue_new.restype = ctypes.c_void_p
     lib.tc_queue_new.argtypes = [ctypes.c_uint64]
-    lib.tc_queue_post.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+    lib.tc_queue_submit.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
+    lib.tc_queue_run_inline.restype = ctypes.c_int
+    lib.tc_queue_run_inline.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
     lib.tc_queue_done.restype = ctypes.c_uint64
     lib.tc_queue_done.argtypes = [ctypes.c_void_p]
     lib.tc_queue_ring.restype = ctypes.c_void_p
@@ -192,6 +231,7 @@ class WorkerLibrary:
 
 class CPUQueue(HWQueue):
   """A ring of 16Ki entries run by one worker thread."""
+  patched_signal_values = True  # an entry's words are patched alike, whatever they are
 
   def __init__(self, device: Any, kind: str, worker: WorkerLibrary, threads: int = 1):
     super().__init__(device, kind)
@@ -206,25 +246,28 @@ class CPUQueue(HWQueue):
   @property
   def done(self) -> int: return self.worker.lib.tc_queue_done(self.handle)
 
-  def _entry(self, out: CommandWriter, function: int, args: Sequence[Value]) -> None:
+  def _entry(self, out: CommandWriter, function: int, args: Sequence[Value], inline: bool = True) -> None:
     if len(args) > MAX_ARGS: raise ValueError(f"a CPU queue entry takes at most {MAX_ARGS} arguments, got {len(args)}")
-    out.words([function, *args], pad_to=ENTRY_WORDS)
-
+    out.words([function, *args, *[0] * (INLINE_WORD - 1 - len(args)), int(inline)], pad_to=ENTRY_WORDS)
   def exec(self, out: CommandWriter, command: Exec) -> None:
     args = [*command.buffers, *command.vals]
     if command.global_size[0] > 1:  # a threaded kernel: every core runs its share, then the entry is done
       if self.pool is None: raise RuntimeError(f"{self.device.device} has no thread pool for a threaded kernel")
       self._entry(out, self.worker.address["tc_parallel"], [self.pool, command.program.program.address, len(args),
-                                                            *args])
-    else: self._entry(out, command.program.program.address, args)
+                                                            *args], inline=False)
+    else:
+      iterations = kernel_iterations(getattr(command.program, "source", ""))
+      tiny = iterations is not None and iterations <= INLINE_MAX_ITERATIONS
+      self._entry(out, command.program.program.address, args, inline=tiny)
 
   def copy(self, out: CommandWriter, command: Copy) -> None:
-    self._entry(out, self.worker.address["tc_memcpy"], [command.dst, command.src, command.nbytes])
+    self._entry(out, self.worker.address["tc_memcpy"], [command.dst, command.src, command.nbytes],
+                inline=command.nbytes <= INLINE_MAX_COPY_BYTES)
 
   def signal(self, out: CommandWriter, command: SignalStore) -> None:
     self._entry(out, self.worker.address["tc_signal_store"], [command.signal.addr, command.value])
 
-  def wait(self, out: CommandWriter, command: SignalWait) -> None:
+  def wait(self, out: CommandWriter, command: SignalWait) -> None:  # inline only when already satisfied
     self._entry(out, self.worker.address["tc_signal_wait"], [command.signal.addr, command.value, self.handle])
 
   def timestamp(self, out: CommandWriter, command: Timestamp) -> None:
@@ -240,14 +283,11 @@ class CPUQueue(HWQueue):
     data = encoded.patched(values)
     with self.lock:
       if self.closed: raise RuntimeError(f"{self.device.device}: the {self.kind} queue was stopped (at exit)")
+      entries = bytes(data)
+      if self.worker.lib.tc_queue_run_inline(self.handle, entries, count): return
       self._wait_for_room(count)
-      entry_bytes = ENTRY_WORDS * 8
-      first = self.put % RING_ENTRIES
-      head = min(count, RING_ENTRIES - first)
-      ctypes.memmove(self.ring + first * entry_bytes, bytes(data[:head * entry_bytes]), head * entry_bytes)
-      if head < count: ctypes.memmove(self.ring, bytes(data[head * entry_bytes:]), (count - head) * entry_bytes)
+      self.worker.lib.tc_queue_submit(self.handle, entries, count)
       self.put += count
-      self.worker.lib.tc_queue_post(self.handle, count)
 
   def _wait_for_room(self, count: int) -> None:
     start = time.perf_counter()

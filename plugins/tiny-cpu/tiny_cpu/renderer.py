@@ -50,6 +50,13 @@ class CPURenderer(CStyleRenderer):
     self.kernel_target = target or host_target(threads)
     self._split: UOp | None = None
 
+  def write_source(self, name: str, sink: UOp, kernel: LinearKernel) -> str:
+    # the trip count first (the queue runs a tiny kernel on the submitting thread), and no #include to preprocess
+    from tiny_cpu.kernel_source import annotated_source
+    sizes = [r.src[0].arg for r in kernel.ranges]
+    iterations = prod(sizes) if all(isinstance(size, int) for size in sizes) else None
+    return annotated_source(super().write_source(name, sink, kernel), iterations)
+
   def threaded_loop(self, kernel: LinearKernel) -> UOp | None:
     """The outermost output loop to split across threads, or None for a kernel too small (or too narrow)."""
     if self.threads < 2: return None
