@@ -3,7 +3,7 @@ amdgpu kernel driver's KFD interface (/dev/kfd ioctls and the render node, Linux
 emulator's `tiny_amd.emulator.MockKFD` has the same methods. Nothing above this object knows which one it has.
 
 Protocol (both implement it):
-  gfx_target: str; properties: {"wave_size", "lds_bytes", "compute_units", "name"}
+  gfx_target: str; properties: {"wave_size", "lds_bytes", "compute_units", "shader_engines", "name"}
   alloc(nbytes, *, host_visible=True, executable=False) -> Memory (.va, .nbytes, .view or None); free(mem)
   map_host(address, nbytes) -> Memory: host memory (page-aligned) made addressable by the GPU at VA == address
   unmap_host(mem)
@@ -128,6 +128,8 @@ class KFDDriver:
     self.properties = {"wave_size": 32 if self.gfx_target.startswith("gfx1") else 64,
                        "lds_bytes": props.get("lds_size_in_kb", 64) * 1024,
                        "compute_units": props.get("simd_count", 0) // max(props.get("simd_per_cu", 1), 1),
+                       "shader_engines": max(props.get("array_count", 1) // max(props.get("simd_arrays_per_engine", 1), 1),
+                                             1),
                        "name": f"AMD {self.gfx_target}"}
     self._doorbells: Any = None
 

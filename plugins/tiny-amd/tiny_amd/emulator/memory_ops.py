@@ -1,10 +1,11 @@
 """RDNA3 memory instructions over a WaveBatch: SMEM scalar loads, GLOBAL/FLAT vector loads/stores/atomics and DS
-(LDS) operations, including ds_bpermute. Addresses are emulated GPU VAs (== host addresses)."""
+(LDS) operations, including ds_bpermute, and SCRATCH private memory (see `scratch_addresses`). Addresses are
+emulated GPU VAs (== host addresses)."""
 from __future__ import annotations
 
 import numpy as np
 
-from tiny_amd.emulator.wave_state import NULL, EmulationError, WaveBatch
+from tiny_amd.emulator.wave_state import LANES, NULL, EmulationError, WaveBatch
 
 LOAD_WIDTH = {"u8": 1, "i8": 1, "u16": 2, "i16": 2, "b32": 4, "b64": 8, "b96": 12, "b128": 16}
 STORE_WIDTH = {"b8": 1, "b16": 2, "b32": 4, "b64": 8, "b96": 12, "b128": 16}
@@ -231,9 +232,6 @@ def ds_permute(st: WaveBatch, ins, mask: np.ndarray) -> None:
 
 
 # ---- scratch (private per-lane memory, gfx11 architected flat scratch)
-MAX_SCRATCH_BYTES = 1 << 16
-
-
 def scratch_offsets(st: WaveBatch, ins, mask: np.ndarray) -> np.ndarray:
   """Per-lane byte offsets into the lane's private segment: saddr (if not off) + vaddr (if SVE) + offset."""
   f = ins.f
@@ -243,30 +241,31 @@ def scratch_offsets(st: WaveBatch, ins, mask: np.ndarray) -> np.ndarray:
   return off[mask]
 
 
-def scratch_storage(st: WaveBatch, end: int, ins) -> np.ndarray:
-  """The batch's private memory, [waves * 32 lanes, bytes], grown on demand up to MAX_SCRATCH_BYTES per lane."""
-  have = getattr(st, "scratch", None)
-  if have is not None and have.shape[1] >= end: return have
-  if end > MAX_SCRATCH_BYTES:
-    raise EmulationError(f"{ins.name} at 0x{ins.pc:x}: private offset {end} beyond {MAX_SCRATCH_BYTES} bytes")
-  size = max(256, 1 << (end - 1).bit_length())
-  grown = np.zeros((st.nwaves * 32, size), np.uint8)
-  if have is not None: grown[:, :have.shape[1]] = have
-  st.scratch = grown
-  return grown
+def scratch_addresses(st: WaveBatch, ins, mask: np.ndarray, nbytes: int) -> np.ndarray:
+  """[lanes, nbytes] memory addresses of each byte a scratch access touches. A wave's slot (FLAT_SCRATCH) is
+  swizzled by dwords: byte o of lane l lives at slot + (o // 4) * 4 * 32 + 4 * l + o % 4, so the lanes' same
+  dword is contiguous, as the hardware lays private memory out."""
+  offs = scratch_offsets(st, ins, mask)
+  if st.scratch_lane_bytes == 0:
+    raise EmulationError(f"{ins.name} at 0x{ins.pc:x}: the dispatch has no scratch (RSRC2.SCRATCH_EN is clear)")
+  if int(offs.min()) < 0 or int(offs.max()) + nbytes > st.scratch_lane_bytes:
+    raise EmulationError(f"{ins.name} at 0x{ins.pc:x}: private offsets {int(offs.min())}..{int(offs.max())} + "
+                         f"{nbytes} outside the {st.scratch_lane_bytes}-byte private segment of a lane")
+  waves, lanes = np.nonzero(mask)
+  o = offs[:, None] + np.arange(nbytes)
+  swizzled = (o >> 2) * (4 * LANES) + lanes[:, None] * 4 + (o & 3)
+  return st.flat_scratch[waves][:, None] + swizzled.astype(np.uint64)
 
 
 def exec_scratch(st: WaveBatch, ins, mask: np.ndarray) -> None:
   f, op = ins.f, ins.name.split("_", 1)[1]
   if not mask.any(): return None
-  offs = scratch_offsets(st, ins, mask)
-  lanes = np.flatnonzero(mask.reshape(-1))
   kind = op.split("_", 1)[1]
+  if kind.startswith("d16"): raise EmulationError(f"unsupported {ins.name} at 0x{ins.pc:x}")
   if op.startswith("load_"):
-    if kind.startswith("d16"): raise EmulationError(f"unsupported {ins.name} at 0x{ins.pc:x}")
     nbytes = LOAD_WIDTH[kind]
-    mem = scratch_storage(st, int(offs.max()) + nbytes, ins)
-    data = mem[lanes[:, None], offs[:, None] + np.arange(nbytes)]
+    addrs = scratch_addresses(st, ins, mask, nbytes)
+    data = st.memory.gather(addrs.reshape(-1), 1).reshape(-1, nbytes)
     if nbytes >= 4:
       words = np.ascontiguousarray(data).view(np.uint32)
       for i in range(nbytes // 4): st.vgpr[f["vdst"] + i][mask] = words[:, i]
@@ -275,10 +274,9 @@ def exec_scratch(st: WaveBatch, ins, mask: np.ndarray) -> None:
       st.vgpr[f["vdst"]][mask] = np.ascontiguousarray(data).view(dtype)[:, 0].astype(np.int32).view(np.uint32)
     return None
   if op.startswith("store_"):
-    if kind.startswith("d16"): raise EmulationError(f"unsupported {ins.name} at 0x{ins.pc:x}")
     nbytes = STORE_WIDTH[kind]
     words = np.stack([st.vgpr[f["data"] + i][mask] for i in range(max(1, nbytes // 4))], axis=1)
-    mem = scratch_storage(st, int(offs.max()) + nbytes, ins)
-    mem[lanes[:, None], offs[:, None] + np.arange(nbytes)] = as_bytes(words, nbytes)
+    addrs = scratch_addresses(st, ins, mask, nbytes)
+    st.memory.scatter(addrs.reshape(-1), as_bytes(words, nbytes).reshape(-1, 1))
     return None
   raise EmulationError(f"unsupported {ins.name} at 0x{ins.pc:x}")
