@@ -44,6 +44,14 @@ read:
 }"""
 
 
+def scratch_slots(memory: MemoryRegistry, lane_bytes: int, waves: int) -> tuple:
+  """(COMPUTE_TMPRING_SIZE, scratch allocation or None) for a kernel with `lane_bytes` of private memory per lane:
+  `waves` slots of a wave's 32 lanes times that size, in 256-byte units, as the plugin sets up."""
+  if not lane_bytes or not waves: return 0, None
+  wave_bytes = -(-lane_bytes * 32 // 256) * 256
+  return tmpring_size("gfx1100", waves, wave_bytes), memory.allocate(waves * wave_bytes)
+
+
 def compile_gfx1100(ir: str, cpu: str = "gfx1100") -> bytes:
   return compile_ir(ir, cpu)
 
@@ -55,14 +63,6 @@ class Kernel:
     self.memory = memory or MemoryRegistry()
     self.alloc, kernels = load_code_object(compile_gfx1100(ir), self.memory)
     self.kernel = kernels[name]
-
-  def scratch(self, waves: int) -> tuple:
-    """(COMPUTE_TMPRING_SIZE, scratch allocation or None): `waves` slots sized by the descriptor, as the plugin
-    sets up (the slot is a wave's 32 lanes times the private segment size, in 256-byte units)."""
-    lane_bytes = self.kernel.private_segment_size
-    if not lane_bytes or not waves: return 0, None
-    wave_bytes = -(-lane_bytes * 32 // 256) * 256
-    return tmpring_size("gfx1100", waves, wave_bytes), self.memory.allocate(waves * wave_bytes)
 
   def __call__(self, *args, grid=(1, 1, 1), block=(32, 1, 1), lds_bytes: int = 0,
                scratch_waves: int = 256) -> DispatchStats:
@@ -80,7 +80,7 @@ class Kernel:
     args_mem.bytes[:len(kernarg)] = np.frombuffer(kernarg, np.uint8)
     user = (args_mem.va & 0xFFFFFFFF, args_mem.va >> 32) + (0,) * 14
     lds_granules = -(-max(lds_bytes, self.kernel.group_segment_size) // 512)
-    tmpring, scratch = self.scratch(scratch_waves)
+    tmpring, scratch = scratch_slots(self.memory, self.kernel.private_segment_size, scratch_waves)
     regs = DispatchRegisters(self.kernel.code_address, self.kernel.rsrc1, self.kernel.rsrc2 | lds_granules << 15,
                              self.kernel.rsrc3, user, block, grid, tmpring, scratch.va if scratch else 0)
     try: stats = run_dispatch(regs, self.memory)

@@ -37,7 +37,7 @@ from tinycore.plugin import (HOST_DEVICE, Barrier, BufferStorage, BufferSpec, Co
                              Timestamp, Value, signal_pool, view_address, wait_for_queues)
 from tiny_amd import pm4, sdma
 from tiny_amd.compiler import WAVE_SIZE, AMDCompiler, AMDRenderer
-from tiny_amd.elf import load_code_object
+from tiny_amd.elf import KernelDescriptor, load_code_object
 
 PAGE = 4096
 RING_BYTES = 1 << 16
@@ -135,25 +135,6 @@ class AMDAllocator(LRUAllocator[AMDMemory]):
       size = min(BOUNCE_BYTES, target.nbytes - start)
       self.device.copy_now(self.device.bounce.va, src.addr + start, size)
       target[start:start + size] = self.device.bounce.view[:size]
-
-
-@attrs.frozen
-class KernelDescriptor:
-  """The fields of an amdhsa kernel descriptor (64 bytes) the dispatch needs."""
-  group_segment_bytes: int
-  private_segment_bytes: int
-  kernarg_bytes: int
-  code_offset: int
-  rsrc3: int
-  rsrc1: int
-  rsrc2: int
-  properties: int
-
-  @classmethod
-  def parse(cls, data: bytes) -> KernelDescriptor:
-    group, private, kernarg, _, code = struct.unpack_from("<IIIIq", data, 0)
-    rsrc3, rsrc1, rsrc2, properties = struct.unpack_from("<IIIH", data, 44)
-    return cls(group, private, kernarg, code, rsrc3, rsrc1, rsrc2, properties)
 
 
 class AMDProgram:
