@@ -45,7 +45,8 @@ class AMDCompiler(Compiler):
   binary_extension = ".hsaco"
 
   def __init__(self, arch: str = "gfx1100"):
-    if arch not in WAVE_SIZE: raise ValueError(f"unsupported AMD target {arch!r}: tiny-amd compiles for {sorted(WAVE_SIZE)}")
+    if arch not in WAVE_SIZE:
+      raise ValueError(f"unsupported AMD target {arch!r}: tiny-amd compiles for {sorted(WAVE_SIZE)}")
     import llvmlite
     self.arch = arch
     self.cachekey = f"tiny-amd llvmlite-{llvmlite.__version__} {arch} O2 codeobject-1"

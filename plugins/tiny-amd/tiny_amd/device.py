@@ -112,7 +112,8 @@ class AMDAllocator(LRUAllocator[AMDMemory]):
   def _map(self, buf: Any) -> BufferStorage:
     """Memory the queues address in place: another AMD device's (one driver, one address space) or host memory,
     pinned for the GPU."""
-    if isinstance(handle := buf.get_buf(), AMDMemory): return BufferStorage(AMDMemory(handle.addr, handle.nbytes), None, None)
+    if isinstance(handle := buf.get_buf(), AMDMemory):
+      return BufferStorage(AMDMemory(handle.addr, handle.nbytes), None, None)
     if (host := buf.host) is None:
       raise RuntimeError(f"{self.device.device} cannot address {buf.device} memory: it has no host view")
     address = view_address(host)
@@ -142,7 +143,8 @@ class AMDProgram:
 
   def __init__(self, device: AMDDevice, name: str, lib: bytes):
     code = load_code_object(lib)
-    if name not in code.descriptors: raise ValueError(f"the code object has no kernel {name!r} ({sorted(code.descriptors)})")
+    if name not in code.descriptors:
+      raise ValueError(f"the code object has no kernel {name!r} ({sorted(code.descriptors)})")
     self.device, self.name = device, name
     self.memory = device.driver.alloc(len(code.image), host_visible=True, executable=True)
     self.memory.view[:len(code.image)] = code.image
@@ -155,7 +157,8 @@ class AMDProgram:
     tmpring, scratch = device.scratch_for(kd.private_segment_bytes) if kd.private_segment_bytes else (0, 0)
     self.setup = (pm4.set_sh_reg(pm4.COMPUTE_PGM_LO, [(self.code_address >> 8) & 0xFFFFFFFF, self.code_address >> 40]) +
                   pm4.set_sh_reg(pm4.COMPUTE_PGM_RSRC1, [kd.rsrc1, kd.rsrc2]) +
-                  pm4.set_sh_reg(pm4.COMPUTE_PGM_RSRC3, [kd.rsrc3]) + pm4.set_sh_reg(pm4.COMPUTE_TMPRING_SIZE, [tmpring]) +
+                  pm4.set_sh_reg(pm4.COMPUTE_PGM_RSRC3, [kd.rsrc3]) +
+                  pm4.set_sh_reg(pm4.COMPUTE_TMPRING_SIZE, [tmpring]) +
                   pm4.set_sh_reg(pm4.COMPUTE_DISPATCH_SCRATCH_BASE_LO, [(scratch >> 8) & 0xFFFFFFFF, scratch >> 40]) +
                   pm4.set_sh_reg(pm4.COMPUTE_RESOURCE_LIMITS, [0]) + pm4.set_sh_reg(pm4.COMPUTE_START_X, [0, 0, 0]))
 
@@ -371,7 +374,8 @@ class AMDDevice(HCQDevice):
 
   def __init__(self, name: str, driver: Any, host_mappings: HostMappings):
     arch = driver.gfx_target
-    if arch not in WAVE_SIZE: raise RuntimeError(f"{name}: unsupported GPU {arch}; tiny-amd supports {sorted(WAVE_SIZE)}")
+    if arch not in WAVE_SIZE:
+      raise RuntimeError(f"{name}: unsupported GPU {arch}; tiny-amd supports {sorted(WAVE_SIZE)}")
     self.driver, self.host_mappings, self.arch = driver, host_mappings, arch
     super().__init__(name, AMDAllocator(), AMDRenderer(arch), AMDCompiler(arch), functools.partial(AMDProgram, self))
     self.allocator.device = self
