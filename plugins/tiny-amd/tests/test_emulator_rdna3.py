@@ -375,6 +375,47 @@ def test_scratch_is_each_waves_slot_swizzled_by_dwords():
       np.testing.assert_array_equal(lanes, element * (np.arange(32) + 32 * wave))
 
 
+# 16-bit private elements: scratch_store_b16 / scratch_store_d16_hi_b16 and scratch_load_d16(_hi)_b16 (two halves
+# gathered into one dword)
+SCRATCH_D16 = TID + """define amdgpu_kernel void @h(ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %idx) {
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %arr = alloca [16 x i16], align 2, addrspace(5)
+  br label %fill
+fill:
+  %k = phi i32 [0, %0], [%k2, %fill]
+  %kt = mul i32 %k, %t
+  %v = trunc i32 %kt to i16
+  %p = getelementptr [16 x i16], ptr addrspace(5) %arr, i32 0, i32 %k
+  store volatile i16 %v, ptr addrspace(5) %p
+  %k2 = add i32 %k, 1
+  %more = icmp slt i32 %k2, 16
+  br i1 %more, label %fill, label %read
+read:
+  %ip = getelementptr i32, ptr addrspace(1) %idx, i32 %t
+  %i = load i32, ptr addrspace(1) %ip
+  %j = xor i32 %i, 5
+  %q = getelementptr [16 x i16], ptr addrspace(5) %arr, i32 0, i32 %i
+  %a = load volatile i16, ptr addrspace(5) %q
+  %q2 = getelementptr [16 x i16], ptr addrspace(5) %arr, i32 0, i32 %j
+  %b = load volatile i16, ptr addrspace(5) %q2
+  %v0 = insertelement <2 x i16> undef, i16 %a, i32 0
+  %v1 = insertelement <2 x i16> %v0, i16 %b, i32 1
+  %w = bitcast <2 x i16> %v1 to i32
+  %op = getelementptr i32, ptr addrspace(1) %out, i32 %t
+  store i32 %w, ptr addrspace(1) %op
+  ret void
+}"""
+
+
+def test_private_16_bit_halves_in_scratch():
+  idx = rng.integers(0, 16, 64).astype(np.int32)
+  out = np.zeros(64, np.uint32)
+  Kernel(SCRATCH_D16, "h")(out, idx, block=(64, 1, 1))
+  t = np.arange(64)
+  want = ((idx * t) & 0xFFFF) | (((idx ^ 5) * t) & 0xFFFF) << 16
+  np.testing.assert_array_equal(out, want.astype(np.uint32))
+
+
 def test_scratch_without_slots_is_an_error():
   from tiny_amd.emulator.wave_state import EmulationError
   with pytest.raises(EmulationError, match="COMPUTE_TMPRING_SIZE"):
