@@ -8,7 +8,6 @@ generation: without it the kernel descriptor asks for dispatch and queue pointer
 """
 from __future__ import annotations
 import os
-import re
 from typing import Any
 from tinycore.plugin import Compiler, LLVMRenderer, LLVMTarget, dump_binary
 from tiny_amd.elf import KernelDescriptor, link_code_object, load_code_object
@@ -17,7 +16,6 @@ from tiny_amd.elf import KernelDescriptor, link_code_object, load_code_object
 WAVE_SIZE = {"gfx1100": 32, "gfx942": 64}
 MAX_WORKGROUP_SIZE = 256
 CHECK_ARCHS_ENV = "TINYCORE_AMD_CHECK_ARCHS"
-KERNEL_NAME = re.compile(r"define [^@]*@([\w.$]+)\(")
 
 
 def amdgcn_target(arch: str) -> LLVMTarget:
@@ -80,19 +78,20 @@ class AMDCompiler(Compiler):
 
   def compile(self, src: str) -> bytes:
     binary = link_code_object(self.compile_object(src))
-    for arch in self.check_archs: self.check_arch(src, arch)
+    if self.check_archs:
+      names = sorted(load_code_object(binary).descriptors)
+      for arch in self.check_archs: self.check_arch(src, arch, names)
     return binary
 
-  def check_arch(self, src: str, arch: str) -> None:
-    """Compile and link `src` for `arch`; its code object must hold the kernel's descriptor, with code 256-byte
-    aligned and the wave size the target runs (a ValueError naming the kernel otherwise)."""
-    name = match.group(1) if (match := KERNEL_NAME.search(src)) else "kernel"
+  def check_arch(self, src: str, arch: str, names: list[str]) -> None:
+    """Compile and link `src` for `arch`; its code object must hold a descriptor for each kernel in `names`, with
+    code 256-byte aligned and the wave size the target runs (a ValueError naming the kernel otherwise)."""
     binary = link_code_object(self.compile_object(src, arch))
     code = load_code_object(binary)
-    if name not in code.descriptors:
-      raise ValueError(f"{arch}: the code object of {name} has no {name}.kd")
-    at = code.descriptors[name]
-    kd = KernelDescriptor.parse(code.image[at:at + 64])
-    if (at + kd.code_offset) % 256 or bool(kd.properties & (1 << 10)) != (WAVE_SIZE[arch] == 32):
-      raise ValueError(f"{arch}: the descriptor of {name} points at unaligned code or has the wrong wave size")
-    dump_binary(f"{name}-{arch}", binary, self.binary_extension)
+    for name in names:
+      if name not in code.descriptors: raise ValueError(f"{arch}: the code object has no {name}.kd")
+      at = code.descriptors[name]
+      kd = KernelDescriptor.parse(code.image[at:at + 64])
+      if (at + kd.code_offset) % 256 or bool(kd.properties & (1 << 10)) != (WAVE_SIZE[arch] == 32):
+        raise ValueError(f"{arch}: the descriptor of {name} points at unaligned code or has the wrong wave size")
+    dump_binary(f"{names[0]}-{arch}", binary, self.binary_extension)
