@@ -27,7 +27,7 @@ def test_every_kernel_compiles_to_a_code_object(kernels, arch):
     entry = code.descriptors[name] + kd.code_offset
     text = next(s for s in sections if s.name == ".text")
     assert text.addr <= entry < text.addr + text.size, name
-    check_descriptor(name, kd, 0x100000 + entry)  # only the kernarg pointer, no scratch, aligned code
+    check_descriptor(name, kd, 0x100000 + entry)  # only the kernarg pointer, aligned code, no dynamic stack
     assert bool(kd.properties & (1 << 10)) == (arch == "gfx1100")  # wave32 on gfx11 only
 
 
