@@ -455,7 +455,7 @@ def test_pad_to_shrink_to_size(rng):
 
 
 # ---------------------------------------------------------------------------- random
-@pytest.mark.slow  # tens of thousands of samples: minutes on an interpreted device
+@pytest.mark.slow  # tens of thousands of samples: ~8 minutes on the emulated AMD
 def test_normal_and_initializers(rng):
   from tinycore.testing.helpers import fresh_seed
   Tensor.manual_seed(fresh_seed(rng))
@@ -470,7 +470,6 @@ def test_normal_and_initializers(rng):
   assert abs(he.std() - np.sqrt(2 / 50)) < 0.01
 
 
-@pytest.mark.slow  # tens of thousands of samples: minutes on an interpreted device
 def test_randperm_and_multinomial(rng):
   from tinycore.testing.helpers import fresh_seed
   Tensor.manual_seed(fresh_seed(rng))
