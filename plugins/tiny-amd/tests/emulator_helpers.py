@@ -14,6 +14,26 @@ from tiny_amd.pm4 import tmpring_size
 
 pytest.importorskip("llvmlite.binding")
 
+
+def private_fill(element: str, value: str) -> str:
+  """IR filling a private array `%arr` of 16 `element`s (i32 or i16) with arr[k] = k * `value` (an i32), then
+  branching to the block `read` (the kernel's first block must be the entry, named %0)."""
+  value_of_k = (f"  %v = mul i32 %k, {value}" if element == "i32" else
+                f"  %kv = mul i32 %k, {value}\n  %v = trunc i32 %kv to {element}")
+  return f"""  %arr = alloca [16 x {element}], addrspace(5)
+  br label %fill
+fill:
+  %k = phi i32 [0, %0], [%k2, %fill]
+{value_of_k}
+  %p = getelementptr [16 x {element}], ptr addrspace(5) %arr, i32 0, i32 %k
+  store volatile {element} %v, ptr addrspace(5) %p
+  %k2 = add i32 %k, 1
+  %more = icmp slt i32 %k2, 16
+  br i1 %more, label %fill, label %read
+read:
+"""
+
+
 # a private array indexed by a loaded value: scratch memory (the kernel descriptor's private segment)
 SCRATCH = """declare i32 @llvm.amdgcn.workitem.id.x()
 declare i32 @llvm.amdgcn.workgroup.id.x()
@@ -23,18 +43,7 @@ define amdgpu_kernel void @priv(ptr addrspace(1) noalias %out, ptr addrspace(1) 
   %g = call i32 @llvm.amdgcn.workgroup.id.x()
   %base = mul i32 %g, 64
   %gid = add i32 %base, %t
-  %arr = alloca [16 x i32], align 4, addrspace(5)
-  br label %fill
-fill:
-  %k = phi i32 [0, %0], [%k2, %fill]
-  %v = mul i32 %k, %gid
-  %p = getelementptr [16 x i32], ptr addrspace(5) %arr, i32 0, i32 %k
-  store volatile i32 %v, ptr addrspace(5) %p
-  %k2 = add i32 %k, 1
-  %more = icmp slt i32 %k2, 16
-  br i1 %more, label %fill, label %read
-read:
-  %ip = getelementptr i32, ptr addrspace(1) %idx, i32 %gid
+""" + private_fill("i32", "%gid") + """  %ip = getelementptr i32, ptr addrspace(1) %idx, i32 %gid
   %i = load i32, ptr addrspace(1) %ip
   %q = getelementptr [16 x i32], ptr addrspace(5) %arr, i32 0, i32 %i
   %r = load volatile i32, ptr addrspace(5) %q

@@ -1,7 +1,7 @@
 """RDNA3 interpreter: real gfx1100 machine code (hand-written IR compiled by llvmlite) against numpy."""
 import numpy as np
 import pytest
-from emulator_helpers import SCRATCH, Kernel
+from emulator_helpers import SCRATCH, Kernel, private_fill
 
 TID = """declare i32 @llvm.amdgcn.workitem.id.x()
 declare i32 @llvm.amdgcn.workitem.id.y()
@@ -379,19 +379,7 @@ def test_scratch_is_each_waves_slot_swizzled_by_dwords():
 # gathered into one dword)
 SCRATCH_D16 = TID + """define amdgpu_kernel void @h(ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %idx) {
   %t = call i32 @llvm.amdgcn.workitem.id.x()
-  %arr = alloca [16 x i16], align 2, addrspace(5)
-  br label %fill
-fill:
-  %k = phi i32 [0, %0], [%k2, %fill]
-  %kt = mul i32 %k, %t
-  %v = trunc i32 %kt to i16
-  %p = getelementptr [16 x i16], ptr addrspace(5) %arr, i32 0, i32 %k
-  store volatile i16 %v, ptr addrspace(5) %p
-  %k2 = add i32 %k, 1
-  %more = icmp slt i32 %k2, 16
-  br i1 %more, label %fill, label %read
-read:
-  %ip = getelementptr i32, ptr addrspace(1) %idx, i32 %t
+""" + private_fill("i16", "%t") + """  %ip = getelementptr i32, ptr addrspace(1) %idx, i32 %t
   %i = load i32, ptr addrspace(1) %ip
   %j = xor i32 %i, 5
   %q = getelementptr [16 x i16], ptr addrspace(5) %arr, i32 0, i32 %i
