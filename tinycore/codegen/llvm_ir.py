@@ -295,7 +295,8 @@ class LLVMRenderer(CStyleRenderer):
     for lane in lanes:
       self._lane = lane
       slot = self._names[self._key(x)] = self._alloca(ir_type(x.dtype))
-      self._lines.append(f"  store {ir_type(x.dtype)} {literal(identity_element(x.arg, x.dtype), x.dtype)}, {self._slot} {slot}")
+      identity = literal(identity_element(x.arg, x.dtype), x.dtype)
+      self._lines.append(f"  store {ir_type(x.dtype)} {identity}, {self._slot} {slot}")
     self._lane = {}
 
   def _emit_update(self, item: AccUpdate) -> None:
@@ -469,7 +470,8 @@ class LLVMRenderer(CStyleRenderer):
       if dtype is dtypes.bool: return self._emit(f"xor i1 {args[0]}, true")
       if dtypes.is_int(dtype): return self._emit(f"sub {ir_type(dtype)} 0, {args[0]}")
       return self._emit(f"fneg {ir_type(dtype)} {args[0]}")
-    if op is Ops.WHERE: return self._emit(f"select i1 {args[0]}, {ir_type(dtype)} {args[1]}, {ir_type(dtype)} {args[2]}")
+    if op is Ops.WHERE:
+      return self._emit(f"select i1 {args[0]}, {ir_type(dtype)} {args[1]}, {ir_type(dtype)} {args[2]}")
     if op is Ops.MULACC:
       # a 16-bit float product stays in float and the sum is rounded once, as the C-style renderer does it
       product = self.binary(Ops.MUL, dtype, args[0], args[1], round_result=False)
@@ -482,7 +484,8 @@ class LLVMRenderer(CStyleRenderer):
     """a OP b for the commutative and shift ops (what reductions and MULACC use too)."""
     t = ir_type(dtype)
     if op is Ops.MAX: return self.max_value(a, b, dtype)
-    if dtype is dtypes.bool and op in (Ops.ADD, Ops.MUL): return self._emit(f"{'or' if op is Ops.ADD else 'and'} i1 {a}, {b}")
+    if dtype is dtypes.bool and op in (Ops.ADD, Ops.MUL):
+      return self._emit(f"{'or' if op is Ops.ADD else 'and'} i1 {a}, {b}")
     if op in (Ops.SHL, Ops.SHR): return self.shift(op, a, b, dtype)
     if op in (Ops.AND, Ops.OR, Ops.XOR): return self._emit(f"{op.name.lower()} {t} {a}, {b}")
     if dtypes.is_float(dtype):
@@ -493,7 +496,8 @@ class LLVMRenderer(CStyleRenderer):
 
   def compare(self, op: Ops, dtype: DType, a: str, b: str) -> str:
     t = ir_type(dtype)
-    if dtypes.is_float(dtype): return self._emit(f"fcmp {({Ops.CMPLT: 'olt', Ops.CMPNE: 'une', Ops.CMPEQ: 'oeq'})[op]} {t} {a}, {b}")
+    if dtypes.is_float(dtype):
+      return self._emit(f"fcmp {({Ops.CMPLT: 'olt', Ops.CMPNE: 'une', Ops.CMPEQ: 'oeq'})[op]} {t} {a}, {b}")
     less = "slt" if dtypes.is_int(dtype) and not dtypes.is_unsigned(dtype) else "ult"
     return self._emit(f"icmp {({Ops.CMPLT: less, Ops.CMPNE: 'ne', Ops.CMPEQ: 'eq'})[op]} {t} {a}, {b}")
 
@@ -583,6 +587,32 @@ declare {t} @llvm.trunc.{suffix}({t})
 """
 
 
+def horner(x: str, coefficients: tuple[str, ...], result: str) -> str:
+  """IR lines (double) computing c0 * x**(n-1) + c1 * x**(n-2) + ... + c(n-1) by Horner's rule into `%result`: one
+  multiply and one add per coefficient after the first (intermediates are %result.mK and %result.aK)."""
+  lines, acc = [], coefficients[0]
+  for k, c in enumerate(coefficients[1:]):
+    total = f"%{result}" if k == len(coefficients) - 2 else f"%{result}.a{k}"
+    lines += [f"  %{result}.m{k} = fmul double {acc}, %{x}", f"  {total} = fadd double %{result}.m{k}, {c}"]
+    acc = total
+  return "\n".join(lines)
+
+
+# e**y = sum y**k / k! for k = 13..0 (Taylor), y = f * ln 2
+EXP2_COEFFICIENTS = ("0x3DE6124613A86D09", "0x3E21EED8EFF8D898", "0x3E5AE64567F544E4", "0x3E927E4FB7789F5C",
+  "0x3EC71DE3A556C734", "0x3EFA01A01A01A01A", "0x3F2A01A01A01A01A", "0x3F56C16C16C16C17", "0x3F81111111111111",
+  "0x3FA5555555555555", "0x3FC5555555555555", "0x3FE0000000000000", "1.0", "1.0")
+# atanh(s) / s = sum z**k / (2k + 1), z = s**2, k = 10..1 (the last: 1)
+LOG2_COEFFICIENTS = ("0x3FAAF286BCA1AF28", "0x3FAE1E1E1E1E1E1E", "0x3FB1111111111111", "0x3FB3B13B13B13B14",
+  "0x3FB745D1745D1746", "0x3FBC71C71C71C71C", "0x3FC2492492492492", "0x3FC999999999999A", "0x3FD5555555555555",
+  "1.0")
+# fdlibm's sin kernel: sin(r) = r + r * z * P(z), z = r**2
+SIN_COEFFICIENTS = ("0x3DE5D93A5ACFD57C", "0xBE5AE5E68A2B9CEB", "0x3EC71DE357B1FE7D", "0xBF2A01A019C161D5",
+  "0x3F8111111110F8A6", "0xBFC5555555555549")
+# fdlibm's cos kernel: cos(r) = 1 - z / 2 + z * z * Q(z)
+COS_COEFFICIENTS = ("0xBDA8FAE9BE8838D4", "0x3E21EE9EBDB4B1C4", "0xBE927E4F809C52AD", "0x3EFA01A019CB1590",
+  "0xBF56C16C16C15177", "0x3FA555555555554C")
+
 # float64 exp2 / log2 / sin for targets without libm: argument reduction + polynomials, good to a few ulp on
 # ordinary arguments (sin reduces by a three-part pi/2, so its error grows for |x| beyond ~1e5)
 F64_EXP2 = """
@@ -595,33 +625,7 @@ define internal double @tc_exp2_f64(double %x) alwaysinline {
   %n = call double @llvm.rint.f64(double %cl)
   %f = fsub double %cl, %n
   %y = fmul double %f, 0x3FE62E42FEFA39EF
-
-  %t13 = fmul double %y, 0x3DE6124613A86D09
-  %u13 = fadd double %t13, 0x3E21EED8EFF8D898
-  %t12 = fmul double %u13, %y
-  %u12 = fadd double %t12, 0x3E5AE64567F544E4
-  %t11 = fmul double %u12, %y
-  %u11 = fadd double %t11, 0x3E927E4FB7789F5C
-  %t10 = fmul double %u11, %y
-  %u10 = fadd double %t10, 0x3EC71DE3A556C734
-  %t9 = fmul double %u10, %y
-  %u9 = fadd double %t9, 0x3EFA01A01A01A01A
-  %t8 = fmul double %u9, %y
-  %u8 = fadd double %t8, 0x3F2A01A01A01A01A
-  %t7 = fmul double %u8, %y
-  %u7 = fadd double %t7, 0x3F56C16C16C16C17
-  %t6 = fmul double %u7, %y
-  %u6 = fadd double %t6, 0x3F81111111111111
-  %t5 = fmul double %u6, %y
-  %u5 = fadd double %t5, 0x3FA5555555555555
-  %t4 = fmul double %u5, %y
-  %u4 = fadd double %t4, 0x3FC5555555555555
-  %t3 = fmul double %u4, %y
-  %u3 = fadd double %t3, 0x3FE0000000000000
-  %t2 = fmul double %u3, %y
-  %u2 = fadd double %t2, 1.0
-  %t1 = fmul double %u2, %y
-  %e = fadd double %t1, 1.0
+@EXP2_POLY@
   %ni = fptosi double %n to i32
   %r = call double @llvm.ldexp.f64.i32(double %e, i32 %ni)
   %r1 = select i1 %big, double 0x7FF0000000000000, double %r
@@ -633,10 +637,10 @@ declare double @llvm.maxnum.f64(double, double)
 declare double @llvm.minnum.f64(double, double)
 declare double @llvm.rint.f64(double)
 declare double @llvm.ldexp.f64.i32(double, i32)
-"""
+""".replace("@EXP2_POLY@", horner("y", EXP2_COEFFICIENTS, "e"))
 
 # log2(x) = e + log2(m), m in [sqrt(1/2), sqrt(2)) (exponent and mantissa from the bits: LLVM's frexp does not
-# legalize as a vector on x86), , log(m) = 2 atanh(s), s = (m - 1) / (m + 1)
+# legalize as a vector on x86), log(m) = 2 atanh(s), s = (m - 1) / (m + 1)
 F64_LOG2 = """
 define internal double @tc_log2_f64(double %x) alwaysinline {
   %tiny = fcmp olt double %x, 0x0010000000000000
@@ -661,24 +665,7 @@ define internal double @tc_log2_f64(double %x) alwaysinline {
   %den = fadd double %m, 1.0
   %s = fdiv double %num, %den
   %z = fmul double %s, %s
-  %a10 = fmul double %z, 0x3FAAF286BCA1AF28
-  %b10 = fadd double %a10, 0x3FAE1E1E1E1E1E1E
-  %a9 = fmul double %b10, %z
-  %b9 = fadd double %a9, 0x3FB1111111111111
-  %a8 = fmul double %b9, %z
-  %b8 = fadd double %a8, 0x3FB3B13B13B13B14
-  %a7 = fmul double %b8, %z
-  %b7 = fadd double %a7, 0x3FB745D1745D1746
-  %a6 = fmul double %b7, %z
-  %b6 = fadd double %a6, 0x3FBC71C71C71C71C
-  %a5 = fmul double %b6, %z
-  %b5 = fadd double %a5, 0x3FC2492492492492
-  %a4 = fmul double %b5, %z
-  %b4 = fadd double %a4, 0x3FC999999999999A
-  %a3 = fmul double %b4, %z
-  %b3 = fadd double %a3, 0x3FD5555555555555
-  %a2 = fmul double %b3, %z
-  %b2 = fadd double %a2, 1.0
+@LOG2_POLY@
   %ln = fmul double %b2, %s
   %ln2 = fmul double %ln, 2.0
   %l2 = fmul double %ln2, 0x3FF71547652B82FE
@@ -694,7 +681,7 @@ define internal double @tc_log2_f64(double %x) alwaysinline {
   %r4 = select i1 %nan, double %x, double %r3
   ret double %r4
 }
-"""
+""".replace("@LOG2_POLY@", horner("z", LOG2_COEFFICIENTS, "b2"))
 
 # sin(x): x = k * pi/2 + r (pi/2 in three parts: good while k * pi/2 is exact, |x| up to ~1e5 with few ulp), then
 # the sin or cos polynomial of r (fdlibm's coefficients) by k mod 4
@@ -728,29 +715,11 @@ declare double @llvm.floor.f64(double)
 SIN_REDUCED = """
 define internal double @tc_sin_reduced(double %r, i32 %quad) alwaysinline {
   %z = fmul double %r, %r
-  %s7 = fmul double %z, 0x3DE5D93A5ACFD57C
-  %s6 = fadd double %s7, 0xBE5AE5E68A2B9CEB
-  %s5m = fmul double %s6, %z
-  %s5 = fadd double %s5m, 0x3EC71DE357B1FE7D
-  %s4m = fmul double %s5, %z
-  %s4 = fadd double %s4m, 0xBF2A01A019C161D5
-  %s3m = fmul double %s4, %z
-  %s3 = fadd double %s3m, 0x3F8111111110F8A6
-  %s2m = fmul double %s3, %z
-  %s2 = fadd double %s2m, 0xBFC5555555555549
+@SIN_POLY@
   %s1m = fmul double %s2, %z
   %s1 = fmul double %s1m, %r
   %sin = fadd double %r, %s1
-  %c7 = fmul double %z, 0xBDA8FAE9BE8838D4
-  %c6 = fadd double %c7, 0x3E21EE9EBDB4B1C4
-  %c5m = fmul double %c6, %z
-  %c5 = fadd double %c5m, 0xBE927E4F809C52AD
-  %c4m = fmul double %c5, %z
-  %c4 = fadd double %c4m, 0x3EFA01A019CB1590
-  %c3m = fmul double %c4, %z
-  %c3 = fadd double %c3m, 0xBF56C16C16C15177
-  %c2m = fmul double %c3, %z
-  %c2 = fadd double %c2m, 0x3FA555555555554C
+@COS_POLY@
   %c1m = fmul double %c2, %z
   %c1 = fmul double %c1m, %z
   %hz = fmul double %z, 0.5
@@ -764,7 +733,8 @@ define internal double @tc_sin_reduced(double %r, i32 %quad) alwaysinline {
   %res = select i1 %flip, double %nv, double %v
   ret double %res
 }
-"""
+""".replace("@SIN_POLY@", horner("z", SIN_COEFFICIENTS, "s2")).replace(
+  "@COS_POLY@", horner("z", COS_COEFFICIENTS, "c2"))
 
 # float32 sin: |x| < 2**16 through the float64 path; beyond, Payne-Hanek reduction: x = m * 2**e (m: 24 bits), and
 # x * 2/pi mod 4 = m * (128 bits of 2/pi from bit e + 126) / 2**126 mod 4, exactly, from floor(2/pi * 2**256)

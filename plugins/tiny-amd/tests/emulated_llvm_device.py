@@ -17,6 +17,7 @@ from tinycore.plugin import API_VERSION, Compiled, Compiler, DeviceSpec, hookimp
 from tiny_amd.emulator.loader import compile_ir, load_code_object
 from tiny_amd.emulator.memory import MemoryRegistry
 from tiny_amd.emulator.rdna3 import DispatchRegisters, run_dispatch
+from emulator_helpers import scratch_slots
 
 MEMORY = MemoryRegistry()
 DISPATCHES = 0  # kernels run on the interpreter (tests check the device really executes)
@@ -62,6 +63,7 @@ class EmulatedProgram:
     ranges = [MEMORY.register_external(b.addr, b.nbytes) for b in bufs]
     words = [b.addr for b in bufs] + [v & 0xFFFFFFFFFFFFFFFF for v in vals]
     args = MEMORY.allocate(max(8 * len(words), 8))
+    tmpring, scratch = scratch_slots(MEMORY, self.kernel.private_segment_size, 256)
     try:
       args.bytes[:8 * len(words)] = memoryview(struct.pack(f"<{len(words)}Q", *words)).cast("B")
       k = self.kernel
@@ -69,11 +71,13 @@ class EmulatedProgram:
       regs = DispatchRegisters(k.code_address, k.rsrc1, k.rsrc2 | lds << 15, k.rsrc3,
                                (args.va & 0xFFFFFFFF, args.va >> 32) + (0,) * 14,
                                tuple(local_size) + (1,) * (3 - len(local_size)),
-                               tuple(global_size) + (1,) * (3 - len(global_size)))
+                               tuple(global_size) + (1,) * (3 - len(global_size)), tmpring,
+                               scratch.va if scratch else 0)
       stats = run_dispatch(regs, MEMORY)
       DISPATCHES += 1
     finally:
       MEMORY.release(args)
+      if scratch: MEMORY.release(scratch)
       for r in ranges: MEMORY.release(r)
     return stats.seconds if wait else None
 

@@ -27,7 +27,7 @@ def test_every_kernel_compiles_to_a_code_object(kernels, arch):
     entry = code.descriptors[name] + kd.code_offset
     text = next(s for s in sections if s.name == ".text")
     assert text.addr <= entry < text.addr + text.size, name
-    check_descriptor(name, kd, 0x100000 + entry)  # only the kernarg pointer, no scratch, aligned code
+    check_descriptor(name, kd, 0x100000 + entry)  # only the kernarg pointer, aligned code, no dynamic stack
     assert bool(kd.properties & (1 << 10)) == (arch == "gfx1100")  # wave32 on gfx11 only
 
 
@@ -63,3 +63,17 @@ def test_llvm_objdump_disassembles_the_code_object(kernels, tmp_path):
 
 def _tiny_kernel(kernels):
   return next(sink for name, sink in kernels if name.startswith("E_"))
+
+
+def test_check_archs_compiles_each_kernel_for_gfx942_too(kernels, tmp_path, monkeypatch):
+  """TINYCORE_AMD_CHECK_ARCHS=gfx942: a gfx1100 compile also makes (and dumps) the kernel's gfx942 code object."""
+  monkeypatch.setenv("TINYCORE_AMD_CHECK_ARCHS", "gfx942")
+  monkeypatch.setenv("TINYCORE_DUMP_BINARIES", str(tmp_path))
+  compiler = AMDCompiler("gfx1100")
+  assert "gfx942" in compiler.cachekey
+  compiler.compile(AMDRenderer().render("k", _tiny_kernel(kernels)).source)
+  (dumped,) = tmp_path.glob("k-gfx942-*.hsaco")
+  assert parse_sections(dumped.read_bytes())[1] & 0xFF == EF_AMDGPU_MACH["gfx942"]
+  monkeypatch.setenv("TINYCORE_AMD_CHECK_ARCHS", "gfx9999")
+  with pytest.raises(ValueError, match="not tiny-amd targets"):
+    AMDCompiler("gfx1100")

@@ -1,7 +1,7 @@
 """RDNA3 interpreter: real gfx1100 machine code (hand-written IR compiled by llvmlite) against numpy."""
 import numpy as np
 import pytest
-from emulator_helpers import Kernel
+from emulator_helpers import SCRATCH, Kernel, private_fill
 
 TID = """declare i32 @llvm.amdgcn.workitem.id.x()
 declare i32 @llvm.amdgcn.workitem.id.y()
@@ -339,35 +339,75 @@ def test_compiled_cases(name):
   else: np.testing.assert_array_equal(out, ref)
 
 
-SCRATCH = TID + """
-define amdgpu_kernel void @priv(ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %idx) {
+@pytest.mark.parametrize("slots", [256, 2])
+def test_private_array_in_scratch(slots):
+  """A private array indexed by a loaded value lives in scratch; with 2 slots (COMPUTE_TMPRING_SIZE.WAVES) only one
+  64-lane workgroup runs at a time, and the results are the same."""
+  kernel = Kernel(SCRATCH, "priv")
+  assert kernel.kernel.private_segment_size >= 64 and kernel.kernel.rsrc2 & 1  # SCRATCH_EN
+  idx = rng.integers(0, 16, 256).astype(np.int32)
+  out = np.zeros(256, np.int32)
+  stats = kernel(out, idx, grid=(4, 1, 1), block=(64, 1, 1), scratch_waves=slots)
+  np.testing.assert_array_equal(out, idx * np.arange(256))
+  assert stats.waves == 8
+
+
+def test_scratch_is_each_waves_slot_swizzled_by_dwords():
+  """Lane l's private dword k of wave w is at base + w * WAVESIZE + k * 128 + 4 * l (the hardware's layout)."""
+  from tiny_amd.emulator.rdna3 import DispatchRegisters, run_dispatch
+  from tiny_amd.pm4 import tmpring_size
+  kernel = Kernel(SCRATCH, "priv")
+  k, memory = kernel.kernel, kernel.memory
+  wave_bytes = -(-k.private_segment_size * 32 // 256) * 256
+  scratch = memory.allocate(2 * wave_bytes)
+  out, idx = memory.allocate(256), memory.allocate(256)
+  args = memory.allocate(16)
+  args.bytes[:16] = np.array([out.va, idx.va], np.uint64).view(np.uint8)
+  regs = DispatchRegisters(k.code_address, k.rsrc1, k.rsrc2, k.rsrc3, (args.va & 0xFFFFFFFF, args.va >> 32) + (0,) * 14,
+                           (64, 1, 1), (1, 1, 1), tmpring_size("gfx1100", 2, wave_bytes), scratch.va)
+  run_dispatch(regs, memory)
+  words = scratch.bytes[:2 * wave_bytes].view(np.uint32)
+  arr_offset = next(o for o in range(0, k.private_segment_size, 4) if words[o // 4 * 32 + 5] == 5)  # arr[1], lane 5
+  for wave in range(2):
+    slot = words[wave * wave_bytes // 4:]
+    for element in range(16):
+      lanes = slot[(arr_offset - 4 + 4 * element) // 4 * 32:][:32]
+      np.testing.assert_array_equal(lanes, element * (np.arange(32) + 32 * wave))
+
+
+# 16-bit private elements: scratch_store_b16 / scratch_store_d16_hi_b16 and scratch_load_d16(_hi)_b16 (two halves
+# gathered into one dword)
+SCRATCH_D16 = TID + """define amdgpu_kernel void @h(ptr addrspace(1) noalias %out, ptr addrspace(1) noalias %idx) {
   %t = call i32 @llvm.amdgcn.workitem.id.x()
-  %arr = alloca [16 x i32], align 4, addrspace(5)
-  br label %fill
-fill:
-  %k = phi i32 [0, %0], [%k2, %fill]
-  %v = mul i32 %k, %t
-  %p = getelementptr [16 x i32], ptr addrspace(5) %arr, i32 0, i32 %k
-  store volatile i32 %v, ptr addrspace(5) %p
-  %k2 = add i32 %k, 1
-  %more = icmp slt i32 %k2, 16
-  br i1 %more, label %fill, label %read
-read:
-  %ip = getelementptr i32, ptr addrspace(1) %idx, i32 %t
+""" + private_fill("i16", "%t") + """  %ip = getelementptr i32, ptr addrspace(1) %idx, i32 %t
   %i = load i32, ptr addrspace(1) %ip
-  %q = getelementptr [16 x i32], ptr addrspace(5) %arr, i32 0, i32 %i
-  %r = load volatile i32, ptr addrspace(5) %q
+  %j = xor i32 %i, 5
+  %q = getelementptr [16 x i16], ptr addrspace(5) %arr, i32 0, i32 %i
+  %a = load volatile i16, ptr addrspace(5) %q
+  %q2 = getelementptr [16 x i16], ptr addrspace(5) %arr, i32 0, i32 %j
+  %b = load volatile i16, ptr addrspace(5) %q2
+  %v0 = insertelement <2 x i16> undef, i16 %a, i32 0
+  %v1 = insertelement <2 x i16> %v0, i16 %b, i32 1
+  %w = bitcast <2 x i16> %v1 to i32
   %op = getelementptr i32, ptr addrspace(1) %out, i32 %t
-  store i32 %r, ptr addrspace(1) %op
+  store i32 %w, ptr addrspace(1) %op
   ret void
 }"""
 
 
-def test_private_array_in_scratch():
+def test_private_16_bit_halves_in_scratch():
   idx = rng.integers(0, 16, 64).astype(np.int32)
-  out = np.zeros(64, np.int32)
-  Kernel(SCRATCH, "priv")(out, idx, grid=(1, 1, 1), block=(64, 1, 1))
-  np.testing.assert_array_equal(out, idx * np.arange(64))
+  out = np.zeros(64, np.uint32)
+  Kernel(SCRATCH_D16, "h")(out, idx, block=(64, 1, 1))
+  t = np.arange(64)
+  want = ((idx * t) & 0xFFFF) | (((idx ^ 5) * t) & 0xFFFF) << 16
+  np.testing.assert_array_equal(out, want.astype(np.uint32))
+
+
+def test_scratch_without_slots_is_an_error():
+  from tiny_amd.emulator.wave_state import EmulationError
+  with pytest.raises(EmulationError, match="COMPUTE_TMPRING_SIZE"):
+    Kernel(SCRATCH, "priv")(np.zeros(64, np.int32), np.zeros(64, np.int32), block=(64, 1, 1), scratch_waves=0)
 
 
 def test_division_edge_cases_overflow_underflow_denormal():

@@ -45,11 +45,12 @@ def test_fresh_install_with_the_core_alone_lists_amd(tmp_path):
   if made.returncode != 0 or not python.exists(): pytest.skip(f"cannot create a virtual environment: {made.stderr}")
   pip = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps"]
   needed = run([*pip, "numpy", "pluggy", "attrs", "llvmlite", "setuptools", "wheel"])
-  if needed.returncode != 0: pytest.skip(f"cannot install the dependencies into a fresh environment: {needed.stderr[-500:]}")
+  if needed.returncode != 0:
+    pytest.skip(f"cannot install the dependencies into a fresh environment: {needed.stderr[-500:]}")
   installed = run([*pip, "--no-build-isolation", core, amd])
   assert installed.returncode == 0, installed.stdout + installed.stderr
   result = run([python, "-c", "import importlib.util, sys; assert importlib.util.find_spec('tiny_cpu') is None\n"
-                "from tinycore.cli import main; sys.exit(main(['devices']))"], env={"TINYCORE_CACHE_DIR": str(tmp_path)},
-               cwd=tmp_path)
+                "from tinycore.cli import main; sys.exit(main(['devices']))"],
+               env={"TINYCORE_CACHE_DIR": str(tmp_path)}, cwd=tmp_path)
   assert result.returncode == 0, result.stdout + result.stderr
   assert any(line.split()[:2] == ["AMD", "tiny-amd"] for line in result.stdout.splitlines()), result.stdout

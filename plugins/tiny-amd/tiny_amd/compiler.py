@@ -7,13 +7,15 @@ intrinsics, and float64 transcendentals expanded in IR (a GPU has no libm). The 
 generation: without it the kernel descriptor asks for dispatch and queue pointers the kernel never uses.
 """
 from __future__ import annotations
+import os
 from typing import Any
-from tinycore.plugin import Compiler, LLVMRenderer, LLVMTarget
-from tiny_amd.elf import link_code_object
+from tinycore.plugin import Compiler, LLVMRenderer, LLVMTarget, dump_binary
+from tiny_amd.elf import KernelDescriptor, link_code_object, load_code_object
 
 # the wave size each supported target runs (gfx11 defaults to wave32, gfx9 CDNA to wave64)
 WAVE_SIZE = {"gfx1100": 32, "gfx942": 64}
 MAX_WORKGROUP_SIZE = 256
+CHECK_ARCHS_ENV = "TINYCORE_AMD_CHECK_ARCHS"
 
 
 def amdgcn_target(arch: str) -> LLVMTarget:
@@ -41,28 +43,55 @@ def llvm_binding() -> Any:
 
 
 class AMDCompiler(Compiler):
-  """Compiles the renderer's IR for `arch` to a linked code object (`tiny_amd.elf`), cached on disk by the core."""
+  """Compiles the renderer's IR for `arch` to a linked code object (`tiny_amd.elf`), cached on disk by the core.
+
+  TINYCORE_AMD_CHECK_ARCHS="gfx942" also compiles each kernel for those targets (the IR does not depend on the
+  target), links it and checks its kernel descriptor: a compile-only check of every kernel a run makes, written out
+  under TINYCORE_DUMP_BINARIES as <kernel>-<arch>-<hash>.hsaco."""
   binary_extension = ".hsaco"
 
   def __init__(self, arch: str = "gfx1100"):
-    if arch not in WAVE_SIZE: raise ValueError(f"unsupported AMD target {arch!r}: tiny-amd compiles for {sorted(WAVE_SIZE)}")
+    if arch not in WAVE_SIZE:
+      raise ValueError(f"unsupported AMD target {arch!r}: tiny-amd compiles for {sorted(WAVE_SIZE)}")
     import llvmlite
     self.arch = arch
-    self.cachekey = f"tiny-amd llvmlite-{llvmlite.__version__} {arch} O2 codeobject-1"
+    self.check_archs = tuple(a.strip() for a in os.environ.get(CHECK_ARCHS_ENV, "").split(",") if a.strip())
+    if bad := [a for a in self.check_archs if a not in WAVE_SIZE]:
+      raise ValueError(f"{CHECK_ARCHS_ENV}: {bad} are not tiny-amd targets ({sorted(WAVE_SIZE)})")
+    self.cachekey = (f"tiny-amd llvmlite-{llvmlite.__version__} {arch} O2 codeobject-1 "
+                     f"checked {','.join(self.check_archs)}")
 
-  def compile_object(self, src: str) -> bytes:
-    """The relocatable ELF object llvmlite emits for the IR."""
+  def compile_object(self, src: str, arch: str | None = None) -> bytes:
+    """The relocatable ELF object llvmlite emits for the IR (for `arch`, by default the compiler's)."""
     llvm = llvm_binding()
     try:
       module = llvm.parse_assembly(src)
       module.verify()
     except RuntimeError as error:
       raise RuntimeError(f"tiny-amd: the LLVM IR does not parse or verify: {error}") from error
-    machine = llvm.Target.from_triple("amdgcn-amd-amdhsa").create_target_machine(cpu=self.arch, opt=2, reloc="pic")
+    machine = llvm.Target.from_triple("amdgcn-amd-amdhsa").create_target_machine(cpu=arch or self.arch, opt=2,
+                                                                                  reloc="pic")
     module.data_layout = str(machine.target_data)
     builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=2))
     builder.getModulePassManager().run(module, builder)
     return machine.emit_object(module)
 
   def compile(self, src: str) -> bytes:
-    return link_code_object(self.compile_object(src))
+    binary = link_code_object(self.compile_object(src))
+    if self.check_archs:
+      names = sorted(load_code_object(binary).descriptors)
+      for arch in self.check_archs: self.check_arch(src, arch, names)
+    return binary
+
+  def check_arch(self, src: str, arch: str, names: list[str]) -> None:
+    """Compile and link `src` for `arch`; its code object must hold a descriptor for each kernel in `names`, with
+    code 256-byte aligned and the wave size the target runs (a ValueError naming the kernel otherwise)."""
+    binary = link_code_object(self.compile_object(src, arch))
+    code = load_code_object(binary)
+    for name in names:
+      if name not in code.descriptors: raise ValueError(f"{arch}: the code object has no {name}.kd")
+      at = code.descriptors[name]
+      kd = KernelDescriptor.parse(code.image[at:at + 64])
+      if (at + kd.code_offset) % 256 or bool(kd.properties & (1 << 10)) != (WAVE_SIZE[arch] == 32):
+        raise ValueError(f"{arch}: the descriptor of {name} points at unaligned code or has the wrong wave size")
+    dump_binary(f"{names[0]}-{arch}", binary, self.binary_extension)

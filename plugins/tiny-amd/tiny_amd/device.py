@@ -8,12 +8,17 @@ with `driver.map_host` at VA == host address.
 Compute queue: each command buffer is copied into an indirect-buffer arena and the ring gets one INDIRECT_BUFFER
 packet per buffer. A kernel launch is a record of PM4 packets, 16-byte aligned (type-2 fillers pad it):
     NOP [KERNARG_MAGIC, 0, 0, kernel arguments as 64-bit words ...]   the kernarg segment, inside the command buffer
-    SET_SH_REG COMPUTE_PGM_LO/HI, PGM_RSRC1/2, PGM_RSRC3, TMPRING_SIZE, RESOURCE_LIMITS, START_X/Y/Z, NUM_THREAD_X/Y/Z
+    SET_SH_REG COMPUTE_PGM_LO/HI, PGM_RSRC1/2, PGM_RSRC3, TMPRING_SIZE, DISPATCH_SCRATCH_BASE_LO/HI, RESOURCE_LIMITS,
+               START_X/Y/Z, NUM_THREAD_X/Y/Z
     SET_SH_REG COMPUTE_USER_DATA_0/1 = the kernarg address (filled in at submit, once the buffer's address is known)
     DISPATCH_DIRECT grid in work-groups
 The kernel arguments are 64-bit words at 8-byte offsets, so the core patches run-time addresses and variables into
-them like any other command word. Signals: RELEASE_MEM (end of pipe, cache flush, 64-bit value); waits:
-WAIT_REG_MEM64 >=; barrier: EVENT_WRITE CS_PARTIAL_FLUSH + ACQUIRE_MEM; timestamp: RELEASE_MEM of the GPU clock.
+them like any other command word. A kernel with private memory (spills, private arrays: the descriptor's private
+segment size, RSRC2.SCRATCH_EN) gets the device's scratch buffer: TMPRING_SIZE says how many waves may hold a slot
+(WAVES) and each slot's size (WAVESIZE); gfx11 and gfx942 use architected flat scratch, so the CP sets each wave's
+FLAT_SCRATCH to its slot and no user SGPR is involved.
+Signals: RELEASE_MEM (end of pipe, cache flush, 64-bit value); waits: WAIT_REG_MEM64 >=; barrier: EVENT_WRITE
+CS_PARTIAL_FLUSH + ACQUIRE_MEM; timestamp: RELEASE_MEM of the GPU clock.
 
 Copy queue (SDMA): command buffers are written into the ring itself. COPY_LINEAR split at 4 MiB per packet; signals
 are two FENCEs (high word, then low word) and a TRAP; waits POLL_REGMEM >= on the low 32 bits (so signal values
@@ -32,7 +37,7 @@ from tinycore.plugin import (HOST_DEVICE, Barrier, BufferStorage, BufferSpec, Co
                              Timestamp, Value, signal_pool, view_address, wait_for_queues)
 from tiny_amd import pm4, sdma
 from tiny_amd.compiler import WAVE_SIZE, AMDCompiler, AMDRenderer
-from tiny_amd.elf import load_code_object
+from tiny_amd.elf import KernelDescriptor, load_code_object
 
 PAGE = 4096
 RING_BYTES = 1 << 16
@@ -40,6 +45,10 @@ IB_ARENA_BYTES = 8 << 20
 BOUNCE_BYTES = 4 << 20
 KERNARG_MAGIC = 0x4B415247  # "KARG": marks the NOP whose body is a kernarg segment
 KERNEL_CODE_PROPERTY_KERNARG_PTR, KERNEL_CODE_PROPERTY_WAVE32 = 1 << 3, 1 << 10
+KERNEL_CODE_PROPERTY_DYNAMIC_STACK = 1 << 11
+SCRATCH_WAVES = 256           # scratch slots per shader engine: waves holding private memory at once (others wait)
+MIN_SCRATCH_LANE_BYTES = 256  # the scratch buffer grows in powers of two per lane from here
+MAX_SCRATCH_LANE_BYTES = 1 << 16
 
 
 @attrs.define(eq=False)
@@ -103,7 +112,8 @@ class AMDAllocator(LRUAllocator[AMDMemory]):
   def _map(self, buf: Any) -> BufferStorage:
     """Memory the queues address in place: another AMD device's (one driver, one address space) or host memory,
     pinned for the GPU."""
-    if isinstance(handle := buf.get_buf(), AMDMemory): return BufferStorage(AMDMemory(handle.addr, handle.nbytes), None, None)
+    if isinstance(handle := buf.get_buf(), AMDMemory):
+      return BufferStorage(AMDMemory(handle.addr, handle.nbytes), None, None)
     if (host := buf.host) is None:
       raise RuntimeError(f"{self.device.device} cannot address {buf.device} memory: it has no host view")
     address = view_address(host)
@@ -128,31 +138,13 @@ class AMDAllocator(LRUAllocator[AMDMemory]):
       target[start:start + size] = self.device.bounce.view[:size]
 
 
-@attrs.frozen
-class KernelDescriptor:
-  """The fields of an amdhsa kernel descriptor (64 bytes) the dispatch needs."""
-  group_segment_bytes: int
-  private_segment_bytes: int
-  kernarg_bytes: int
-  code_offset: int
-  rsrc3: int
-  rsrc1: int
-  rsrc2: int
-  properties: int
-
-  @classmethod
-  def parse(cls, data: bytes) -> KernelDescriptor:
-    group, private, kernarg, _, code = struct.unpack_from("<IIIIq", data, 0)
-    rsrc3, rsrc1, rsrc2, properties = struct.unpack_from("<IIIH", data, 44)
-    return cls(group, private, kernarg, code, rsrc3, rsrc1, rsrc2, properties)
-
-
 class AMDProgram:
   """A kernel loaded into executable GPU memory, with its dispatch registers precomputed from the descriptor."""
 
   def __init__(self, device: AMDDevice, name: str, lib: bytes):
     code = load_code_object(lib)
-    if name not in code.descriptors: raise ValueError(f"the code object has no kernel {name!r} ({sorted(code.descriptors)})")
+    if name not in code.descriptors:
+      raise ValueError(f"the code object has no kernel {name!r} ({sorted(code.descriptors)})")
     self.device, self.name = device, name
     self.memory = device.driver.alloc(len(code.image), host_visible=True, executable=True)
     self.memory.view[:len(code.image)] = code.image
@@ -161,9 +153,13 @@ class AMDProgram:
     self.code_address = self.memory.va + kd_offset + kd.code_offset
     check_descriptor(name, kd, self.code_address)
     self.wave32 = bool(kd.properties & KERNEL_CODE_PROPERTY_WAVE32)
+    # private memory: the kernel's scratch slots (architected flat scratch: the CP gives each wave its slot)
+    tmpring, scratch = device.scratch_for(kd.private_segment_bytes) if kd.private_segment_bytes else (0, 0)
     self.setup = (pm4.set_sh_reg(pm4.COMPUTE_PGM_LO, [(self.code_address >> 8) & 0xFFFFFFFF, self.code_address >> 40]) +
                   pm4.set_sh_reg(pm4.COMPUTE_PGM_RSRC1, [kd.rsrc1, kd.rsrc2]) +
-                  pm4.set_sh_reg(pm4.COMPUTE_PGM_RSRC3, [kd.rsrc3]) + pm4.set_sh_reg(pm4.COMPUTE_TMPRING_SIZE, [0]) +
+                  pm4.set_sh_reg(pm4.COMPUTE_PGM_RSRC3, [kd.rsrc3]) +
+                  pm4.set_sh_reg(pm4.COMPUTE_TMPRING_SIZE, [tmpring]) +
+                  pm4.set_sh_reg(pm4.COMPUTE_DISPATCH_SCRATCH_BASE_LO, [(scratch >> 8) & 0xFFFFFFFF, scratch >> 40]) +
                   pm4.set_sh_reg(pm4.COMPUTE_RESOURCE_LIMITS, [0]) + pm4.set_sh_reg(pm4.COMPUTE_START_X, [0, 0, 0]))
 
   def __call__(self, *handles: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] = (1, 1, 1),
@@ -188,9 +184,12 @@ def check_descriptor(name: str, kd: KernelDescriptor, code_address: int) -> None
   if kd.properties & 0x7F & ~KERNEL_CODE_PROPERTY_KERNARG_PTR:
     raise NotImplementedError(f"kernel {name} asks for user SGPRs other than the kernarg pointer "
                               f"(kernel_code_properties 0x{kd.properties:x})")
-  if kd.private_segment_bytes:
-    raise NotImplementedError(f"kernel {name} needs {kd.private_segment_bytes} bytes of scratch per lane (register "
-                              "spills): tiny-amd does not set up scratch memory")
+  if kd.properties & KERNEL_CODE_PROPERTY_DYNAMIC_STACK:
+    raise NotImplementedError(f"kernel {name} uses a dynamic stack (recursion or variable-sized allocas): its scratch "
+                              "size is unknown")
+  if kd.private_segment_bytes > MAX_SCRATCH_LANE_BYTES:
+    raise NotImplementedError(f"kernel {name} needs {kd.private_segment_bytes} bytes of scratch per lane; tiny-amd "
+                              f"gives at most {MAX_SCRATCH_LANE_BYTES}")
 
 
 def dwords_to_words(dwords: list[int]) -> list[int]:
@@ -376,7 +375,8 @@ class AMDDevice(HCQDevice):
 
   def __init__(self, name: str, driver: Any, host_mappings: HostMappings):
     arch = driver.gfx_target
-    if arch not in WAVE_SIZE: raise RuntimeError(f"{name}: unsupported GPU {arch}; tiny-amd supports {sorted(WAVE_SIZE)}")
+    if arch not in WAVE_SIZE:
+      raise RuntimeError(f"{name}: unsupported GPU {arch}; tiny-amd supports {sorted(WAVE_SIZE)}")
     self.driver, self.host_mappings, self.arch = driver, host_mappings, arch
     super().__init__(name, AMDAllocator(), AMDRenderer(arch), AMDCompiler(arch), functools.partial(AMDProgram, self))
     self.allocator.device = self
@@ -386,6 +386,23 @@ class AMDDevice(HCQDevice):
     self.host_signal = signal_pool.new(f"{name} host")
     self.host_mappings.ensure(self.host_signal.addr)
     self._done = 0
+    self.scratch_buffers: list[Any] = []   # the newest is in use; older ones stay for the programs made before it
+    self.scratch_lane_bytes = 0
+    self.scratch_lock = threading.Lock()
+
+  def scratch_for(self, lane_bytes: int) -> tuple[int, int]:
+    """(COMPUTE_TMPRING_SIZE, scratch buffer address) for a kernel with `lane_bytes` of private memory per lane. The
+    device has one scratch buffer of SCRATCH_WAVES slots per shader engine, each a wave's lanes times the per-lane
+    size; it is reallocated larger (a power of two per lane) when a kernel needs more."""
+    granule, lanes = pm4.SCRATCH_GRANULE[self.arch], WAVE_SIZE[self.arch]
+    with self.scratch_lock:
+      if self.scratch_lane_bytes < lane_bytes:
+        self.scratch_lane_bytes = max(MIN_SCRATCH_LANE_BYTES, 1 << (lane_bytes - 1).bit_length())
+        wave_bytes = -(-self.scratch_lane_bytes * lanes // granule) * granule
+        engines = self.driver.properties.get("shader_engines", 1)
+        self.scratch_buffers.append(self.driver.alloc(SCRATCH_WAVES * wave_bytes * engines, host_visible=False))
+      wave_bytes = -(-self.scratch_lane_bytes * lanes // granule) * granule
+      return pm4.tmpring_size(self.arch, SCRATCH_WAVES, wave_bytes), self.scratch_buffers[-1].va
 
   def run_now(self, kind: str, commands: list[Any], wait: bool = True) -> None:
     """Run commands on one queue outside a compiled batch and wait for them (the host's own copies)."""

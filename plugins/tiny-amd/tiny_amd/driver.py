@@ -3,7 +3,7 @@ amdgpu kernel driver's KFD interface (/dev/kfd ioctls and the render node, Linux
 emulator's `tiny_amd.emulator.MockKFD` has the same methods. Nothing above this object knows which one it has.
 
 Protocol (both implement it):
-  gfx_target: str; properties: {"wave_size", "lds_bytes", "compute_units", "name"}
+  gfx_target: str; properties: {"wave_size", "lds_bytes", "compute_units", "shader_engines", "name"}
   alloc(nbytes, *, host_visible=True, executable=False) -> Memory (.va, .nbytes, .view or None); free(mem)
   map_host(address, nbytes) -> Memory: host memory (page-aligned) made addressable by the GPU at VA == address
   unmap_host(mem)
@@ -106,7 +106,8 @@ def _node() -> tuple[int, str, dict[str, int]]:
     try: gpu_id = int(open(f"{node}/gpu_id").read())
     except (OSError, ValueError): continue
     if gpu_id == 0: continue  # the CPU node
-    props = dict((line.split()[0], int(line.split()[1])) for line in open(f"{node}/properties") if len(line.split()) == 2)
+    pairs = [line.split() for line in open(f"{node}/properties")]
+    props = {pair[0]: int(pair[1]) for pair in pairs if len(pair) == 2}
     version = props.get("gfx_target_version", 0)
     target = f"gfx{version // 10000}{(version // 100) % 100:x}{version % 100:x}"
     return gpu_id, target, props
@@ -122,12 +123,15 @@ class KFDDriver:
     except OSError as error: raise DriverUnavailable(f"cannot open {KFD_PATH}: {error}") from error
     self.gpu_id, self.gfx_target, props = _node()
     render = glob.glob(f"{TOPOLOGY}/*/drm_render_minor")
-    minor = next(int(open(p).read()) for p in render if int(open(p.replace("drm_render_minor", "gpu_id")).read()) == self.gpu_id)
+    minor = next(int(open(p).read()) for p in render
+                 if int(open(p.replace("drm_render_minor", "gpu_id")).read()) == self.gpu_id)
     self.drm = os.open(f"/dev/dri/renderD{minor}", os.O_RDWR | os.O_CLOEXEC)
     self._ioctl(ACQUIRE_VM, AcquireVMArgs(drm_fd=self.drm, gpu_id=self.gpu_id))
+    arrays_per_engine = max(props.get("simd_arrays_per_engine", 1), 1)
     self.properties = {"wave_size": 32 if self.gfx_target.startswith("gfx1") else 64,
                        "lds_bytes": props.get("lds_size_in_kb", 64) * 1024,
                        "compute_units": props.get("simd_count", 0) // max(props.get("simd_per_cu", 1), 1),
+                       "shader_engines": max(props.get("array_count", 1) // arrays_per_engine, 1),
                        "name": f"AMD {self.gfx_target}"}
     self._doorbells: Any = None
 
@@ -155,8 +159,9 @@ class KFDDriver:
   def map_host(self, address: int, nbytes: int) -> KFDMemory:
     """Pin host memory and map it for the GPU at the same address (a userptr allocation)."""
     start, end = address // PAGE * PAGE, -(-(address + nbytes) // PAGE) * PAGE
+    flags = MEM_USERPTR | MEM_WRITABLE | MEM_COHERENT
     args = self._ioctl(ALLOC_MEMORY, AllocMemoryArgs(va_addr=start, size=end - start, mmap_offset=start,
-                                                      gpu_id=self.gpu_id, flags=MEM_USERPTR | MEM_WRITABLE | MEM_COHERENT))
+                                                      gpu_id=self.gpu_id, flags=flags))
     self._map_to_gpu(args.handle)
     return KFDMemory(address, nbytes, None, args.handle)
 
@@ -169,7 +174,8 @@ class KFDDriver:
 
   def create_queue(self, kind: str, ring: KFDMemory, rptr_addr: int, wptr_addr: int) -> KFDQueue:
     if kind not in QUEUE_TYPE: raise ValueError(f"unknown queue kind {kind!r}: expected 'compute' or 'sdma'")
-    extra = [self.alloc(EOP_BYTES, host_visible=False), self.alloc(CWSR_BYTES, host_visible=False)] if kind == "compute" else []
+    extra = ([self.alloc(EOP_BYTES, host_visible=False), self.alloc(CWSR_BYTES, host_visible=False)]
+             if kind == "compute" else [])
     args = CreateQueueArgs(ring_base_address=ring.va, ring_size=ring.nbytes, gpu_id=self.gpu_id,
                            queue_type=QUEUE_TYPE[kind], queue_percentage=100, queue_priority=7,
                            write_pointer_address=wptr_addr, read_pointer_address=rptr_addr)

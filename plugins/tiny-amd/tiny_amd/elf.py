@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 import attrs
 
-ET_DYN, PT_LOAD, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOBITS, SHT_PROGBITS = 3, 1, 2, 3, 4, 8, 1
+ET_REL, ET_DYN, PT_LOAD, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOBITS, SHT_PROGBITS = 1, 3, 1, 2, 3, 4, 8, 1
 SHF_ALLOC = 0x2
 SHN_UNDEF, SHN_ABS, SHN_LORESERVE = 0, 0xFFF1, 0xFF00
 RELOCATIONS = {0: "R_AMDGPU_NONE", 1: "R_AMDGPU_ABS32_LO", 2: "R_AMDGPU_ABS32_HI", 3: "R_AMDGPU_ABS64",
@@ -174,6 +174,25 @@ def write_elf(ident: bytes, flags: int, kept: list[Section], image_end: int, sym
                                    64, len(headers), len(headers) - 1)
   out[:64 + 56] = elf_header + program_header
   return bytes(out)
+
+
+@attrs.frozen
+class KernelDescriptor:
+  """The fields of an amdhsa kernel descriptor (64 bytes, AMDGPUUsage 'Kernel Descriptor') a dispatch needs."""
+  group_segment_bytes: int
+  private_segment_bytes: int
+  kernarg_bytes: int
+  code_offset: int
+  rsrc3: int
+  rsrc1: int
+  rsrc2: int
+  properties: int
+
+  @classmethod
+  def parse(cls, data: bytes) -> KernelDescriptor:
+    group, private, kernarg, _, code = struct.unpack_from("<IIIIq", data, 0)
+    rsrc3, rsrc1, rsrc2, properties = struct.unpack_from("<IIIH", data, 44)
+    return cls(group, private, kernarg, code, rsrc3, rsrc1, rsrc2, properties)
 
 
 @attrs.frozen

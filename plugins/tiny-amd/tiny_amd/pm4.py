@@ -13,6 +13,7 @@ FILLER = 0x80000000  # a type-2 packet: one dword that does nothing
 # gfx11 compute registers, SET_SH_REG offsets (absolute dword offset - 0x2C00)
 COMPUTE_START_X, COMPUTE_NUM_THREAD_X = 0x204, 0x207
 COMPUTE_PGM_LO, COMPUTE_PGM_RSRC1, COMPUTE_PGM_RSRC2 = 0x20C, 0x212, 0x213
+COMPUTE_DISPATCH_SCRATCH_BASE_LO = 0x210  # then _HI: the scratch buffer's address >> 8
 COMPUTE_RESOURCE_LIMITS, COMPUTE_TMPRING_SIZE, COMPUTE_PGM_RSRC3, COMPUTE_USER_DATA_0 = 0x215, 0x218, 0x228, 0x240
 
 # DISPATCH_INITIATOR: COMPUTE_SHADER_EN, FORCE_START_AT_000, CS_W32_EN (wave32)
@@ -26,6 +27,22 @@ ACQUIRE_GCR = 1 | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9
 WAIT_MEMORY_SPACE, WAIT_GEQ = 1 << 4, 5
 INDIRECT_BUFFER_VALID = 1 << 23
 MAX_IB_DWORDS = (1 << 20) - 1
+
+
+# COMPUTE_TMPRING_SIZE: WAVES in bits 11:0, WAVESIZE from bit 12 in units of SCRATCH_GRANULE bytes (gfx11: 15 bits
+# of 256 bytes; gfx9: 13 bits of 1 KiB)
+SCRATCH_GRANULE = {"gfx1100": 256, "gfx942": 1024}
+WAVESIZE_BITS = {"gfx1100": 15, "gfx942": 13}
+MAX_SCRATCH_WAVES = 0xFFF
+
+
+def tmpring_size(arch: str, waves: int, wave_bytes: int) -> int:
+  """The COMPUTE_TMPRING_SIZE value for `waves` scratch slots of `wave_bytes` each (a multiple of the granule)."""
+  granule = SCRATCH_GRANULE[arch]
+  units = wave_bytes // granule
+  if wave_bytes % granule or not 0 < units < 1 << WAVESIZE_BITS[arch] or not 0 < waves <= MAX_SCRATCH_WAVES:
+    raise ValueError(f"{arch}: no COMPUTE_TMPRING_SIZE for {waves} waves of {wave_bytes} scratch bytes")
+  return waves | units << 12
 
 
 def packet3(op: int, body: list[int]) -> list[int]:

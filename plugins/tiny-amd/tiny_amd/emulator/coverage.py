@@ -38,9 +38,9 @@ def is_supported(fmt: str, name: str) -> bool:
     return op.replace("_rtn", "") in memory_ops.DS_ATOMIC
   if fmt in ("GLOBAL", "FLAT", "SCRATCH"):
     op = name.split("_", 1)[1]
-    if op.startswith("load_d16"): return fmt != "SCRATCH" and op[9:].removeprefix("hi_") in ("b16", "u8", "i8")
+    if op.startswith("load_d16"): return op[9:].removeprefix("hi_") in ("b16", "u8", "i8")
     if op.startswith("load_"): return op[5:] in memory_ops.LOAD_WIDTH
-    if op.startswith("store_d16_hi"): return fmt != "SCRATCH"
+    if op.startswith("store_d16_hi"): return True
     if op.startswith("store_"): return op[6:] in memory_ops.STORE_WIDTH
     if op.startswith("atomic_"):
       return fmt != "SCRATCH" and (op[7:].removesuffix("_rtn") in memory_ops.ATOMIC_FN or "cmpswap_b32" in op)

@@ -35,7 +35,7 @@ class MockKFD:
   def __init__(self, compute_units: int = 48, memory: MemoryRegistry | None = None):
     self.memory = PROCESS_MEMORY if memory is None else memory
     self.properties = {"wave_size": 32, "lds_bytes": 65536, "compute_units": compute_units,
-                       "name": "AMD gfx1100 (emulated)"}
+                       "shader_engines": 1, "name": "AMD gfx1100 (emulated)"}
     self.packet_counts: Counter = Counter()
     self.queues: list[Queue] = []
     self._live: dict[int, EmulatedMemory] = {}

@@ -1,10 +1,13 @@
 """RDNA3 memory instructions over a WaveBatch: SMEM scalar loads, GLOBAL/FLAT vector loads/stores/atomics and DS
-(LDS) operations, including ds_bpermute. Addresses are emulated GPU VAs (== host addresses)."""
+(LDS) operations, including ds_bpermute, and SCRATCH private memory (see `scratch_addresses`). Addresses are
+emulated GPU VAs (== host addresses)."""
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
-from tiny_amd.emulator.wave_state import NULL, EmulationError, WaveBatch
+from tiny_amd.emulator.wave_state import LANES, NULL, EmulationError, WaveBatch
 
 LOAD_WIDTH = {"u8": 1, "i8": 1, "u16": 2, "i16": 2, "b32": 4, "b64": 8, "b96": 12, "b128": 16}
 STORE_WIDTH = {"b8": 1, "b16": 2, "b32": 4, "b64": 8, "b96": 12, "b128": 16}
@@ -36,23 +39,33 @@ def lane_addresses(st: WaveBatch, ins) -> np.ndarray:
 
 
 def exec_global(st: WaveBatch, ins) -> None:
+  """GLOBAL, FLAT and SCRATCH loads and stores (the lanes' bytes read and written through `read`/`write`), GLOBAL
+  and FLAT atomics."""
   f, name = ins.f, ins.name
   mask = st.lane_mask()
-  if ins.fmt == "SCRATCH": return exec_scratch(st, ins, mask)
   if not mask.any(): return None
-  addrs = lane_addresses(st, ins)[mask]
   op = name.split("_", 1)[1]
-  if op.startswith("load_"): return global_load(st, f, op[5:], addrs, mask)
-  if op.startswith("store_"): return global_store(st, f, op[6:], addrs, mask)
-  if op.startswith("atomic_"): return global_atomic(st, ins, op[7:], addrs, mask)
+  if ins.fmt == "SCRATCH":
+    def read(nbytes: int) -> np.ndarray:
+      return st.memory.gather(scratch_addresses(st, ins, mask, nbytes).reshape(-1), 1).reshape(-1, nbytes)
+    def write(data: np.ndarray) -> None:
+      st.memory.scatter(scratch_addresses(st, ins, mask, data.shape[1]).reshape(-1), data.reshape(-1, 1))
+    addrs = None
+  else:
+    addrs = lane_addresses(st, ins)[mask]
+    def read(nbytes: int) -> np.ndarray: return st.memory.gather(addrs, nbytes)
+    def write(data: np.ndarray) -> None: st.memory.scatter(addrs, data)
+  if op.startswith("load_"): return global_load(st, f, op[5:], read, mask)
+  if op.startswith("store_"): return global_store(st, f, op[6:], write, mask)
+  if op.startswith("atomic_") and addrs is not None: return global_atomic(st, ins, op[7:], addrs, mask)
   raise EmulationError(f"unsupported memory instruction {name} at 0x{ins.pc:x}")
 
 
-def global_load(st: WaveBatch, f: dict, kind: str, addrs: np.ndarray, mask: np.ndarray) -> None:
+def global_load(st: WaveBatch, f: dict, kind: str, read: Callable[[int], np.ndarray], mask: np.ndarray) -> None:
   d16 = kind.startswith("d16_")
-  if d16: return load_d16(st, f, kind[4:], addrs, mask)
+  if d16: return load_d16(st, f, kind[4:], read, mask)
   nbytes = LOAD_WIDTH[kind]
-  data = st.memory.gather(addrs, nbytes)
+  data = np.ascontiguousarray(read(nbytes))
   if nbytes >= 4:
     words = data.view(np.uint32)
     for i in range(nbytes // 4): st.vgpr[f["vdst"] + i][mask] = words[:, i]
@@ -62,27 +75,27 @@ def global_load(st: WaveBatch, f: dict, kind: str, addrs: np.ndarray, mask: np.n
   st.vgpr[f["vdst"]][mask] = values
 
 
-def load_d16(st: WaveBatch, f: dict, kind: str, addrs: np.ndarray, mask: np.ndarray) -> None:
+def load_d16(st: WaveBatch, f: dict, kind: str, read: Callable[[int], np.ndarray], mask: np.ndarray) -> None:
   """d16 loads write one 16-bit half and keep the other: d16_b16 / d16_u8 / d16_i8 (low), d16_hi_* (high)."""
   hi = kind.startswith("hi_")
   kind = kind[3:] if hi else kind
   if kind == "b16": kind = "u16"
   dtype = {"u8": np.uint8, "i8": np.int8, "u16": np.uint16}[kind]
-  data = st.memory.gather(addrs, np.dtype(dtype).itemsize)
+  data = np.ascontiguousarray(read(np.dtype(dtype).itemsize))
   half = data.view(dtype)[:, 0].astype(np.int32).view(np.uint32) & np.uint32(0xFFFF)
   old = st.vgpr[f["vdst"]][mask]
   st.vgpr[f["vdst"]][mask] = (old & np.uint32(0xFFFF)) | (half << np.uint32(16)) if hi else \
       (old & np.uint32(0xFFFF0000)) | half
 
 
-def global_store(st: WaveBatch, f: dict, kind: str, addrs: np.ndarray, mask: np.ndarray) -> None:
+def global_store(st: WaveBatch, f: dict, kind: str, write: Callable[[np.ndarray], None], mask: np.ndarray) -> None:
   if kind in ("d16_hi_b16", "d16_hi_b8"):
     words = (st.vgpr[f["data"]][mask] >> np.uint32(16))[:, None]
     nbytes = STORE_WIDTH[kind[7:]]
   else:
     nbytes = STORE_WIDTH[kind]
     words = np.stack([st.vgpr[f["data"] + i][mask] for i in range(max(1, nbytes // 4))], axis=1)
-  st.memory.scatter(addrs, np.ascontiguousarray(as_bytes(words, nbytes)))
+  write(np.ascontiguousarray(as_bytes(words, nbytes)))
 
 
 ATOMIC_FN = {
@@ -231,9 +244,6 @@ def ds_permute(st: WaveBatch, ins, mask: np.ndarray) -> None:
 
 
 # ---- scratch (private per-lane memory, gfx11 architected flat scratch)
-MAX_SCRATCH_BYTES = 1 << 16
-
-
 def scratch_offsets(st: WaveBatch, ins, mask: np.ndarray) -> np.ndarray:
   """Per-lane byte offsets into the lane's private segment: saddr (if not off) + vaddr (if SVE) + offset."""
   f = ins.f
@@ -243,42 +253,17 @@ def scratch_offsets(st: WaveBatch, ins, mask: np.ndarray) -> np.ndarray:
   return off[mask]
 
 
-def scratch_storage(st: WaveBatch, end: int, ins) -> np.ndarray:
-  """The batch's private memory, [waves * 32 lanes, bytes], grown on demand up to MAX_SCRATCH_BYTES per lane."""
-  have = getattr(st, "scratch", None)
-  if have is not None and have.shape[1] >= end: return have
-  if end > MAX_SCRATCH_BYTES:
-    raise EmulationError(f"{ins.name} at 0x{ins.pc:x}: private offset {end} beyond {MAX_SCRATCH_BYTES} bytes")
-  size = max(256, 1 << (end - 1).bit_length())
-  grown = np.zeros((st.nwaves * 32, size), np.uint8)
-  if have is not None: grown[:, :have.shape[1]] = have
-  st.scratch = grown
-  return grown
-
-
-def exec_scratch(st: WaveBatch, ins, mask: np.ndarray) -> None:
-  f, op = ins.f, ins.name.split("_", 1)[1]
-  if not mask.any(): return None
+def scratch_addresses(st: WaveBatch, ins, mask: np.ndarray, nbytes: int) -> np.ndarray:
+  """[lanes, nbytes] memory addresses of each byte a scratch access touches. A wave's slot (FLAT_SCRATCH) is
+  swizzled by dwords: byte o of lane l lives at slot + (o // 4) * 4 * 32 + 4 * l + o % 4, so the lanes' same
+  dword is contiguous, as the hardware lays private memory out."""
   offs = scratch_offsets(st, ins, mask)
-  lanes = np.flatnonzero(mask.reshape(-1))
-  kind = op.split("_", 1)[1]
-  if op.startswith("load_"):
-    if kind.startswith("d16"): raise EmulationError(f"unsupported {ins.name} at 0x{ins.pc:x}")
-    nbytes = LOAD_WIDTH[kind]
-    mem = scratch_storage(st, int(offs.max()) + nbytes, ins)
-    data = mem[lanes[:, None], offs[:, None] + np.arange(nbytes)]
-    if nbytes >= 4:
-      words = np.ascontiguousarray(data).view(np.uint32)
-      for i in range(nbytes // 4): st.vgpr[f["vdst"] + i][mask] = words[:, i]
-    else:
-      dtype = {"u8": np.uint8, "i8": np.int8, "u16": np.uint16, "i16": np.int16}[kind]
-      st.vgpr[f["vdst"]][mask] = np.ascontiguousarray(data).view(dtype)[:, 0].astype(np.int32).view(np.uint32)
-    return None
-  if op.startswith("store_"):
-    if kind.startswith("d16"): raise EmulationError(f"unsupported {ins.name} at 0x{ins.pc:x}")
-    nbytes = STORE_WIDTH[kind]
-    words = np.stack([st.vgpr[f["data"] + i][mask] for i in range(max(1, nbytes // 4))], axis=1)
-    mem = scratch_storage(st, int(offs.max()) + nbytes, ins)
-    mem[lanes[:, None], offs[:, None] + np.arange(nbytes)] = as_bytes(words, nbytes)
-    return None
-  raise EmulationError(f"unsupported {ins.name} at 0x{ins.pc:x}")
+  if st.scratch_lane_bytes == 0:
+    raise EmulationError(f"{ins.name} at 0x{ins.pc:x}: the dispatch has no scratch (RSRC2.SCRATCH_EN is clear)")
+  if int(offs.min()) < 0 or int(offs.max()) + nbytes > st.scratch_lane_bytes:
+    raise EmulationError(f"{ins.name} at 0x{ins.pc:x}: private offsets {int(offs.min())}..{int(offs.max())} + "
+                         f"{nbytes} outside the {st.scratch_lane_bytes}-byte private segment of a lane")
+  waves, lanes = np.nonzero(mask)
+  o = offs[:, None] + np.arange(nbytes)
+  swizzled = (o >> 2) * (4 * LANES) + lanes[:, None] * 4 + (o & 3)
+  return st.flat_scratch[waves][:, None] + swizzled.astype(np.uint64)

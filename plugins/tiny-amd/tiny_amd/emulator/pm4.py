@@ -17,7 +17,7 @@ PACKET_NAMES = {NOP: "NOP", DISPATCH_DIRECT: "DISPATCH_DIRECT", WAIT_REG_MEM: "W
 # gfx11 compute registers as SET_SH_REG offsets (absolute dword offset - 0x2C00)
 COMPUTE_DIM_X = 0x201
 COMPUTE_START_X, COMPUTE_NUM_THREAD_X = 0x204, 0x207
-COMPUTE_PGM_LO, COMPUTE_PGM_HI = 0x20C, 0x20D
+COMPUTE_PGM_LO, COMPUTE_PGM_HI, COMPUTE_DISPATCH_SCRATCH_BASE_LO = 0x20C, 0x20D, 0x210
 COMPUTE_PGM_RSRC1, COMPUTE_PGM_RSRC2, COMPUTE_RESOURCE_LIMITS = 0x212, 0x213, 0x215
 COMPUTE_TMPRING_SIZE, COMPUTE_PGM_RSRC3, COMPUTE_USER_DATA_0 = 0x218, 0x228, 0x240
 MAX_IB_DEPTH = 4
@@ -98,5 +98,7 @@ class ComputeQueue(Queue):
       code_address=(reg(COMPUTE_PGM_LO) | reg(COMPUTE_PGM_HI) << 32) << 8, rsrc1=reg(COMPUTE_PGM_RSRC1),
       rsrc2=reg(COMPUTE_PGM_RSRC2), rsrc3=reg(COMPUTE_PGM_RSRC3),
       user_data=tuple(reg(COMPUTE_USER_DATA_0 + i) for i in range(16)),
-      workgroup=tuple(max(reg(COMPUTE_NUM_THREAD_X + i), 0) for i in range(3)), grid=tuple(body[:3]))
+      workgroup=tuple(max(reg(COMPUTE_NUM_THREAD_X + i), 0) for i in range(3)), grid=tuple(body[:3]),
+      tmpring_size=reg(COMPUTE_TMPRING_SIZE),
+      scratch_base=(reg(COMPUTE_DISPATCH_SCRATCH_BASE_LO) | reg(COMPUTE_DISPATCH_SCRATCH_BASE_LO + 1) << 32) << 8)
     self.dispatch_stats.append(run_dispatch(regs, self.memory))

@@ -5,6 +5,11 @@ count from COMPUTE_PGM_RSRC1, the user SGPR count and workgroup-id enables from 
 the user SGPRs), LDS size from RSRC2.LDS_SIZE, and the user SGPR values from COMPUTE_USER_DATA_n. Work-item ids go
 to v0 packed as gfx11 does (x | y << 10 | z << 20).
 
+Scratch (private memory, gfx11 architected flat scratch): when RSRC2.SCRATCH_EN is set, each wave in flight holds
+one of COMPUTE_TMPRING_SIZE.WAVES slots of WAVESIZE * 256 bytes in the buffer at COMPUTE_DISPATCH_SCRATCH_BASE << 8;
+the wave's FLAT_SCRATCH is its slot's address (no SGPR carries it: scratch_* instructions add it implicitly). So a
+batch never holds more waves than there are slots, as the hardware never runs more.
+
 Workgroups run in batches; all waves of a batch execute together, vectorized with numpy. Waves whose scalar
 branches diverge keep separate program counters: each step runs the instruction at the lowest pending PC for just
 the waves there (RDNA3 has no reconvergence stack: control flow is scalar branches plus EXEC). Running the lowest PC
@@ -26,6 +31,7 @@ from tiny_amd.emulator.wave_state import EXEC, LANES, VCC, EmulationError, WaveB
 
 MAX_LANES_PER_BATCH = 8192   # bounds VGPR memory (regs x lanes x 4 bytes) while keeping numpy calls wide
 LDS_GRANULE = 512            # gfx11 RSRC2.LDS_SIZE unit, bytes
+SCRATCH_GRANULE = 256        # gfx11 COMPUTE_TMPRING_SIZE.WAVESIZE unit, bytes
 MAX_CODE_BYTES = 1 << 20
 TRACE = os.environ.get("TINYCORE_AMD_EMU_TRACE", "") not in ("", "0")  # print every executed instruction
 SOPP_NOPS = {"s_nop", "s_clause", "s_delay_alu", "s_waitcnt", "s_waitcnt_depctr", "s_set_inst_prefetch_distance",
@@ -43,6 +49,15 @@ class DispatchRegisters:
   user_data: tuple = (0,) * 16
   workgroup: tuple = (1, 1, 1)   # COMPUTE_NUM_THREAD_X/Y/Z
   grid: tuple = (1, 1, 1)        # DISPATCH_DIRECT dims, in workgroups
+  tmpring_size: int = 0          # COMPUTE_TMPRING_SIZE: WAVES (11:0), WAVESIZE (26:12, 256-byte units)
+  scratch_base: int = 0          # COMPUTE_DISPATCH_SCRATCH_BASE_LO/HI << 8
+
+  @property
+  def scratch_enabled(self) -> bool: return bool(self.rsrc2 & 1)
+  @property
+  def scratch_waves(self) -> int: return self.tmpring_size & 0xFFF
+  @property
+  def scratch_wave_bytes(self) -> int: return ((self.tmpring_size >> 12) & 0x7FFF) * SCRATCH_GRANULE
 
   @property
   def vgpr_count(self) -> int: return ((self.rsrc1 & 0x3F) + 1) * 8     # wave32 granule: 8 VGPRs
@@ -187,7 +202,22 @@ def setup_batch(regs: DispatchRegisters, memory: MemoryRegistry, groups: np.ndar
   valid = (tid < threads).reshape(waves_per_group, LANES)
   exec_bits = (valid.astype(np.uint64) << np.arange(LANES, dtype=np.uint64)).sum(1).astype(np.uint32)
   st.sgpr[:, EXEC] = np.tile(exec_bits, len(groups))
+  if regs.scratch_enabled:  # wave i of the batch holds scratch slot i
+    slots = np.arange(nwaves, dtype=np.uint64)
+    st.flat_scratch = np.uint64(regs.scratch_base) + slots * np.uint64(regs.scratch_wave_bytes)
+    st.scratch_lane_bytes = regs.scratch_wave_bytes // LANES
   return st
+
+
+def scratch_waves_per_batch(regs: DispatchRegisters, memory: MemoryRegistry, waves_per_group: int) -> int:
+  """How many waves may run at once given the scratch slots (checked against the registers and the memory)."""
+  if not regs.scratch_enabled: return MAX_LANES_PER_BATCH // LANES
+  if regs.scratch_waves < waves_per_group or regs.scratch_wave_bytes == 0:
+    raise EmulationError(f"the kernel enables scratch (RSRC2.SCRATCH_EN) but COMPUTE_TMPRING_SIZE 0x"
+                         f"{regs.tmpring_size:x} gives {regs.scratch_waves} slots of {regs.scratch_wave_bytes} bytes "
+                         f"for workgroups of {waves_per_group} waves")
+  memory.find(regs.scratch_base, regs.scratch_waves * regs.scratch_wave_bytes)  # MemoryFault if not mapped
+  return regs.scratch_waves
 
 
 def run_dispatch(regs: DispatchRegisters, memory: MemoryRegistry) -> DispatchStats:
@@ -200,7 +230,9 @@ def run_dispatch(regs: DispatchRegisters, memory: MemoryRegistry) -> DispatchSta
   ids = np.stack(np.meshgrid(np.arange(gx), np.arange(gy), np.arange(gz), indexing="ij"), -1).reshape(-1, 3)
   ids = ids[np.lexsort((ids[:, 0], ids[:, 1], ids[:, 2]))]
   threads = regs.workgroup[0] * regs.workgroup[1] * regs.workgroup[2]
-  per_batch = max(1, MAX_LANES_PER_BATCH // (math.ceil(threads / LANES) * LANES))
+  waves_per_group = math.ceil(threads / LANES)
+  max_waves = min(MAX_LANES_PER_BATCH // LANES, scratch_waves_per_batch(regs, memory, waves_per_group))
+  per_batch = max(1, max_waves // waves_per_group)
   stats = DispatchStats()
   for first in range(0, len(ids), per_batch):
     st = setup_batch(regs, memory, ids[first:first + per_batch])

@@ -1,6 +1,6 @@
 """The register state of a batch of wave32 wavefronts, stored so numpy runs every wave at once: SGPRs [waves, 128]
 (indexed by the operand encoding: s0-s105, vcc 106/107, m0 125, exec 126/127), VGPRs [regs, waves, 32 lanes], SCC
-per wave, a program counter per wave, and the LDS of each workgroup in the batch."""
+per wave, a program counter per wave, the LDS of each workgroup in the batch and each wave's scratch address."""
 from __future__ import annotations
 
 import numpy as np
@@ -55,6 +55,8 @@ class WaveBatch:
     self.branch_target = 0
     self.literal = 0
     self.instructions = 0  # wave-instructions executed
+    self.flat_scratch = np.zeros(nwaves, np.uint64)  # each wave's scratch slot address (architected FLAT_SCRATCH)
+    self.scratch_lane_bytes = 0                      # private bytes per lane (0: the dispatch has no scratch)
 
   # ---- scalar side: arrays of shape [waves]
   def sread(self, code: int, width: int = 32, is_float: bool = False) -> np.ndarray:
