@@ -111,8 +111,11 @@ def _index_tensor(index: Any, device: str) -> Tensor:
   from tinycore.dtype import dtypes
   from tinycore.tensor import Tensor
   if not isinstance(index, Tensor):
-    try: index = Tensor(list(index) if isinstance(index, tuple) else index, device=device, dtype=dtypes.int32)
+    try: index = Tensor(list(index) if isinstance(index, tuple) else index, device=device)
     except (TypeError, ValueError) as e: raise IndexError(f"invalid index list {index!r}: {e}") from e
+    # a list of ints is an int32 index (an empty one too); a list of bools is a mask, as in numpy, and rejected below
+    if index.dtype is not dtypes.bool and (index.numel() == 0 or not dtypes.is_float(index.dtype)):
+      index = index.cast(dtypes.int32)
   if index.dtype is dtypes.bool:
     raise NotImplementedError("boolean mask indexing has a data-dependent shape; use where() or masked_fill()")
   if dtypes.is_float(index.dtype): raise IndexError(f"tensors used as indices must be integers, got {index.dtype}")
