@@ -979,9 +979,9 @@ class Tensor(TensorOps):
   def __isub__(self, x) -> Tensor: return self.assign(self - x)
   def __imul__(self, x) -> Tensor: return self.assign(self * x)
   def __itruediv__(self, x) -> Tensor: return self.assign(self / x)
-  # the other in-place operators write the result into this tensor's storage too (assign), as tinygrad does
+  # the other in-place operators write the result into this tensor's storage too (assign), as tinygrad does;
+  # `%=` rebinds the name to a new tensor, as in tinygrad (which has no __imod__)
   def __ifloordiv__(self, x) -> Tensor: return self.assign(self // x)
-  def __imod__(self, x) -> Tensor: return self.assign(self % x)
   def __ipow__(self, x) -> Tensor: return self.assign(self ** x)
   def __imatmul__(self, x) -> Tensor: return self.assign(self @ x)
   def __iand__(self, x) -> Tensor: return self.assign(self & x)
@@ -1195,8 +1195,12 @@ class Tensor(TensorOps):
 
   # ------------------------------------------------------------------ neural network ops (used by tinycore.nn)
   def linear(self, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
-    """self @ weight (+ bias); a 1-d weight scales the last axis elementwise. `dtype`: the matmul's accumulation."""
-    out = self * weight if weight.ndim == 1 else self.dot(weight, dtype)
+    """self @ weight (+ bias); a 1-d weight scales the last axis elementwise. With `dtype`, all three are cast to
+    it first."""
+    if dtype is not None:
+      dtype = to_dtype(dtype)
+      return self.cast(dtype).linear(weight.cast(dtype), None if bias is None else bias.cast(dtype))
+    out = self * weight if weight.ndim == 1 else self @ weight
     return out if bias is None else out + bias
 
   def one_hot(self, num_classes: int = -1) -> Tensor:
