@@ -255,6 +255,9 @@ class Tensor(TensorOps):
   def full_like(self, fill_value: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
     """A tensor of this shape (and dtype and device unless given) filled with `fill_value`."""
     return Tensor.full(self.shape, fill_value, dtype or self.dtype, device or self.device, **kwargs)
+  def const_like(self, value: Any, dtype: DType | str | None = None) -> Tensor:
+    """`value` broadcast to this shape, on this device, in this dtype unless given (tinygrad's const_like)."""
+    return self.full_like(value, dtype)
   def zeros_like(self, **kwargs) -> Tensor: return self.full_like(0, **kwargs)
   def ones_like(self, **kwargs) -> Tensor: return self.full_like(1, **kwargs)
 
@@ -429,6 +432,12 @@ class Tensor(TensorOps):
     # a copy to a storage device (DISK) is a store into fresh storage there; any other device change is a COPY
     if not Device.spec_for(target).compute: return self.clone(target)
     return self._apply(UOp(Ops.COPY, self.dtype, (self.uop,), target))
+
+  def to_(self, device: str | tuple | None) -> Tensor:
+    """Move this tensor (and its gradient) to `device` in place; returns it."""
+    moved = self.to(device)
+    if self.grad is not None: self.grad = self.grad.to(device)
+    return self.replace(moved)
 
   def _readable_buffer(self):
     """A realized Buffer holding exactly this tensor's elements in row-major order."""
@@ -1158,6 +1167,13 @@ class Tensor(TensorOps):
     """Set requires_grad in place (False: backward() and the optimizers leave this tensor alone)."""
     self.requires_grad = requires_grad
     return self
+
+  # tinygrad's newer name for the same flag: every tensor is a parameter unless marked otherwise
+  @property
+  def is_param(self) -> bool: return self.requires_grad is not False
+  def is_param_(self, is_param: bool = True) -> Tensor:
+    """Mark this tensor as a parameter (True) or a buffer the optimizers only realize (False): requires_grad_."""
+    return self.requires_grad_(is_param)
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Fill `.grad` of every float tensor this one was computed from (its requires_grad not False), adding to a

@@ -253,3 +253,6 @@ class LSTMCell:
 
 __all__ = ["Linear", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "BatchNorm", "BatchNorm2d",
            "BatchNorm3d", "GroupNorm", "InstanceNorm", "LayerNorm", "LayerNorm2d", "RMSNorm", "Embedding", "LSTMCell"]
+
+# `from tinycore import nn; nn.optim.Adam(...)` works as in tinygrad, without importing the submodules by hand
+from tinycore.nn import optim, state  # noqa: E402,F401
