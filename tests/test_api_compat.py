@@ -84,3 +84,9 @@ def test_is_param_and_to_():
   assert len(opt.params) == 2 and len(opt.buffers) == 3  # running mean/var and the batch count are buffers
   moved = Tensor([1.0, 2.0])
   assert moved.to_("CPU:1") is moved and moved.device == "CPU:1" and moved.tolist() == [1.0, 2.0]
+
+
+def test_dtypes_from_np():
+  from tinycore import dtypes
+  assert dtypes.from_np(np.float32) is dtypes.float32 and dtypes.from_np(np.dtype("int16")) is dtypes.int16
+  with pytest.raises(TypeError, match="complex64"): dtypes.from_np(np.complex64)

@@ -147,6 +147,7 @@ class Tensor(TensorOps):
   def _from_python(data: Sequence, device: str | None, dtype: DType | None) -> UOp:
     import numpy as np
     flat, shape = _flatten_nested(data)
+    flat = [v.item() if isinstance(v, np.generic) else v for v in flat]  # numpy scalars in a list: their values
     if not all(isinstance(v, (bool, int, float)) for v in flat):
       bad = next(v for v in flat if not isinstance(v, (bool, int, float)))
       raise TypeError(f"Tensor data must be numbers, got {type(bad).__name__}")
@@ -638,7 +639,8 @@ class Tensor(TensorOps):
     return getitem(self, indices)
 
   def __setitem__(self, indices, value) -> None:
-    from tinycore.tensor_indexing import advanced_setitem, is_advanced_index
+    from tinycore.tensor_indexing import advanced_setitem, from_numpy_indices, is_advanced_index
+    indices = from_numpy_indices(indices)
     if any(is_advanced_index(i) for i in (indices if isinstance(indices, tuple) else (indices,))):
       value = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
       return advanced_setitem(self, indices if isinstance(indices, tuple) else (indices,), value)

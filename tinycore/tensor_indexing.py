@@ -35,7 +35,20 @@ def _take_every(t: Tensor, dim: int, step: int) -> Tensor:
   return t.reshape(t.shape[:dim] + (count,) + t.shape[dim + 2:])
 
 
+def from_numpy_indices(indices: Any) -> Any:
+  """numpy index values as their Python/Tensor equivalents (an np.int64 is an int, an int array an index tensor), so
+  indices computed with numpy work as they do in numpy."""
+  import numpy as np
+  from tinycore.tensor import Tensor
+  def convert(index: Any) -> Any:
+    if isinstance(index, np.generic): return index.item()
+    if isinstance(index, np.ndarray): return Tensor(index) if index.dtype != np.bool_ else index.tolist()
+    return index
+  return tuple(convert(i) for i in indices) if isinstance(indices, tuple) else convert(indices)
+
+
 def getitem(t: Tensor, indices: Any) -> Tensor:
+  indices = from_numpy_indices(indices)
   if not isinstance(indices, tuple): indices = (indices,)
   if any(is_advanced_index(i) for i in indices): return _advanced_getitem(t, indices)
   for i in indices:

@@ -723,3 +723,16 @@ def test_conv_layers_of_other_ranks(rng):
   volume = random_array(rng, (1, 2, 2, 3, 2), "float32")
   normed = nn.BatchNorm3d(2)(Tensor(volume))  # eval mode: the running statistics (0 mean, 1 variance)
   assert_close(normed, volume / np.sqrt(1 + 1e-5), atol=1e-5, rtol=1e-5)
+
+
+def test_numpy_values_as_data_and_indices():
+  assert Tensor([np.float32(1.5), np.float32(2.0)]).tolist() == [1.5, 2.0]
+  grid = Tensor.arange(6).reshape(2, 3)
+  assert grid[np.int64(1)].tolist() == [3, 4, 5]
+  assert grid[np.int32(1), np.array([0, 2])].tolist() == [3, 5]
+  assert grid[np.array([1, 0])].tolist() == [[3, 4, 5], [0, 1, 2]]
+  t = Tensor.zeros(4).contiguous()
+  t[np.int64(1)] = 3
+  t[np.array([2, 3])] = Tensor([5.0, 6.0])
+  assert t.tolist() == [0.0, 3.0, 5.0, 6.0]
+  with pytest.raises(NotImplementedError, match="boolean mask"): grid[np.array([True, False])]
