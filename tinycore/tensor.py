@@ -240,6 +240,7 @@ class Tensor(TensorOps):
     """A tensor of `shape` filled with `fill_value` (dtype: from the Python value unless given); dtype comes before
     device when passed positionally, as in tinygrad."""
     shape = Tensor._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
+    kwargs.pop("buffer", None)  # tinygrad's storage hint: a filled tensor gets storage when an op needs it
     dtype = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
     const = UOp.const(dtype, fill_value, _canonical_device(device))
     return Tensor(const.reshape((1,) * len(shape)).expand(shape), **kwargs)
@@ -352,7 +353,8 @@ class Tensor(TensorOps):
 
   @staticmethod
   def rand(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> Tensor:
-    """Uniform in [0, 1)."""
+    """Uniform in [0, 1). (tinygrad's contiguous= hint is accepted: the result is the same either way.)"""
+    kwargs.pop("contiguous", None)
     shape = Tensor._shape_arg(shape)
     dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
     bits = Tensor._random_bits(prod(shape), device)
