@@ -357,6 +357,8 @@ class Tensor(TensorOps):
     kwargs.pop("contiguous", None)
     shape = Tensor._shape_arg(shape)
     dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if not dtypes.is_float(dtype):  # uniform [0, 1) in an int dtype would be all zeros
+      raise DTypeError(f"rand needs a float dtype, got {dtype} (rand_like of an int tensor: pass dtype=)")
     bits = Tensor._random_bits(prod(shape), device)
     # as many random bits as the dtype's significand holds, so the cast is exact and 1.0 is never reached
     precision = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float64: 32}.get(dtype, 24)

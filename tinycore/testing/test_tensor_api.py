@@ -736,3 +736,8 @@ def test_numpy_values_as_data_and_indices():
   t[np.array([2, 3])] = Tensor([5.0, 6.0])
   assert t.tolist() == [0.0, 3.0, 5.0, 6.0]
   with pytest.raises(NotImplementedError, match="boolean mask"): grid[np.array([True, False])]
+
+
+def test_rand_of_an_int_dtype_is_an_error():
+  with pytest.raises(TypeError, match="float dtype"): Tensor([1, 2]).rand_like()
+  assert Tensor([1, 2]).rand_like(dtype=dtypes.float32).dtype is dtypes.float32
