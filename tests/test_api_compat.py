@@ -90,3 +90,10 @@ def test_dtypes_from_np():
   from tinycore import dtypes
   assert dtypes.from_np(np.float32) is dtypes.float32 and dtypes.from_np(np.dtype("int16")) is dtypes.int16
   with pytest.raises(TypeError, match="complex64"): dtypes.from_np(np.complex64)
+
+
+def test_layers_name_a_wrong_input_shape():
+  with pytest.raises(ValueError, match=r"BatchNorm\(3\) needs an input \(N, 3, ...\), got shape \(2, 4, 5\)"):
+    nn.BatchNorm(3)(Tensor.ones(2, 4, 5))
+  with pytest.raises(ValueError, match="InstanceNorm"): nn.InstanceNorm(3)(Tensor.ones(2, 4, 5))
+  with pytest.raises(ValueError, match="GroupNorm"): nn.GroupNorm(1, 3)(Tensor.ones(2, 4, 5))

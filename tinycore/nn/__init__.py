@@ -112,6 +112,9 @@ class BatchNorm:
     return mean, var
 
   def __call__(self, x: Tensor) -> Tensor:
+    channels = next((t.shape[0] for t in (self.weight, getattr(self, "running_mean", None)) if t is not None), None)
+    if x.ndim < 2 or (channels is not None and x.shape[1] != channels):
+      raise ValueError(f"BatchNorm({channels}) needs an input (N, {channels}, ...), got shape {x.shape}")
     mean, var = self.calc_stats(x)
     if self.track_running_stats and TRAINING:
       count = x.numel() // x.shape[1]
