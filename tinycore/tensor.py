@@ -643,8 +643,10 @@ class Tensor(TensorOps):
     return getitem(self, indices)
 
   def __setitem__(self, indices, value) -> None:
-    from tinycore.tensor_indexing import advanced_setitem, from_numpy_indices, is_advanced_index
+    from tinycore.tensor_indexing import (advanced_setitem, boolean_mask, from_numpy_indices, is_advanced_index,
+                                          masked_setitem)
     indices = from_numpy_indices(indices)
+    if (mask := boolean_mask(indices)) is not None: return masked_setitem(self, mask, value)
     if any(is_advanced_index(i) for i in (indices if isinstance(indices, tuple) else (indices,))):
       value = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
       return advanced_setitem(self, indices if isinstance(indices, tuple) else (indices,), value)

@@ -741,3 +741,16 @@ def test_numpy_values_as_data_and_indices():
 def test_rand_of_an_int_dtype_is_an_error():
   with pytest.raises(TypeError, match="float dtype"): Tensor([1, 2]).rand_like()
   assert Tensor([1, 2]).rand_like(dtype=dtypes.float32).dtype is dtypes.float32
+
+
+def test_setitem_with_a_boolean_mask(rng):
+  x = random_array(rng, (3, 4), "float32")
+  t = Tensor(x).contiguous().realize()
+  alias = t
+  t[t < 0] = 0.0  # torch's clamp idiom: the selection's size is never needed
+  assert_equal(alias, np.where(x < 0, 0, x).astype(np.float32))
+  rows = Tensor.arange(6).reshape(2, 3).contiguous()
+  rows[[True, False]] = Tensor(9)
+  assert rows.tolist() == [[9, 9, 9], [3, 4, 5]]
+  with pytest.raises(IndexError, match="does not match"): rows[Tensor([True, False, True])] = 1
+  with pytest.raises(NotImplementedError, match="one value"): rows[rows > 3] = Tensor([1, 2])
