@@ -754,3 +754,11 @@ def test_setitem_with_a_boolean_mask(rng):
   assert rows.tolist() == [[9, 9, 9], [3, 4, 5]]
   with pytest.raises(IndexError, match="does not match"): rows[Tensor([True, False, True])] = 1
   with pytest.raises(NotImplementedError, match="one value"): rows[rows > 3] = Tensor([1, 2])
+
+
+def test_conv1d_and_pool_gradients(rng):
+  x, w = random_array(rng, (1, 2, 7), "float32"), random_array(rng, (3, 2, 3), "float32")
+  check_gradient(rng, lambda a, b: a.conv2d(b, stride=2, padding=1), lambda a, b: _np_conv_nd(a, b, 2, 1), [x, w])
+  image = random_array(rng, (1, 1, 5, 5), "float32")
+  check_gradient(rng, lambda a: a.avg_pool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=False),
+                 lambda a: _np_pool(a, 3, 2, 1, True, "avg", False), [image])
