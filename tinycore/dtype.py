@@ -112,7 +112,14 @@ class dtypes:
     return math.inf
 
   @staticmethod
-  def fields() -> dict[str, DType]: return dict(DTYPES_BY_NAME)
+  def fields() -> dict[str, DType]:
+    """Every dtype once, by its canonical name (the aliases, dtypes.half and so on, are attributes)."""
+    return dict(DTYPES_BY_NAME)
+
+  @staticmethod
+  def from_np(npdt: Any) -> DType:
+    """The dtype of a numpy dtype (np.float32, np.dtype("int16"), "uint8")."""
+    return from_np_dtype(npdt)
 
   @staticmethod
   def finfo(dtype: DType) -> tuple[int, int]:

@@ -5,6 +5,7 @@ The API follows tinygrad's public Tensor API (names, signatures and semantics) f
 from __future__ import annotations
 import math
 import pathlib
+import sys
 import weakref
 from typing import Any, Callable, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype, to_np_dtype, from_np_dtype
@@ -157,6 +158,7 @@ class Tensor(TensorOps):
   def _from_python(data: Sequence, device: str | None, dtype: DType | None) -> UOp:
     import numpy as np
     flat, shape = _flatten_nested(data)
+    flat = [v.item() if isinstance(v, np.generic) else v for v in flat]  # numpy scalars in a list: their values
     if not all(isinstance(v, (bool, int, float)) for v in flat):
       bad = next(v for v in flat if not isinstance(v, (bool, int, float)))
       raise TypeError(f"Tensor data must be numbers, got {type(bad).__name__}")
@@ -244,9 +246,12 @@ class Tensor(TensorOps):
     return Tensor(view_in_buffer(buf, shape), **kwargs)
 
   @staticmethod
-  def full(shape: tuple[int, ...] | int, fill_value: Any, device: str | None = None, dtype: DType | str | None = None,
+  def full(shape: tuple[int, ...] | int, fill_value: Any, dtype: DType | str | None = None, device: str | None = None,
            **kwargs) -> Tensor:
+    """A tensor of `shape` filled with `fill_value` (dtype: from the Python value unless given); dtype comes before
+    device when passed positionally, as in tinygrad."""
     shape = Tensor._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
+    kwargs.pop("buffer", None)  # tinygrad's storage hint: a filled tensor gets storage when an op needs it
     dtype = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
     const = UOp.const(dtype, fill_value, _canonical_device(device))
     return Tensor(const.reshape((1,) * len(shape)).expand(shape), **kwargs)
@@ -260,8 +265,12 @@ class Tensor(TensorOps):
     return Tensor.full(Tensor._shape_arg(shape), 1.0 if "dtype" not in kwargs else 1,
                        **{"dtype": dtypes.default_float} | kwargs)
 
-  def full_like(self, fill_value: Any, **kwargs) -> Tensor:
-    return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device} | kwargs)
+  def full_like(self, fill_value: Any, dtype: DType | str | None = None, device: str | None = None, **kwargs) -> Tensor:
+    """A tensor of this shape (and dtype and device unless given) filled with `fill_value`."""
+    return Tensor.full(self.shape, fill_value, dtype or self.dtype, device or self.device, **kwargs)
+  def const_like(self, value: Any, dtype: DType | str | None = None) -> Tensor:
+    """`value` broadcast to this shape, on this device, in this dtype unless given (tinygrad's const_like)."""
+    return self.full_like(value, dtype)
   def zeros_like(self, **kwargs) -> Tensor: return self.full_like(0, **kwargs)
   def ones_like(self, **kwargs) -> Tensor: return self.full_like(1, **kwargs)
 
@@ -355,9 +364,12 @@ class Tensor(TensorOps):
 
   @staticmethod
   def rand(*shape, device: str | None = None, dtype: DType | str | None = None, **kwargs) -> Tensor:
-    """Uniform in [0, 1)."""
+    """Uniform in [0, 1). (tinygrad's contiguous= hint is accepted: the result is the same either way.)"""
+    kwargs.pop("contiguous", None)
     shape = Tensor._shape_arg(shape)
     dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if not dtypes.is_float(dtype):  # uniform [0, 1) in an int dtype would be all zeros
+      raise DTypeError(f"rand needs a float dtype, got {dtype} (rand_like of an int tensor: pass dtype=)")
     bits = Tensor._random_bits(prod(shape), device)
     # as many random bits as the dtype's significand holds, so the cast is exact and 1.0 is never reached
     precision = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float64: 32}.get(dtype, 24)
@@ -395,11 +407,14 @@ class Tensor(TensorOps):
     linear, _ = schedule_roots([t.uop for t in (self, *others)])
     return linear
 
-  def realize(self, *others: Tensor) -> Tensor:
+  def realize(self, *others: Tensor, do_update_stats: bool = True) -> Tensor:
+    """Compute this tensor (and `others`) now; do_update_stats is accepted for tinygrad compatibility."""
     with runtime_lock: apply_becomes(realize_roots([t.uop for t in (self, *others)]))
     return self
 
-  def contiguous(self) -> Tensor: return self._apply(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def contiguous(self, **kwargs: Any) -> Tensor:
+    """This value in its own dense storage (tinygrad's optimizer hints in kwargs are accepted and ignored)."""
+    return self._apply(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
   def detach(self) -> Tensor:
     """The same value with no gradient flowing back through it."""
     return Tensor._rebuild(UOp(Ops.DETACH, self.dtype, (self.uop,)), False)
@@ -430,6 +445,12 @@ class Tensor(TensorOps):
     # a copy to a storage device (DISK) is a store into fresh storage there; any other device change is a COPY
     if not Device.spec_for(target).compute: return self.clone(target)
     return self._apply(UOp(Ops.COPY, self.dtype, (self.uop,), target))
+
+  def to_(self, device: str | tuple | None) -> Tensor:
+    """Move this tensor (and its gradient) to `device` in place; returns it."""
+    moved = self.to(device)
+    if self.grad is not None: self.grad = self.grad.to(device)
+    return self.replace(moved)
 
   def _readable_buffer(self):
     """A realized Buffer holding exactly this tensor's elements in row-major order."""
@@ -480,7 +501,13 @@ class Tensor(TensorOps):
     if prod(self._concrete_shape()) != 1:
       raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
     return self.numpy().reshape(()).item()
-  def data(self) -> memoryview: return self._data()
+  def data(self) -> memoryview:
+    """The values as a memoryview in this dtype's struct format and this shape, as tinygrad (raw bytes for a dtype
+    without a format: bfloat16; and float16 before Python 3.12, whose memoryview cannot cast to "e")."""
+    raw = self._data().cast("B")
+    if self.dtype.fmt is None or (self.dtype.fmt == "e" and sys.version_info < (3, 12)): return raw
+    shape = self._concrete_shape()
+    return raw.cast(self.dtype.fmt) if prod(shape) == 0 else raw.cast(self.dtype.fmt, shape)
 
   def assign(self, x: Tensor | Any) -> Tensor:
     """Write x into this tensor's storage (or into the view of it that this tensor is). Lazy, like every op."""
@@ -624,7 +651,10 @@ class Tensor(TensorOps):
     return getitem(self, indices)
 
   def __setitem__(self, indices, value) -> None:
-    from tinycore.tensor_indexing import advanced_setitem, is_advanced_index
+    from tinycore.tensor_indexing import (advanced_setitem, boolean_mask, from_numpy_indices, is_advanced_index,
+                                          masked_setitem)
+    indices = from_numpy_indices(indices)
+    if (mask := boolean_mask(indices)) is not None: return masked_setitem(self, mask, value)
     if any(is_advanced_index(i) for i in (indices if isinstance(indices, tuple) else (indices,))):
       value = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
       return advanced_setitem(self, indices if isinstance(indices, tuple) else (indices,), value)
@@ -951,12 +981,12 @@ class Tensor(TensorOps):
     self._check_bitwise("~")
     if self.dtype is dtypes.bool: return self.logical_not()
     return self.bitwise_xor(-1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype))
-  def lshift(self, x) -> Tensor:
+  def lshift(self, x, reverse: bool = False) -> Tensor:
     self._check_bitwise("<<")
-    return self._binary(Ops.SHL, x)
-  def rshift(self, x) -> Tensor:
+    return self._binary(Ops.SHL, x, reverse)
+  def rshift(self, x, reverse: bool = False) -> Tensor:
     self._check_bitwise(">>")
-    return self._binary(Ops.SHR, x)
+    return self._binary(Ops.SHR, x, reverse)
 
   # --- operators
   def __neg__(self) -> Tensor: return self.neg()
@@ -983,6 +1013,8 @@ class Tensor(TensorOps):
   def __invert__(self) -> Tensor: return self.bitwise_not()
   def __lshift__(self, x) -> Tensor: return self.lshift(x)
   def __rshift__(self, x) -> Tensor: return self.rshift(x)
+  def __rlshift__(self, x) -> Tensor: return self.lshift(x, True)
+  def __rrshift__(self, x) -> Tensor: return self.rshift(x, True)
   def __lt__(self, x) -> Tensor: return self._binary(Ops.CMPLT, x)
   def __gt__(self, x) -> Tensor: return self._binary(Ops.CMPLT, x, True)
   def __le__(self, x) -> Tensor: return (self > x).logical_not()
@@ -993,6 +1025,16 @@ class Tensor(TensorOps):
   def __isub__(self, x) -> Tensor: return self.assign(self - x)
   def __imul__(self, x) -> Tensor: return self.assign(self * x)
   def __itruediv__(self, x) -> Tensor: return self.assign(self / x)
+  # the other in-place operators write the result into this tensor's storage too (assign), as tinygrad does;
+  # `%=` rebinds the name to a new tensor, as in tinygrad (which has no __imod__)
+  def __ifloordiv__(self, x) -> Tensor: return self.assign(self // x)
+  def __ipow__(self, x) -> Tensor: return self.assign(self ** x)
+  def __imatmul__(self, x) -> Tensor: return self.assign(self @ x)
+  def __iand__(self, x) -> Tensor: return self.assign(self & x)
+  def __ior__(self, x) -> Tensor: return self.assign(self | x)
+  def __ixor__(self, x) -> Tensor: return self.assign(self ^ x)
+  def __ilshift__(self, x) -> Tensor: return self.assign(self << x)
+  def __irshift__(self, x) -> Tensor: return self.assign(self >> x)
 
   # ------------------------------------------------------------------ reductions
   def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
@@ -1032,14 +1074,16 @@ class Tensor(TensorOps):
     if dtypes.is_int(dtype) or dtype is dtypes.bool: return least_upper_dtype(dtype, dtypes.int32)
     return least_upper_dtype(dtype, dtypes.float32)
 
-  def sum(self, axis=None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+  def sum(self, axis=None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
     acc = to_dtype(dtype) if dtype is not None else Tensor._sum_dtype(self.dtype)
     out = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
     return out.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else out
 
-  def prod(self, axis=None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
-    acc = to_dtype(dtype) if dtype is not None else (
-      Tensor._sum_dtype(self.dtype) if not dtypes.is_float(self.dtype) else self.dtype)
+  def prod(self, axis=None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+    """The product over `axis`, in this tensor's dtype unless `dtype` is given (tinygrad does not widen ints; the
+    product of bools is their logical and)."""
+    acc = to_dtype(dtype) if dtype is not None else self.dtype
+    if acc is dtypes.bool: return self.all(axis, keepdim)
     return self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
 
   def max(self, axis=None, keepdim: bool = False) -> Tensor:
@@ -1098,33 +1142,38 @@ class Tensor(TensorOps):
     m = self.max(axis, keepdim=True)
     return (self - m).exp().sum(axis, keepdim=True).log().add(m).reshape(self.sum(axis, keepdim).shape)
 
-  def softmax(self, axis: int = -1) -> Tensor:
-    shifted = self - self.max(axis, keepdim=True)
+  def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) over `axis`, computed in `dtype` when given."""
+    x = self.cast(dtype) if dtype is not None else self
+    shifted = x - x.max(axis, keepdim=True)
     e = shifted.exp()
     return e / e.sum(axis, keepdim=True)
 
-  def log_softmax(self, axis: int = -1) -> Tensor:
-    shifted = self - self.max(axis, keepdim=True)
+  def log_softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
+    """x - logsumexp(x) over `axis`, computed in `dtype` when given."""
+    x = self.cast(dtype) if dtype is not None else self
+    shifted = x - x.max(axis, keepdim=True)
     return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
   # ------------------------------------------------------------------ linear algebra
-  def dot(self, w: Tensor) -> Tensor:
+  def dot(self, w: Tensor, dtype: DType | str | None = None) -> Tensor:
+    """Matrix product (numpy's matmul broadcasting); `dtype`: the accumulation and result dtype."""
     if self.ndim == 0 or w.ndim == 0:
       raise ShapeError(f"dot needs at least 1-d tensors, got {self.shape} and {w.shape}")
     k_self, k_w = self.shape[-1], w.shape[-min(w.ndim, 2)]
     if k_self != k_w: raise ShapeError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k_self} != {k_w})")
     x = self
     if w.ndim == 1:
-      out = (x * w).sum(-1)
+      out = (x * w).sum(-1, dtype=dtype)
     else:
       # x (..., n, k) -> (..., n, 1, k); w (..., k, m) -> (..., 1, m, k)
       xe = x.reshape(x.shape[:-1] + (1, k_self))
       we = w.transpose(-1, -2).reshape(w.shape[:-2] + (1,) + (w.shape[-1], k_w)) if x.ndim > 1 else w.transpose(-1, -2)
-      out = (xe * we).sum(-1)
-    return out.cast(least_upper_dtype(self.dtype, w.dtype))
+      out = (xe * we).sum(-1, dtype=dtype)
+    return out.cast(least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype))
 
-  def matmul(self, x: Tensor, reverse: bool = False) -> Tensor:
-    return x.dot(self) if reverse else self.dot(x)
+  def matmul(self, x: Tensor, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
+    return x.dot(self, dtype) if reverse else self.dot(x, dtype)
 
   def sequential(self, layers: list[Callable[[Tensor], Tensor]]) -> Tensor:
     out = self
@@ -1155,6 +1204,13 @@ class Tensor(TensorOps):
     """Set requires_grad in place (False: backward() and the optimizers leave this tensor alone)."""
     self.requires_grad = requires_grad
     return self
+
+  # tinygrad's newer name for the same flag: every tensor is a parameter unless marked otherwise
+  @property
+  def is_param(self) -> bool: return self.requires_grad is not False
+  def is_param_(self, is_param: bool = True) -> Tensor:
+    """Mark this tensor as a parameter (True) or a buffer the optimizers only realize (False): requires_grad_."""
+    return self.requires_grad_(is_param)
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Fill `.grad` of every float tensor this one was computed from (its requires_grad not False), adding to a
@@ -1191,9 +1247,13 @@ class Tensor(TensorOps):
     def __init__(self, mode: bool = True): super().__init__(not mode)
 
   # ------------------------------------------------------------------ neural network ops (used by tinycore.nn)
-  def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """self @ weight (+ bias)."""
-    out = self @ weight
+  def linear(self, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
+    """self @ weight (+ bias); a 1-d weight scales the last axis elementwise. With `dtype`, all three are cast to
+    it first."""
+    if dtype is not None:
+      dtype = to_dtype(dtype)
+      return self.cast(dtype).linear(weight.cast(dtype), None if bias is None else bias.cast(dtype))
+    out = self * weight if weight.ndim == 1 else self @ weight
     return out if bias is None else out + bias
 
   def one_hot(self, num_classes: int = -1) -> Tensor:
@@ -1238,47 +1298,115 @@ class Tensor(TensorOps):
 
   def _pad2d(self, padding: int | Sequence[int], value: float = 0.0) -> Tensor:
     """padding: an int, (pad_h, pad_w) or (left, right, top, bottom) for the last two dims."""
-    if isinstance(padding, int): padding = (padding,) * 4
-    elif len(padding) == 2: padding = (padding[1], padding[1], padding[0], padding[0])
-    if len(padding) != 4: raise ValueError(f"2d padding must be an int, 2 or 4 values, got {padding}")
-    return self.pad(tuple(padding), value=value) if any(padding) else self
+    return self._pad_spatial(padding, 2, value)
+
+  def _pad_spatial(self, padding: int | Sequence[int], dims: int, value: float = 0.0) -> Tensor:
+    """This tensor with its last `dims` dims padded by `padding` (see _spatial_padding) with `value`."""
+    if not any(Tensor._flat(padding)): return self
+    return self.pad(((0, 0),) * (self.ndim - dims) + Tensor._spatial_padding(padding, dims), value=value)
+
+  @staticmethod
+  def _flat(value: int | Sequence[int]) -> tuple[int, ...]: return (value,) if isinstance(value, int) else tuple(value)
+
+  @staticmethod
+  def _spatial_padding(padding: int | Sequence[int], dims: int) -> tuple[tuple[int, int], ...]:
+    """(before, after) for each of the last `dims` dims, from an int, one int per dim (both sides), or torch's flat
+    order (left, right, top, bottom, ...: the last dim first)."""
+    flat = Tensor._flat(padding)
+    if len(flat) == 1: flat = flat * dims
+    if len(flat) == dims: return tuple((p, p) for p in flat)
+    if len(flat) == 2 * dims: return tuple((flat[2 * i], flat[2 * i + 1]) for i in reversed(range(dims)))
+    raise ArgumentError(f"padding for {dims} spatial dims must be an int, {dims} or {2 * dims} ints, got {padding}")
 
   @staticmethod
   def _pair(value: int | Sequence[int]) -> tuple[int, int]:
     return (value, value) if isinstance(value, int) else tuple(value)
 
+  @staticmethod
+  def _per_dim(value: int | Sequence[int], dims: int, name: str) -> tuple[int, ...]:
+    """An int repeated for each of `dims` spatial dims, or exactly `dims` ints."""
+    values = Tensor._flat(value) * (dims if isinstance(value, int) else 1)
+    if len(values) != dims: raise ArgumentError(f"{name} needs an int or {dims} ints, got {value}")
+    return values
+
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
-             dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
-    """2-d convolution (cross-correlation, as torch): self (N, C_in, H, W), weight (C_out, C_in/groups, kh, kw)."""
-    if self.ndim != 4 or weight.ndim != 4: raise ValueError(f"conv2d needs 4-d input and weight, got {self.shape} "
-                                                            f"and {weight.shape}")
-    batch, cin, cout, (kh, kw) = self.shape[0], self.shape[1], weight.shape[0], weight.shape[2:]
+             dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+             dtype: DType | str | None = None) -> Tensor:
+    """Convolution (cross-correlation, as torch) over any number of spatial dims, as tinygrad's conv2d:
+    self (N, C_in, *spatial), weight (C_out, C_in/groups, *kernel); `dtype`: the accumulation dtype."""
+    dims = weight.ndim - 2
+    if dims < 1 or self.ndim != weight.ndim:
+      raise ShapeError(f"conv2d needs input (N, C, *spatial) and weight (C_out, C_in/groups, *kernel) with the same "
+                       f"number of dims, got {self.shape} and {weight.shape}")
+    batch, cin, cout, kernel = self.shape[0], self.shape[1], weight.shape[0], weight.shape[2:]
     if cin != weight.shape[1] * groups or cout % groups:
-      raise ValueError(f"conv2d channels: input {cin}, weight {weight.shape} with groups={groups} do not match")
-    windows = self._pad2d(padding)._pool((kh, kw), Tensor._pair(stride), Tensor._pair(dilation))
-    oh, ow = windows.shape[2:4]
-    windows = windows.reshape(batch, groups, 1, cin // groups, oh, ow, kh, kw)
-    kernel = weight.reshape(1, groups, cout // groups, cin // groups, 1, 1, kh, kw)
-    out = (windows * kernel).sum((3, 6, 7)).reshape(batch, cout, oh, ow)
-    return out if bias is None else out + bias.reshape(1, cout, 1, 1)
+      raise ShapeError(f"conv2d channels: input {cin}, weight {weight.shape} with groups={groups} do not match")
+    x = self._pad_spatial(padding, dims)
+    windows = x._pool(kernel, Tensor._per_dim(stride, dims, "stride"), Tensor._per_dim(dilation, dims, "dilation"))
+    out_spatial = windows.shape[2:2 + dims]
+    windows = windows.reshape(batch, groups, 1, cin // groups, *out_spatial, *kernel)
+    weight = weight.reshape(1, groups, cout // groups, cin // groups, *(1,) * dims, *kernel)
+    reduced = (3,) + tuple(range(4 + dims, 4 + 2 * dims))
+    out = (windows * weight).sum(reduced, dtype=dtype).reshape(batch, cout, *out_spatial)
+    return out if bias is None else out + bias.reshape(1, cout, *(1,) * dims)
+
+  def _pool_windows(self, kernel: tuple[int, ...], stride: int | Sequence[int] | None, dilation: int | Sequence[int],
+                    padding: int | Sequence[int], ceil_mode: bool, value: float) -> tuple[Tensor, list[tuple]]:
+    """The windows of the last len(kernel) dims, padded by `padding` with `value`; ceil_mode adds the right padding
+    (also `value`) that a last partial window needs, as torch: such a window must start inside the input or its
+    left padding. Also returns (before, after, ceil extra) per dim."""
+    dims = len(kernel)
+    stride = kernel if stride is None else Tensor._per_dim(stride, dims, "stride")
+    dilation = Tensor._per_dim(dilation, dims, "dilation")
+    sides = []
+    for n, k, s, d, (before, after) in zip(self.shape[-dims:], kernel, stride, dilation,
+                                           Tensor._spatial_padding(padding, dims)):
+      room = n + before + after - (d * (k - 1) + 1)
+      if room < 0: raise ShapeError(f"pooling window {kernel} (dilation {dilation}) is larger than the padded input "
+                                    f"{self.shape[-dims:]}")
+      extra = 0
+      if ceil_mode:
+        count = -(-room // s) + 1
+        if (count - 1) * s >= n + before: count -= 1
+        extra = max(0, (count - 1) * s - room)
+      sides.append((before, after, extra))
+    pads = ((0, 0),) * (self.ndim - dims) + tuple((b, a + e) for b, a, e in sides)
+    x = self.pad(pads, value=value) if any(any(p) for p in pads) else self
+    return x._pool(kernel, stride, dilation), sides
 
   def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
-                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
                  return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-    """The max of each window of the last two dims (stride defaults to the kernel size; padding is -inf);
-    return_indices: also where each max is, as an int32 index into the flattened (H*W) plane (the first, on ties)."""
+    """The max of each window of the last len(kernel_size) dims (an int kernel: two dims; stride defaults to the
+    kernel size; padding is -inf); return_indices (2-d only): also where each max is, as an int32 index into the
+    flattened (H*W) plane (the first, on ties)."""
     kernel = Tensor._pair(kernel_size)
-    windows = self._pad2d(padding, -math.inf)._pool(kernel, Tensor._pair(stride or kernel), Tensor._pair(dilation))
-    if not return_indices: return windows.max((-2, -1))
-    return windows.max((-2, -1)), self._pool_argmax(windows, padding, kernel, Tensor._pair(stride or kernel),
-                                                    Tensor._pair(dilation))
+    windows, sides = self._pool_windows(kernel, stride, dilation, padding, ceil_mode, -math.inf)
+    reduced = tuple(range(-len(kernel), 0))
+    if not return_indices: return windows.max(reduced)
+    if len(kernel) != 2 or ceil_mode:
+      raise ArgumentError("max_pool2d(return_indices=True) supports 2-d pooling without ceil_mode")
+    stride = kernel if stride is None else Tensor._pair(stride)
+    return windows.max(reduced), self._pool_argmax(windows, padding, kernel, stride, Tensor._pair(dilation))
 
   def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
-                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
-    """The mean of each window of the last two dims (stride defaults to the kernel size; zero padding counts)."""
+                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
+                 count_include_pad: bool = True) -> Tensor:
+    """The mean of each window of the last len(kernel_size) dims (stride defaults to the kernel size). The padding
+    counts in the divisor when count_include_pad; the extra right padding of ceil_mode never does (as torch)."""
     kernel = Tensor._pair(kernel_size)
-    windows = self._pad2d(padding)._pool(kernel, Tensor._pair(stride or kernel), Tensor._pair(dilation))
-    return windows.mean((-2, -1))
+    windows, sides = self._pool_windows(kernel, stride, dilation, padding, ceil_mode, 0.0)
+    reduced = tuple(range(-len(kernel), 0))
+    if not any(e for _, _, e in sides) and (count_include_pad or not any(b or a for b, a, _ in sides)):
+      return windows.mean(reduced)
+    # the divisor of each window: how many of its places are input (or counted padding)
+    ones = Tensor.ones(*self.shape[-len(kernel):], device=self.device, dtype=dtypes.float32)
+    if count_include_pad: ones = ones.pad(tuple((b, a) for b, a, _ in sides), value=1.0)
+    counted = tuple((0, e) if count_include_pad else (b, a + e) for b, a, e in sides)
+    strides = kernel if stride is None else Tensor._per_dim(stride, len(kernel), "stride")
+    divisor = ones.pad(counted)._pool(kernel, strides, Tensor._per_dim(dilation, len(kernel), "dilation")).sum(reduced)
+    out_dtype = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
+    return (windows.sum(reduced).cast(least_upper_dtype(out_dtype, dtypes.float32)) / divisor).cast(out_dtype)
 
   # --- losses
   @staticmethod

@@ -35,7 +35,49 @@ def _take_every(t: Tensor, dim: int, step: int) -> Tensor:
   return t.reshape(t.shape[:dim] + (count,) + t.shape[dim + 2:])
 
 
+def from_numpy_indices(indices: Any) -> Any:
+  """numpy index values as their Python/Tensor equivalents (an np.int64 is an int, an int array an index tensor), so
+  indices computed with numpy work as they do in numpy."""
+  import numpy as np
+  from tinycore.tensor import Tensor
+  def convert(index: Any) -> Any:
+    if isinstance(index, np.generic): return index.item()
+    if isinstance(index, np.ndarray): return Tensor(index) if index.dtype != np.bool_ else index.tolist()
+    return index
+  return tuple(convert(i) for i in indices) if isinstance(indices, tuple) else convert(indices)
+
+
+def boolean_mask(indices: Any) -> Tensor | None:
+  """The mask when the whole index is one boolean tensor (or a nested list of bools), else None."""
+  from tinycore.dtype import dtypes
+  from tinycore.tensor import Tensor
+  if isinstance(indices, list) and indices and all(isinstance(v, bool) for v in _leaves(indices)):
+    return Tensor(indices)
+  return indices if isinstance(indices, Tensor) and indices.dtype is dtypes.bool else None
+
+
+def _leaves(nested: list) -> list:
+  return [leaf for item in nested for leaf in (_leaves(item) if isinstance(item, list) else [item])]
+
+
+def masked_setitem(t: Tensor, mask: Tensor, value: Any) -> None:
+  """`t[mask] = value` for a boolean mask over t's leading dims and one value (a scalar or a one-element tensor):
+  where the mask holds, t becomes value (torch's `x[x < 0] = 0`). The selection's size depends on the data, so a
+  value per selected element is not supported."""
+  from tinycore.tensor import Tensor
+  if mask.shape != t.shape[:mask.ndim]:
+    raise IndexError(f"boolean mask of shape {mask.shape} does not match the tensor's shape {t.shape}")
+  if isinstance(value, Tensor):
+    if value.numel() != 1: raise NotImplementedError(
+      f"t[mask] = value needs one value (a scalar), got shape {value.shape}: use t.assign(mask.where(value, t))")
+    value = value.reshape(()).cast(t.dtype)
+  else: value = Tensor(value, device=t.device, dtype=t.dtype)
+  spread = mask.reshape(mask.shape + (1,) * (t.ndim - mask.ndim))
+  t.assign(spread.where(value, t))
+
+
 def getitem(t: Tensor, indices: Any) -> Tensor:
+  indices = from_numpy_indices(indices)
   if not isinstance(indices, tuple): indices = (indices,)
   if any(is_advanced_index(i) for i in indices): return _advanced_getitem(t, indices)
   for i in indices:
@@ -111,10 +153,14 @@ def _index_tensor(index: Any, device: str) -> Tensor:
   from tinycore.dtype import dtypes
   from tinycore.tensor import Tensor
   if not isinstance(index, Tensor):
-    try: index = Tensor(list(index) if isinstance(index, tuple) else index, device=device, dtype=dtypes.int32)
+    try: index = Tensor(list(index) if isinstance(index, tuple) else index, device=device)
     except (TypeError, ValueError) as e: raise IndexError(f"invalid index list {index!r}: {e}") from e
+    # a list of ints is an int32 index (an empty one too); a list of bools is a mask, as in numpy, and rejected below
+    if index.dtype is not dtypes.bool and (index.numel() == 0 or not dtypes.is_float(index.dtype)):
+      index = index.cast(dtypes.int32)
   if index.dtype is dtypes.bool:
-    raise NotImplementedError("boolean mask indexing has a data-dependent shape; use where() or masked_fill()")
+    raise NotImplementedError("boolean mask indexing has a data-dependent shape; use where(), masked_fill() or "
+                              "masked_select() (setting, t[mask] = scalar, works)")
   if dtypes.is_float(index.dtype): raise IndexError(f"tensors used as indices must be integers, got {index.dtype}")
   # an index into a tensor on a device tuple is replicated onto those devices
   if isinstance(device, tuple) and index.device != device: index = index.to(device)

@@ -70,19 +70,19 @@ class TensorMath:
     """The base-10 logarithm."""
     return self._as_float().log2() * math.log10(2)
 
-  def fmod(self: Tensor, other: Tensor | Any) -> Tensor:
-    """C's remainder: the sign follows self (truncating division), unlike `%`, whose sign follows other."""
-    a, b = self._broadcasted(other)
+  def fmod(self: Tensor, x: Tensor | Any) -> Tensor:
+    """C's remainder: the sign follows self (truncating division), unlike `%`, whose sign follows x."""
+    a, b = self._broadcasted(x)
     if dtypes.is_int(a.dtype): return a - a.div(b, rounding_mode="trunc") * b
     return a - (a / b).trunc() * b
 
-  def eq(self: Tensor, other: Tensor | Any) -> Tensor:
-    """self == other, elementwise."""
-    return self == other
+  def eq(self: Tensor, x: Tensor | Any) -> Tensor:
+    """self == x, elementwise."""
+    return self == x
 
-  def ne(self: Tensor, other: Tensor | Any) -> Tensor:
-    """self != other, elementwise."""
-    return self != other
+  def ne(self: Tensor, x: Tensor | Any) -> Tensor:
+    """self != x, elementwise."""
+    return self != x
 
   # ------------------------------------------------------------------ trigonometry
   def _atan_unit(self: Tensor) -> Tensor:

@@ -5,7 +5,7 @@ existing lazy ops (movement ops, where, reductions), so they fuse and differenti
 from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Sequence
-from tinycore.dtype import dtypes, least_upper_dtype
+from tinycore.dtype import DType, dtypes, least_upper_dtype
 from tinycore.errors import ArgumentError, ShapeError
 
 if TYPE_CHECKING:
@@ -46,9 +46,9 @@ class TensorNN:
     return scores.softmax(-1).cast(self.dtype).dropout(dropout_p) @ value
 
   # ------------------------------------------------------------------ normalization
-  def softmin(self: Tensor, axis: int = -1) -> Tensor:
-    """softmax of -self."""
-    return (-self).softmax(axis)
+  def softmin(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
+    """softmax of -self (computed in `dtype` when given)."""
+    return (-self).softmax(axis, dtype)
 
   def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """self divided by its L`p` norm along dim (at least eps), as torch.nn.functional.normalize."""
@@ -228,29 +228,36 @@ class TensorNN:
   def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
                        stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
                        padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Tensor:
-    """The transposed 2-d convolution (the gradient of conv2d with respect to its input), self (N, C_in, H, W),
-    weight (C_in, C_out/groups, kh, kw), as torch's conv_transpose2d: the input spread out by stride, padded by
-    dilation*(k-1) - padding (plus output_padding after), convolved with the flipped kernel."""
-    if self.ndim != 4 or weight.ndim != 4:
-      raise ShapeError(f"conv_transpose2d needs 4-d input and weight, got {self.shape} and {weight.shape}")
-    cin, cout_group, (kh, kw) = weight.shape[0], weight.shape[1], weight.shape[2:]
+    """The transposed convolution (the gradient of conv2d with respect to its input) over any number of spatial
+    dims, self (N, C_in, *spatial), weight (C_in, C_out/groups, *kernel), as torch's conv_transpose: the input
+    spread out by stride, padded by dilation*(k-1) - padding (plus output_padding after), convolved with the flipped
+    kernel."""
+    dims = weight.ndim - 2
+    if dims < 1 or self.ndim != weight.ndim:
+      raise ShapeError(f"conv_transpose2d needs input (N, C_in, *spatial) and weight (C_in, C_out/groups, *kernel) "
+                       f"with the same number of dims, got {self.shape} and {weight.shape}")
+    cin, cout_group, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
     if self.shape[1] != cin or cin % groups:
       raise ShapeError(f"conv_transpose2d channels: input {self.shape}, weight {weight.shape}, groups={groups}")
-    stride, dilation = _tuple_of(stride, 2, "stride"), _tuple_of(dilation, 2, "dilation")
-    padding, output_padding = _tuple_of(padding, 2, "padding"), _tuple_of(output_padding, 2, "output_padding")
+    stride, dilation = _tuple_of(stride, dims, "stride"), _tuple_of(dilation, dims, "dilation")
+    padding, output_padding = _tuple_of(padding, dims, "padding"), _tuple_of(output_padding, dims, "output_padding")
     if any(o >= max(s, d) for o, s, d in zip(output_padding, stride, dilation)):
       raise ArgumentError(f"output_padding {output_padding} must be smaller than stride {stride} or dilation "
                           f"{dilation}")
     x = self._spread(stride)
-    sides = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip((kh, kw), dilation, padding, output_padding)]
+    sides = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip(kernel, dilation, padding, output_padding)]
     x = x.pad(((0, 0), (0, 0), *sides))
-    kernel = weight.reshape(groups, cin // groups, cout_group, kh, kw).transpose(1, 2)
-    kernel = kernel.reshape(groups * cout_group, cin // groups, kh, kw).flip(2, 3)
-    return x.conv2d(kernel, bias, groups=groups, dilation=dilation)
+    flipped = weight.reshape(groups, cin // groups, cout_group, *kernel).transpose(1, 2)
+    flipped = flipped.reshape(groups * cout_group, cin // groups, *kernel).flip(*range(2, 2 + dims))
+    return x.conv2d(flipped, bias, groups=groups, dilation=dilation)
 
-  def _spread(self: Tensor, stride: tuple[int, int]) -> Tensor:
-    """(N, C, H, W) -> (N, C, (H-1)*sh + 1, (W-1)*sw + 1) with stride-1 zeros between neighbours."""
-    (sh, sw), (n, c, h, w) = stride, self.shape
-    if sh == sw == 1 or h == 0 or w == 0: return self
-    x = self.reshape(n, c, h, 1, w, 1).pad(((0, 0), (0, 0), (0, 0), (0, sh - 1), (0, 0), (0, sw - 1)))
-    return x.reshape(n, c, h * sh, w * sw).shrink((None, None, (0, (h - 1) * sh + 1), (0, (w - 1) * sw + 1)))
+  def _spread(self: Tensor, stride: tuple[int, ...]) -> Tensor:
+    """(N, C, *spatial) with stride-1 zeros between neighbours along each spatial dim: n -> (n-1)*s + 1."""
+    x = self
+    for dim, step in enumerate(stride, start=2):
+      n = x.shape[dim]
+      if step == 1 or n == 0: continue
+      gaps = tuple((0, step - 1) if d == dim + 1 else (0, 0) for d in range(x.ndim + 1))
+      x = x.unsqueeze(dim + 1).pad(gaps).reshape(*x.shape[:dim], n * step, *x.shape[dim + 1:])
+      x = x.shrink(tuple((0, (n - 1) * step + 1) if d == dim else None for d in range(x.ndim)))
+    return x

@@ -151,14 +151,32 @@ class TensorOps(TensorMath, TensorNN):
     acc = self.dtype if dtypes.is_float(self.dtype) else type(self)._sum_dtype(self.dtype)
     return self.cast(acc)._cumulative(Ops.MUL, axis)
 
-  def cummax(self: Tensor, axis: int = 0) -> Tensor:
-    """The running maximum along axis (values; NaN propagates)."""
-    return self._cumulative(Ops.MAX, axis)
+  def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+    """The running maximum along axis and, as tinygrad, where it is: (values, int32 indices of the first element
+    equal to each running maximum; NaN propagates)."""
+    values = self._cumulative(Ops.MAX, axis)
+    return values, self._running_index(values, axis)
 
-  def cummin(self: Tensor, axis: int = 0) -> Tensor:
-    """The running minimum along axis."""
-    if dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype): return ~((~self).cummax(axis))
-    return self._inverse().cummax(axis)._inverse()
+  def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+    """The running minimum along axis and where it is: (values, int32 indices, as cummax)."""
+    if dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype): values = ~((~self)._cumulative(Ops.MAX, axis))
+    else: values = self._inverse()._cumulative(Ops.MAX, axis)._inverse()
+    return values, self._running_index(values, axis)
+
+  def _running_index(self: Tensor, values: Tensor, axis: int) -> Tensor:
+    """For each place i along axis, the first j <= i whose element equals values[i] (NaN matches NaN)."""
+    from tinycore.tensor import Tensor
+    if self.ndim == 0 or self.shape[_axis(axis, self.ndim)] == 0:
+      return Tensor.zeros(*self.shape, dtype=dtypes.int32, device=self.device)
+    axis, n = _axis(axis, self.ndim), self.shape[_axis(axis, self.ndim)]
+    source, running = self.transpose(axis, -1).unsqueeze(-1), values.transpose(axis, -1).unsqueeze(-2)
+    same = source == running
+    if dtypes.is_float(self.dtype): same = same | ((source != source) & (running != running))
+    j = Tensor.arange(n, device=self.device, dtype=dtypes.int32).reshape(n, 1)
+    hit = same & (j <= Tensor.arange(n, device=self.device, dtype=dtypes.int32).reshape(1, n))
+    # the first hit has the largest countdown n - j
+    first = n - hit.where(n - j, 0).max(-2)
+    return first.cast(dtypes.int32).transpose(-1, axis)
 
   def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
     """log(cumsum(exp(x))) along axis, as a scan of logaddexp (every partial sum shifted by its own max, so

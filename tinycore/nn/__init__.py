@@ -33,12 +33,32 @@ class Linear:
   def __call__(self, x: Tensor) -> Tensor: return x.linear(self.weight.transpose(), self.bias)
 
 
-class Conv2d:
-  """2-d convolution layer: weight (out_channels, in_channels/groups, kh, kw), uniform in +-1/sqrt(fan_in)."""
+def same_padding(kernel_size: Sequence[int], dilation: int | Sequence[int]) -> tuple[int, ...]:
+  """The padding (torch's flat order: the last dim first) that keeps the spatial size of a stride-1 convolution;
+  an odd total puts the extra element after."""
+  dilation = (dilation,) * len(kernel_size) if isinstance(dilation, int) else tuple(dilation)
+  flat: list[int] = []
+  for k, d in zip(reversed(kernel_size), reversed(dilation)):
+    total = d * (k - 1)
+    flat += [total // 2, total - total // 2]
+  return tuple(flat)
 
-  def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: int = 1,
-               padding: int | Sequence[int] = 0, dilation: int = 1, groups: int = 1, bias: bool = True):
+
+class Conv2d:
+  """Convolution layer over len(kernel_size) spatial dims (an int kernel_size: 2): weight (out_channels,
+  in_channels/groups, *kernel_size), uniform in +-1/sqrt(fan_in). padding may be "same" (stride 1 only)."""
+
+  def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+               stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
+               dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True):
     self.kernel_size = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    if in_channels % groups or out_channels % groups:
+      raise ValueError(f"in_channels {in_channels} and out_channels {out_channels} must divide by groups={groups}")
+    if isinstance(padding, str):
+      if padding.lower() != "same": raise ValueError(f"padding {padding!r}: the only padding name is 'same'")
+      if any(s != 1 for s in ((stride,) if isinstance(stride, int) else tuple(stride))):
+        raise ValueError(f"padding='same' needs stride 1, got stride={stride}")
+      padding = same_padding(self.kernel_size, dilation)
     self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
     bound = 1 / math.sqrt(in_channels * prod(self.kernel_size) // groups)
     self.weight = Tensor.uniform(out_channels, in_channels // groups, *self.kernel_size, low=-bound, high=bound)
@@ -92,6 +112,9 @@ class BatchNorm:
     return mean, var
 
   def __call__(self, x: Tensor) -> Tensor:
+    channels = next((t.shape[0] for t in (self.weight, getattr(self, "running_mean", None)) if t is not None), None)
+    if x.ndim < 2 or (channels is not None and x.shape[1] != channels):
+      raise ValueError(f"BatchNorm({channels}) needs an input (N, {channels}, ...), got shape {x.shape}")
     mean, var = self.calc_stats(x)
     if self.track_running_stats and TRAINING:
       count = x.numel() // x.shape[1]
@@ -107,7 +130,60 @@ class BatchNorm:
     return out if self.bias is None else out + self.bias.reshape(shape)
 
 
-BatchNorm2d = BatchNorm
+BatchNorm2d = BatchNorm3d = BatchNorm
+
+
+def Conv1d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int | str = 0,
+           dilation: int = 1, groups: int = 1, bias: bool = True) -> Conv2d:
+  """1-d convolution layer over (N, C, L): a Conv2d with a one-element kernel."""
+  return Conv2d(in_channels, out_channels, (kernel_size,), stride, padding, dilation, groups, bias)
+
+
+def ConvTranspose1d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
+                    output_padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> ConvTranspose2d:
+  """1-d transposed convolution layer over (N, C, L): a ConvTranspose2d with a one-element kernel."""
+  return ConvTranspose2d(in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation, groups,
+                         bias)
+
+
+def _affine_per_channel(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+  """x * weight + bias with one weight and bias per channel (axis 1)."""
+  if weight is None: return x
+  shape = (1, -1) + (1,) * (x.ndim - 2)
+  return x * weight.reshape(shape) + bias.reshape(shape)
+
+
+class GroupNorm:
+  """Normalize each of num_groups groups of channels (axis 1) over the group's channels and spatial positions, then
+  scale and shift per channel (weight ones, bias zeros)."""
+
+  def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
+    if num_channels % num_groups:
+      raise ValueError(f"GroupNorm: num_channels {num_channels} is not divisible by num_groups {num_groups}")
+    self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
+    self.weight: Tensor | None = filled(num_channels, value=1.0) if affine else None
+    self.bias: Tensor | None = filled(num_channels, value=0.0) if affine else None
+
+  def __call__(self, x: Tensor) -> Tensor:
+    if x.ndim < 2 or x.shape[1] != self.num_channels:
+      raise ValueError(f"GroupNorm({self.num_groups}, {self.num_channels}) got an input of shape {x.shape}")
+    normed = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
+    return _affine_per_channel(normed, self.weight, self.bias)
+
+
+class InstanceNorm:
+  """Normalize each channel of each sample over its spatial positions, then scale and shift per channel."""
+
+  def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True):
+    self.num_features, self.eps = num_features, eps
+    self.weight: Tensor | None = filled(num_features, value=1.0) if affine else None
+    self.bias: Tensor | None = filled(num_features, value=0.0) if affine else None
+
+  def __call__(self, x: Tensor) -> Tensor:
+    if x.ndim < 3 or x.shape[1] != self.num_features:
+      raise ValueError(f"InstanceNorm({self.num_features}) needs (N, {self.num_features}, ...), got {x.shape}")
+    normed = x.reshape(x.shape[0], self.num_features, -1).layernorm(eps=self.eps).reshape(x.shape)
+    return _affine_per_channel(normed, self.weight, self.bias)
 
 
 class LayerNorm:
@@ -126,6 +202,25 @@ class LayerNorm:
     return x if self.weight is None else x * self.weight + self.bias
 
 
+class LayerNorm2d(LayerNorm):
+  """LayerNorm over the channels (axis 1) of an (N, C, H, W) input."""
+
+  def __call__(self, x: Tensor) -> Tensor: return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class RMSNorm:
+  """x / sqrt(mean(x^2 over the last axis) + eps), computed in float32, times weight (ones)."""
+
+  def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True):
+    self.eps = eps
+    self.weight: Tensor | None = filled(dim, value=1.0) if elementwise_affine else None
+
+  def __call__(self, x: Tensor) -> Tensor:
+    wide = x.float()
+    out = (wide * (wide.square().mean(-1, keepdim=True) + self.eps).rsqrt()).cast(x.dtype)
+    return out if self.weight is None else out * self.weight
+
+
 class Embedding:
   """A lookup table: integer indices (...) -> rows of weight (vocab_size, embed_size) as (..., embed_size)."""
 
@@ -138,4 +233,29 @@ class Embedding:
     return idx.one_hot(self.vocab_size).cast(self.weight.dtype) @ self.weight
 
 
-__all__ = ["Linear", "Conv2d", "ConvTranspose2d", "BatchNorm", "BatchNorm2d", "LayerNorm", "Embedding"]
+class LSTMCell:
+  """One LSTM step: (x (N, input_size), (h, c)) -> (h', c'), gates in torch's order (input, forget, cell, output);
+  weights uniform in +-1/sqrt(hidden_size), biases zeros. Without a state it starts from zeros."""
+
+  def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
+    bound = 1.0 / math.sqrt(hidden_size)
+    self.weight_ih = Tensor.uniform(hidden_size * 4, input_size, low=-bound, high=bound)
+    self.weight_hh = Tensor.uniform(hidden_size * 4, hidden_size, low=-bound, high=bound)
+    self.bias_ih: Tensor | None = filled(hidden_size * 4, value=0.0) if bias else None
+    self.bias_hh: Tensor | None = filled(hidden_size * 4, value=0.0) if bias else None
+
+  def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+    if hc is None:
+      zeros = Tensor.zeros(x.shape[0], self.weight_hh.shape[1], dtype=x.dtype, device=x.device)
+      hc = (zeros, zeros)
+    gates = x.linear(self.weight_ih.T, self.bias_ih) + hc[0].linear(self.weight_hh.T, self.bias_hh)
+    input_gate, forget_gate, cell_gate, output_gate = gates.chunk(4, dim=1)
+    c = forget_gate.sigmoid() * hc[1] + input_gate.sigmoid() * cell_gate.tanh()
+    return output_gate.sigmoid() * c.tanh(), c
+
+
+__all__ = ["Linear", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "BatchNorm", "BatchNorm2d",
+           "BatchNorm3d", "GroupNorm", "InstanceNorm", "LayerNorm", "LayerNorm2d", "RMSNorm", "Embedding", "LSTMCell"]
+
+# `from tinycore import nn; nn.optim.Adam(...)` works as in tinygrad, without importing the submodules by hand
+from tinycore.nn import optim, state  # noqa: E402,F401

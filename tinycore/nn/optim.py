@@ -1,4 +1,5 @@
-"""Optimizers (tinygrad's names and update rules): SGD (momentum, nesterov, weight decay), Adam, AdamW.
+"""Optimizers (tinygrad's names and update rules): SGD (momentum, nesterov, weight decay), Adam, AdamW, LAMB, and
+OptimizerGroup to step several at once.
 
     opt = nn.optim.Adam(nn.state.get_parameters(model), lr=1e-3)
     with Tensor.train():
@@ -36,14 +37,16 @@ class Optimizer:
   """Base class: `params` are the tensors to update (requires_grad not False; None becomes True); tensors with
   requires_grad=False (e.g. BatchNorm's running statistics) are `buffers`, realized with every step."""
 
-  def __init__(self, params: list[Tensor], lr: float):
+  def __init__(self, params: list[Tensor], lr: float, device: str | None = None, fused: bool = False):
+    """`device`: where the learning rate and step counters live (default: the first parameter's device). `fused`
+    (tinygrad packs all parameters into one buffer) is accepted and changes nothing: a step is one schedule anyway."""
     if lr < 0: raise ValueError(f"invalid learning rate {lr}: it must be >= 0")
     for t in params:
       if t.requires_grad is None: t.requires_grad = True
     self.params = _dedup([t for t in params if t.requires_grad])
     if not self.params: raise ValueError("the optimizer got no parameters (every tensor has requires_grad=False)")
     self.buffers = _dedup([t for t in params if not t.requires_grad])
-    self.device = self.params[0].device
+    self.device = device or self.params[0].device
     self.lr = _own_buffer(Tensor([lr], device=self.device, dtype=dtypes.float32))
 
   def zero_grad(self) -> None:
@@ -70,22 +73,26 @@ class Optimizer:
 
 class SGD(Optimizer):
   """g = grad + weight_decay * p; with momentum: b = momentum * b + g, g = g + momentum * b (nesterov) or b;
-  p -= lr * g."""
+  p -= lr * g. `classic` scales the gradient by lr before the momentum instead of after (they differ only when lr
+  changes between steps)."""
 
   def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.0, weight_decay: float = 0.0,
-               nesterov: bool = False):
-    super().__init__(params, lr)
+               nesterov: bool = False, classic: bool = False, device: str | None = None, fused: bool = False):
+    super().__init__(params, lr, device, fused)
+    self.classic = classic
     if nesterov and momentum <= 0: raise ValueError("nesterov momentum needs momentum > 0")
     self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
     self.velocity = [_state_like(t) for t in self.params] if momentum else []
 
   def update_parameters(self, grads: list[Tensor]) -> list[Tensor]:
     for i, (t, g) in enumerate(zip(self.params, grads)):
+      lr = self.lr.to(t.device)
       g = g + self.weight_decay * t.detach() if self.weight_decay else g
+      if self.classic: g = g * lr
       if self.momentum:
         self.velocity[i].assign(self.momentum * self.velocity[i] + g)
         g = g + self.momentum * self.velocity[i] if self.nesterov else self.velocity[i]
-      t.assign((t.detach() - self.lr * g).cast(t.dtype))
+      t.assign((t.detach() - (g if self.classic else lr * g)).cast(t.dtype))
     return self.velocity
 
 
@@ -95,8 +102,9 @@ class LAMB(Optimizer):
   Adam weight_decay)."""
 
   def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
-               weight_decay: float = 0.0, adam: bool = False, l2: bool = False):
-    super().__init__(params, lr)
+               weight_decay: float = 0.0, adam: bool = False, l2: bool = False, device: str | None = None,
+               fused: bool = False):
+    super().__init__(params, lr, device, fused)
     self.b1, self.b2, self.eps, self.weight_decay, self.adam, self.l2 = b1, b2, eps, weight_decay, adam, l2
     self.b1_t = _own_buffer(Tensor.ones(1, device=self.device))
     self.b2_t = _own_buffer(Tensor.ones(1, device=self.device))
@@ -107,28 +115,45 @@ class LAMB(Optimizer):
     self.b1_t.assign(self.b1_t * self.b1)
     self.b2_t.assign(self.b2_t * self.b2)
     for t, g, m, v in zip(self.params, grads, self.m, self.v):
+      lr, b1_t, b2_t = self.lr.to(t.device), self.b1_t.to(t.device), self.b2_t.to(t.device)
       if self.l2 and self.weight_decay: g = g + self.weight_decay * t.detach()
       m.assign(self.b1 * m + (1 - self.b1) * g)
       v.assign(self.b2 * v + (1 - self.b2) * g.square())
-      update = (m / (1 - self.b1_t)) / ((v / (1 - self.b2_t)).sqrt() + self.eps)
+      update = (m / (1 - b1_t)) / ((v / (1 - b2_t)).sqrt() + self.eps)
       if not self.l2 and self.weight_decay: update = update + self.weight_decay * t.detach()
       if not self.adam:
         r1, r2 = t.detach().square().sum().sqrt(), update.square().sum().sqrt()
         update = update * ((r1 > 0) & (r2 > 0)).where(r1 / r2, 1.0)
-      t.assign((t.detach() - self.lr * update).cast(t.dtype))
+      t.assign((t.detach() - lr * update).cast(t.dtype))
     return [self.b1_t, self.b2_t, *self.m, *self.v]
 
 
 def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-         weight_decay: float = 0.0) -> LAMB:
+         weight_decay: float = 0.0, device: str | None = None, fused: bool = False) -> LAMB:
   """Adam; weight_decay (default 0) is added to the gradient (L2), as torch's Adam."""
-  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, l2=True)
+  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, l2=True, device=device, fused=fused)
 
 
 def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-          weight_decay: float = 0.01) -> LAMB:
+          weight_decay: float = 0.01, device: str | None = None, fused: bool = False) -> LAMB:
   """Adam with decoupled weight decay: p -= lr * (adam_update + weight_decay * p)."""
-  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)
+  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, device=device, fused=fused)
 
 
-__all__ = ["Optimizer", "SGD", "LAMB", "Adam", "AdamW"]
+class OptimizerGroup(Optimizer):
+  """Several optimizers stepped as one (e.g. different learning rates for parts of a model): zero_grad and step
+  act on all of them, in one realize; `group[i]` is the i-th optimizer."""
+
+  def __init__(self, *optimizers: Optimizer):  # pylint: disable=super-init-not-called
+    if not optimizers: raise ValueError("OptimizerGroup needs at least one optimizer")
+    self.optimizers = optimizers
+    self.params = [t for o in optimizers for t in o.params]
+    self.buffers = [t for o in optimizers for t in o.buffers]
+
+  def __getitem__(self, i: int) -> Optimizer: return self.optimizers[i]
+  def zero_grad(self) -> None:
+    for o in self.optimizers: o.zero_grad()
+  def schedule_step(self) -> list[Tensor]: return [t for o in self.optimizers for t in o.schedule_step()]
+
+
+__all__ = ["Optimizer", "OptimizerGroup", "SGD", "LAMB", "Adam", "AdamW"]

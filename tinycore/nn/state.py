@@ -316,22 +316,26 @@ def get_parameters(obj: Any) -> list[Tensor]:
   return list(get_state_dict(obj).values())
 
 
-def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True,
-                    realize: bool = True) -> list[Tensor]:
+def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, verbose: bool = True,
+                    consume: bool = False, realize: bool = True) -> list[Tensor]:
   """Load ``state_dict`` into the tensors of ``model`` (matched by ``get_state_dict`` names): each model tensor is
   replaced by the loaded value moved to its device. ``strict``: a name missing from ``state_dict`` is a KeyError.
-  A shape or dtype mismatch is a ValueError. Returns the model's tensors (realized unless ``realize=False``)."""
+  A shape or dtype mismatch is a ValueError (shapes () and (1,) are interchangeable, as in tinygrad). ``consume``
+  deletes each loaded entry from ``state_dict``; ``verbose`` (tinygrad's progress bar) is accepted and prints
+  nothing. Returns the model's tensors (realized unless ``realize=False``)."""
   loaded = []
   for key, target in get_state_dict(model).items():
     if key not in state_dict:
       if strict: raise KeyError(f"{key} is missing from the state dict (strict=True)")
       continue
     value = state_dict[key]
+    if {value.shape, target.shape} == {(), (1,)}: value = value.reshape(target.shape)
     if value.shape != target.shape:
       raise ValueError(f"{key}: shape mismatch: the model has {target.shape}, the state dict {value.shape}")
     if value.dtype is not target.dtype:
       raise ValueError(f"{key}: dtype mismatch: the model has {target.dtype}, the state dict {value.dtype}")
     target.replace(value.to(target.device))
+    if consume: del state_dict[key]
     loaded.append(target)
   if realize and loaded: loaded[0].realize(*loaded[1:])
   return loaded

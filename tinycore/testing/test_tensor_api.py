@@ -30,15 +30,15 @@ def test_cumprod_cummax_cummin(rng, shape, axis):
   x = random_array(rng, shape, "float32", low=0.8, high=1.2)
   assert_close(Tensor(x).cumprod(axis), np.cumprod(x, axis), atol=1e-5, rtol=1e-5)
   y = random_array(rng, shape, "float32")
-  assert_equal(Tensor(y).cummax(axis), np.maximum.accumulate(y, axis))
-  assert_equal(Tensor(y).cummin(axis), np.minimum.accumulate(y, axis))
+  assert_equal(Tensor(y).cummax(axis)[0], np.maximum.accumulate(y, axis))
+  assert_equal(Tensor(y).cummin(axis)[0], np.minimum.accumulate(y, axis))
 
 
 def test_cummax_cummin_ints(rng):
   x = random_array(rng, (2, 37), "int32")
   x[0, 5] = np.iinfo(np.int32).min  # ~x and the identity must not overflow
-  assert_equal(Tensor(x).cummax(1), np.maximum.accumulate(x, 1), dtype=dtypes.int32)
-  assert_equal(Tensor(x).cummin(1), np.minimum.accumulate(x, 1), dtype=dtypes.int32)
+  assert_equal(Tensor(x).cummax(1)[0], np.maximum.accumulate(x, 1), dtype=dtypes.int32)
+  assert_equal(Tensor(x).cummin(1)[0], np.minimum.accumulate(x, 1), dtype=dtypes.int32)
 
 
 def test_logcumsumexp(rng):
@@ -272,8 +272,8 @@ def test_topk(rng, largest):
 GRADIENTS = {
   "cumsum": (lambda x: x.cumsum(1), lambda x: np.cumsum(x, 1), (2, 37)),
   "cumprod": (lambda x: x.cumprod(1), lambda x: np.cumprod(x, 1), (2, 6)),
-  "cummax": (lambda x: x.cummax(0), lambda x: np.maximum.accumulate(x, 0), (5, 3)),
-  "cummin": (lambda x: x.cummin(1), lambda x: np.minimum.accumulate(x, 1), (3, 5)),
+  "cummax": (lambda x: x.cummax(0)[0], lambda x: np.maximum.accumulate(x, 0), (5, 3)),
+  "cummin": (lambda x: x.cummin(1)[0], lambda x: np.minimum.accumulate(x, 1), (3, 5)),
   "logcumsumexp": (lambda x: x.logcumsumexp(1), lambda x: np.logaddexp.accumulate(x, 1), (2, 5)),
   "tril": (lambda x: x.tril(), np.tril, (3, 4)),
   "roll": (lambda x: x.roll(2, 1), lambda x: np.roll(x, 2, 1), (3, 4)),
@@ -506,3 +506,257 @@ def test_rearrange(rng, formula, sizes, reference):
 def test_rearrange_errors(formula, sizes):
   with pytest.raises((ValueError, RuntimeError)):
     Tensor.ones(2, 6, 4, 5).rearrange(formula, **sizes)
+
+
+# ---------------------------------------------------------------------------- tinygrad call forms and results
+def test_full_takes_dtype_before_device():
+  t = Tensor.full((2, 2), 3, dtypes.int8)
+  assert t.dtype is dtypes.int8 and t.tolist() == [[3, 3], [3, 3]]
+  like = Tensor([1, 2]).full_like(2.5, dtypes.float32)
+  assert like.dtype is dtypes.float32 and like.tolist() == [2.5, 2.5]
+  assert Tensor([1, 2]).const_like(7).tolist() == [7, 7]
+
+
+def test_prod_keeps_dtype():
+  wrapped = Tensor([100, 100], dtype=dtypes.int8).prod()  # tinygrad does not widen: 10000 wraps to 16 in int8
+  assert wrapped.dtype is dtypes.int8 and wrapped.item() == 16
+  assert Tensor([1, 2, 3], dtype=dtypes.uint8).prod(dtype=dtypes.int32).dtype is dtypes.int32
+  rows = Tensor([[True, True], [True, False]]).prod(axis=1)
+  assert rows.dtype is dtypes.bool and rows.tolist() == [True, False]
+
+
+def test_data_is_typed_memoryview():
+  view = Tensor([[1.5, 2.0], [3.0, -4.0]]).data()
+  assert view.format == "f" and view.shape == (2, 2) and view.tolist() == [[1.5, 2.0], [3.0, -4.0]]
+  assert Tensor([7, 8], dtype=dtypes.int16).data().tolist() == [7, 8]
+  assert Tensor(5).data().tolist() == 5
+
+
+def _np_running_index(x: np.ndarray, running: np.ndarray, axis: int) -> np.ndarray:
+  """For each i along axis, the first j <= i with x[j] == running[i]."""
+  xs, rs = np.moveaxis(x, axis, -1), np.moveaxis(running, axis, -1)
+  out = np.zeros(xs.shape, np.int32)
+  for pos in np.ndindex(xs.shape[:-1]):
+    for i in range(xs.shape[-1]): out[pos + (i,)] = int(np.argmax(xs[pos][:i + 1] == rs[pos + (i,)]))
+  return np.moveaxis(out, -1, axis)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_cummax_cummin_indices(rng, axis):
+  x = rng.integers(-3, 4, size=(4, 5)).astype(np.int32)  # small range: many ties
+  for method, accumulate in (("cummax", np.maximum.accumulate), ("cummin", np.minimum.accumulate)):
+    values, indices = getattr(Tensor(x), method)(axis)
+    expected = accumulate(x, axis)
+    assert_equal(values, expected, dtype=dtypes.int32)
+    assert_equal(indices, _np_running_index(x, expected, axis), dtype=dtypes.int32)
+
+
+@pytest.mark.parametrize("op,operand,expected", [
+  ("+=", 2, [3, 4, 5]), ("-=", 1, [0, 1, 2]), ("*=", 3, [3, 6, 9]), ("//=", 2, [0, 1, 1]), ("**=", 2, [1, 4, 9]),
+  ("&=", 2, [0, 2, 2]), ("|=", 4, [5, 6, 7]), ("^=", 1, [0, 3, 2]), ("<<=", 1, [2, 4, 6]), (">>=", 1, [0, 1, 1]),
+])
+def test_inplace_operators_write_into_the_tensor(op, operand, expected):
+  t = Tensor([1, 2, 3]).realize()
+  alias = t
+  namespace = {"t": t, "operand": operand}
+  exec(f"t {op} operand", namespace)
+  assert namespace["t"] is alias and alias.tolist() == expected  # the same tensor, updated (assign), as tinygrad
+
+
+def test_inplace_matmul_and_mod():
+  t = Tensor([[1.0, 2.0], [3.0, 4.0]]).realize()
+  alias = t
+  t @= Tensor([[1.0, 0.0], [1.0, 1.0]])
+  assert t is alias and alias.tolist() == [[3.0, 2.0], [7.0, 4.0]]
+  m = Tensor([1, 2, 3]).realize()
+  before = m
+  m %= 2  # tinygrad has no __imod__: the name is rebound, the old tensor keeps its values
+  assert m.tolist() == [1, 0, 1] and before.tolist() == [1, 2, 3]
+
+
+def test_reverse_shifts():
+  assert (1 << Tensor([1, 2, 3])).tolist() == [2, 4, 8]
+  assert (64 >> Tensor([1, 2])).tolist() == [32, 16]
+  assert Tensor([1, 2]).lshift(3, reverse=True).tolist() == [6, 12]
+
+
+def test_dtype_arguments(rng):
+  x = random_array(rng, (3, 4), "float32")
+  soft = Tensor(x).softmax(dtype=dtypes.float16)
+  e = np.exp(x - x.max(-1, keepdims=True))
+  assert_close(soft, (e / e.sum(-1, keepdims=True)), atol=2e-3, rtol=2e-3, dtype=dtypes.float16)
+  assert Tensor(x).log_softmax(dtype=dtypes.float16).dtype is dtypes.float16
+  assert Tensor(x).softmin(0, dtype=dtypes.float16).dtype is dtypes.float16
+  a, b = random_array(rng, (2, 3), "int32", low=-5, high=5), random_array(rng, (3, 2), "int32", low=-5, high=5)
+  assert_equal(Tensor(a).dot(Tensor(b), dtype=dtypes.float32), (a @ b).astype(np.float32), dtype=dtypes.float32)
+  assert_equal(Tensor(a).matmul(Tensor(b), dtype=dtypes.int32), a @ b, dtype=dtypes.int32)
+  out = Tensor(x).linear(Tensor.ones(4, 2), Tensor.ones(2), dtype=dtypes.float32)
+  assert_close(out, x.sum(-1, keepdims=True).repeat(2, 1) + 1, atol=1e-5, rtol=1e-5)
+
+
+def test_list_of_bools_index_is_a_mask():
+  with pytest.raises(NotImplementedError, match="boolean mask"): Tensor.arange(4)[[True, False, True, False]]
+  assert Tensor.arange(6)[[-1, 0]].tolist() == [5, 0] and Tensor.arange(3)[[]].tolist() == []
+
+
+# ---------------------------------------------------------------------------- N-d convolution and pooling
+def _np_conv_nd(x: np.ndarray, w: np.ndarray, stride: int, padding: int) -> np.ndarray:
+  """Cross-correlation over every dim after (N, C) by explicit windows (groups=1, dilation 1)."""
+  dims = w.ndim - 2
+  x = np.pad(x, ((0, 0), (0, 0)) + ((padding, padding),) * dims)
+  windows = np.lib.stride_tricks.sliding_window_view(x, w.shape[2:], axis=tuple(range(2, 2 + dims)))
+  windows = windows[(slice(None), slice(None)) + (slice(None, None, stride),) * dims]
+  letters = "xyz"[:dims]
+  return np.einsum(f"nc{letters}{letters.upper()},oc{letters.upper()}->no{letters}", windows, w)
+
+
+@pytest.mark.parametrize("xshape,wshape,stride,padding", [((2, 3, 9), (4, 3, 3), 2, 1),
+                                                          ((1, 2, 4, 5, 3), (3, 2, 2, 3, 2), 1, 1)], ids=["1d", "3d"])
+def test_conv_nd(rng, xshape, wshape, stride, padding):
+  x, w = random_array(rng, xshape, "float32"), random_array(rng, wshape, "float32")
+  got = Tensor(x).conv2d(Tensor(w), stride=stride, padding=padding)
+  assert_close(got, _np_conv_nd(x.astype(np.float64), w.astype(np.float64), stride, padding).astype(np.float32),
+               atol=1e-4, rtol=1e-4)
+
+
+def test_conv_transpose1d(rng):
+  x, w = random_array(rng, (2, 3, 4), "float32"), random_array(rng, (3, 2, 3), "float32")
+  stride, padding = 2, 1
+  full = np.zeros((2, 2, (4 - 1) * stride + 3), np.float64)
+  for i in range(4):  # every input place adds the kernel, scaled, at i * stride
+    full[:, :, i * stride:i * stride + 3] += np.einsum("nc,cok->nok", x[:, :, i], w)
+  expected = full[:, :, padding:full.shape[2] - padding]
+  assert_close(Tensor(x).conv_transpose2d(Tensor(w), stride=stride, padding=padding), expected.astype(np.float32),
+               atol=1e-4, rtol=1e-4)
+
+
+def _np_pool(x: np.ndarray, k: int, s: int, p: int, ceil_mode: bool, reduce: str, include_pad: bool) -> np.ndarray:
+  """torch's 2-d max/avg pooling by explicit windows: a window is clipped to the padded input (ceil_mode), the
+  divisor counts the padding only with include_pad."""
+  h, w = x.shape[-2:]
+  def count(n):
+    room = n + 2 * p - k
+    out = (-(-room // s) if ceil_mode else room // s) + 1
+    return out - 1 if ceil_mode and (out - 1) * s >= n + p else out
+  out = np.zeros(x.shape[:-2] + (count(h), count(w)), np.float64)
+  for i in range(count(h)):
+    for j in range(count(w)):
+      r0, c0 = i * s - p, j * s - p
+      r1, c1 = min(r0 + k, h + p), min(c0 + k, w + p)
+      window = x[..., max(r0, 0):min(r1, h), max(c0, 0):min(c1, w)]
+      if reduce == "max": out[..., i, j] = window.max((-2, -1))
+      else:
+        divisor = (r1 - r0) * (c1 - c0) if include_pad else window.shape[-2] * window.shape[-1]
+        out[..., i, j] = window.sum((-2, -1)) / divisor
+  return out
+
+
+@pytest.mark.parametrize("k,s,p,ceil_mode,include_pad", [(2, 2, 0, True, True), (3, 2, 1, True, True),
+                                                       (3, 2, 1, True, False), (2, 2, 1, False, False),
+                                                       (3, 3, 1, True, True)], ids=_ids)
+def test_pool_ceil_mode_and_padding_count(rng, k, s, p, ceil_mode, include_pad):
+  x = random_array(rng, (1, 2, 7, 6), "float32")
+  avg = Tensor(x).avg_pool2d(k, s, padding=p, ceil_mode=ceil_mode, count_include_pad=include_pad)
+  assert_close(avg, _np_pool(x, k, s, p, ceil_mode, "avg", include_pad).astype(np.float32), atol=1e-5, rtol=1e-5)
+  peak = Tensor(x).max_pool2d(k, s, padding=p, ceil_mode=ceil_mode)
+  assert_close(peak, _np_pool(x, k, s, p, ceil_mode, "max", include_pad).astype(np.float32))
+
+
+def test_pool_1d_and_3d(rng):
+  x = random_array(rng, (2, 9), "float32")
+  expected = np.lib.stride_tricks.sliding_window_view(x, 3, axis=1)[:, ::2].max(-1)
+  assert_close(Tensor(x).max_pool2d((3,), 2), expected)
+  cube = random_array(rng, (1, 4, 4, 4), "float32")
+  assert_close(Tensor(cube).avg_pool2d((2, 2, 2)), cube.reshape(1, 2, 2, 2, 2, 2, 2).mean((2, 4, 6)), atol=1e-6)
+
+
+# ---------------------------------------------------------------------------- nn layers of tinygrad's nn
+def _np_normalize(x: np.ndarray, axes: tuple[int, ...], eps: float) -> np.ndarray:
+  return (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + eps)
+
+
+def test_group_instance_layer2d_rms_norms(rng):
+  from tinycore import nn
+  x = random_array(rng, (2, 4, 3, 3), "float64")
+  grouped = _np_normalize(x.reshape(2, 2, -1), (2,), 1e-5).reshape(x.shape)
+  assert_close(nn.GroupNorm(2, 4)(Tensor(x.astype(np.float32))), grouped.astype(np.float32), atol=1e-4, rtol=1e-4)
+  assert_close(nn.InstanceNorm(4)(Tensor(x.astype(np.float32))), _np_normalize(x, (2, 3), 1e-5).astype(np.float32),
+               atol=1e-4, rtol=1e-4)
+  assert_close(nn.LayerNorm2d(4)(Tensor(x.astype(np.float32))), _np_normalize(x, (1,), 1e-5).astype(np.float32),
+               atol=1e-4, rtol=1e-4)
+  rms = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
+  assert_close(nn.RMSNorm(3)(Tensor(x.astype(np.float32))), rms.astype(np.float32), atol=1e-4, rtol=1e-4)
+  with pytest.raises(ValueError, match="divisible"): nn.GroupNorm(3, 4)
+
+
+def test_lstm_cell(rng):
+  from tinycore import nn
+  cell = nn.LSTMCell(3, 2)
+  x, h, c = (random_array(rng, shape, "float64") for shape in ((4, 3), (4, 2), (4, 2)))
+  w_ih, w_hh = cell.weight_ih.numpy().astype(np.float64), cell.weight_hh.numpy().astype(np.float64)
+  gates = x @ w_ih.T + h @ w_hh.T
+  sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+  i, f, g, o = np.split(gates, 4, axis=1)
+  c2 = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+  h2, got_c = cell(Tensor(x.astype(np.float32)), (Tensor(h.astype(np.float32)), Tensor(c.astype(np.float32))))
+  assert_close(got_c, c2.astype(np.float32), atol=1e-5, rtol=1e-4)
+  assert_close(h2, (sigmoid(o) * np.tanh(c2)).astype(np.float32), atol=1e-5, rtol=1e-4)
+  h0, c0 = cell(Tensor(x.astype(np.float32)))  # no state: starts from zeros
+  assert h0.shape == c0.shape == (4, 2)
+
+
+def test_conv_layers_of_other_ranks(rng):
+  from tinycore import nn
+  x = random_array(rng, (2, 2, 7), "float32")
+  conv = nn.Conv1d(2, 3, 3, padding="same")
+  assert conv(Tensor(x)).shape == (2, 3, 7)
+  explicit = Tensor(x).conv2d(conv.weight, conv.bias, padding=1)
+  assert_close(conv(Tensor(x)), explicit.numpy(), atol=1e-6, rtol=1e-6)
+  even = nn.Conv2d(1, 1, (2, 4), padding="same", bias=False)
+  assert even(Tensor.ones(1, 1, 5, 6)).shape == (1, 1, 5, 6)
+  up = nn.ConvTranspose1d(2, 4, 3, stride=2)
+  assert up(Tensor(x)).shape == (2, 4, 15)
+  with pytest.raises(ValueError, match="stride 1"): nn.Conv2d(1, 1, 3, stride=2, padding="same")
+  with pytest.raises(ValueError, match="'same'"): nn.Conv2d(1, 1, 3, padding="valid")
+  volume = random_array(rng, (1, 2, 2, 3, 2), "float32")
+  normed = nn.BatchNorm3d(2)(Tensor(volume))  # eval mode: the running statistics (0 mean, 1 variance)
+  assert_close(normed, volume / np.sqrt(1 + 1e-5), atol=1e-5, rtol=1e-5)
+
+
+def test_numpy_values_as_data_and_indices():
+  assert Tensor([np.float32(1.5), np.float32(2.0)]).tolist() == [1.5, 2.0]
+  grid = Tensor.arange(6).reshape(2, 3)
+  assert grid[np.int64(1)].tolist() == [3, 4, 5]
+  assert grid[np.int32(1), np.array([0, 2])].tolist() == [3, 5]
+  assert grid[np.array([1, 0])].tolist() == [[3, 4, 5], [0, 1, 2]]
+  t = Tensor.zeros(4).contiguous()
+  t[np.int64(1)] = 3
+  t[np.array([2, 3])] = Tensor([5.0, 6.0])
+  assert t.tolist() == [0.0, 3.0, 5.0, 6.0]
+  with pytest.raises(NotImplementedError, match="boolean mask"): grid[np.array([True, False])]
+
+
+def test_rand_of_an_int_dtype_is_an_error():
+  with pytest.raises(TypeError, match="float dtype"): Tensor([1, 2]).rand_like()
+  assert Tensor([1, 2]).rand_like(dtype=dtypes.float32).dtype is dtypes.float32
+
+
+def test_setitem_with_a_boolean_mask(rng):
+  x = random_array(rng, (3, 4), "float32")
+  t = Tensor(x).contiguous().realize()
+  alias = t
+  t[t < 0] = 0.0  # torch's clamp idiom: the selection's size is never needed
+  assert_equal(alias, np.where(x < 0, 0, x).astype(np.float32))
+  rows = Tensor.arange(6).reshape(2, 3).contiguous()
+  rows[[True, False]] = Tensor(9)
+  assert rows.tolist() == [[9, 9, 9], [3, 4, 5]]
+  with pytest.raises(IndexError, match="does not match"): rows[Tensor([True, False, True])] = 1
+  with pytest.raises(NotImplementedError, match="one value"): rows[rows > 3] = Tensor([1, 2])
+
+
+def test_conv1d_and_pool_gradients(rng):
+  x, w = random_array(rng, (1, 2, 7), "float32"), random_array(rng, (3, 2, 3), "float32")
+  check_gradient(rng, lambda a, b: a.conv2d(b, stride=2, padding=1), lambda a, b: _np_conv_nd(a, b, 2, 1), [x, w])
+  image = random_array(rng, (1, 1, 5, 5), "float32")
+  check_gradient(rng, lambda a: a.avg_pool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=False),
+                 lambda a: _np_pool(a, 3, 2, 1, True, "avg", False), [image])

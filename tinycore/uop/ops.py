@@ -15,6 +15,7 @@ import weakref
 from enum import Enum, auto
 from typing import Any, Callable, Iterator
 from tinycore.dtype import DType, dtypes
+from tinycore.helpers import prod  # noqa: F401  (modules import prod from here)
 
 
 class Ops(Enum):
@@ -115,10 +116,6 @@ def identity_element(op: Ops, dtype: DType) -> Any:
   if op is Ops.MUL: return dtypes.as_const(1, dtype)
   if op is Ops.MAX: return dtypes.min(dtype)
   raise ValueError(f"{op} is not a reduction op")
-
-
-def prod(xs) -> int:
-  return functools.reduce(lambda a, b: a * b, xs, 1)
 
 
 class _UOpCache(type):

@@ -1,0 +1,99 @@
+"""tinygrad API compatibility of the host-side pieces: the helpers tinygrad users import from tinygrad.helpers,
+optimizer keyword arguments and OptimizerGroup, load_state_dict's verbose/consume, is_param and to_."""
+import numpy as np
+import pytest
+from tinycore import Tensor, nn
+from tinycore.helpers import (DEBUG, Context, Timing, all_int, all_same, argfix, ceildiv, colored, dedup, flatten,
+                              fully_flatten, make_tuple, merge_dicts, partition, prod, round_up, strides_for_shape,
+                              unwrap)
+
+
+def test_helpers():
+  assert prod([2, 3, 4]) == 24 and prod([]) == 1
+  assert flatten([[1, 2], [3]]) == [1, 2, 3] and fully_flatten([[1, [2]], (3,)]) == [1, 2, 3]
+  assert fully_flatten(np.arange(4).reshape(2, 2)) == [0, 1, 2, 3]
+  assert dedup([3, 1, 3, 2, 1]) == [3, 1, 2]
+  assert argfix((2, 3)) == (2, 3) and argfix(2, 3) == (2, 3) and argfix([4]) == (4,)
+  with pytest.raises(ValueError): argfix((2, 3), 4)
+  assert make_tuple(3, 2) == (3, 3) and make_tuple([1, 2], 2) == (1, 2)
+  assert all_int((1, 2)) and not all_int((1, 2.0)) and all_same([2, 2]) and not all_same([1, 2])
+  assert round_up(10, 4) == 12 and round_up(12, 4) == 12 and ceildiv(10, 4) == 3 and ceildiv(-3, 2) == -1
+  assert partition([1, 2, 3, 4], lambda v: v % 2 == 0) == ([2, 4], [1, 3])
+  assert merge_dicts([{"a": 1}, {"b": 2, "a": 1}]) == {"a": 1, "b": 2}
+  with pytest.raises(ValueError, match="'a'"): merge_dicts([{"a": 1}, {"a": 2}])
+  assert strides_for_shape((2, 3, 4)) == (12, 4, 1) and strides_for_shape((2, 1, 3)) == (3, 0, 1)
+  assert unwrap(5) == 5
+  with pytest.raises(ValueError): unwrap(None)
+  assert colored("x", None) == "x" and colored("x", "red").startswith("\x1b[31m")
+
+
+def test_debug_and_timing(capsys):
+  with Context(DEBUG=2):
+    assert DEBUG >= 2 and DEBUG > 1 and not DEBUG < 2 and int(DEBUG) == 2
+  with Timing("step ") as timing: sum(range(1000))
+  assert capsys.readouterr().out.startswith("step ") and timing.elapsed_ns > 0
+
+
+def _train_step(optimizer, loss_fn) -> None:
+  with Tensor.train():
+    optimizer.zero_grad()
+    loss_fn().backward()
+    optimizer.step()
+
+
+def test_optimizer_group_steps_every_optimizer():
+  w, v = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0], requires_grad=True)
+  group = nn.optim.OptimizerGroup(nn.optim.SGD([w], lr=0.1), nn.optim.Adam([v], lr=0.1))
+  _train_step(group, lambda: (w * w).sum() + (v * v).sum())
+  np.testing.assert_allclose(w.numpy(), [0.8, 1.6], rtol=1e-6)  # w - 0.1 * 2w
+  np.testing.assert_allclose(v.numpy(), [2.9], rtol=1e-6)       # Adam's first step moves by lr
+  assert group[0].params[0] is w and len(group.params) == 2
+
+
+def test_sgd_classic_and_device_keywords():
+  results = []
+  for classic in (False, True):
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt = nn.optim.SGD([w], lr=0.1, momentum=0.5, classic=classic, device="CPU", fused=False)
+    for _ in range(2): _train_step(opt, lambda: (w * w).sum())
+    results.append(w.numpy())
+  # b1 = 2w0, w1 = 0.8 w0; b2 = 0.5 b1 + 2 w1 = 2.6 w0; w2 = w1 - 0.1 b2 = 0.54 w0 (the same with a constant lr)
+  np.testing.assert_allclose(results[0], [0.54, 1.08], rtol=1e-6)
+  np.testing.assert_allclose(results[1], [0.54, 1.08], rtol=1e-6)
+
+
+def test_load_state_dict_consume_and_scalar_shapes():
+  class Model:
+    def __init__(self): self.layer, self.scale = nn.Linear(2, 3), Tensor([1.0])
+  model = Model()
+  state = {"layer.weight": Tensor.ones(3, 2), "layer.bias": Tensor.zeros(3), "scale": Tensor(4.0)}
+  loaded = nn.state.load_state_dict(model, state, verbose=False, consume=True)
+  assert len(loaded) == 3 and state == {}
+  assert model.scale.shape == (1,) and model.scale.tolist() == [4.0]  # () and (1,) are interchangeable
+  assert model.layer(Tensor([[1.0, 2.0]])).tolist() == [[3.0, 3.0, 3.0]]
+  with pytest.raises(ValueError, match="shape mismatch"):
+    nn.state.load_state_dict(model, {"layer.weight": Tensor.ones(2, 3), "layer.bias": Tensor.zeros(3),
+                                     "scale": Tensor([1.0])})
+
+
+def test_is_param_and_to_():
+  t = Tensor([1.0, 2.0])
+  assert t.is_param and not t.is_param_(False).is_param and t.requires_grad is False
+  bn = nn.BatchNorm(2)
+  opt = nn.optim.SGD(nn.state.get_parameters(bn), lr=0.1)
+  assert len(opt.params) == 2 and len(opt.buffers) == 3  # running mean/var and the batch count are buffers
+  moved = Tensor([1.0, 2.0])
+  assert moved.to_("CPU:1") is moved and moved.device == "CPU:1" and moved.tolist() == [1.0, 2.0]
+
+
+def test_dtypes_from_np():
+  from tinycore import dtypes
+  assert dtypes.from_np(np.float32) is dtypes.float32 and dtypes.from_np(np.dtype("int16")) is dtypes.int16
+  with pytest.raises(TypeError, match="complex64"): dtypes.from_np(np.complex64)
+
+
+def test_layers_name_a_wrong_input_shape():
+  with pytest.raises(ValueError, match=r"BatchNorm\(3\) needs an input \(N, 3, ...\), got shape \(2, 4, 5\)"):
+    nn.BatchNorm(3)(Tensor.ones(2, 4, 5))
+  with pytest.raises(ValueError, match="InstanceNorm"): nn.InstanceNorm(3)(Tensor.ones(2, 4, 5))
+  with pytest.raises(ValueError, match="GroupNorm"): nn.GroupNorm(1, 3)(Tensor.ones(2, 4, 5))
