@@ -13,7 +13,8 @@ def representative_programs() -> None:
   """Programs that between them make kernels with every dtype, cast, ALU op, reduction and scalar parameter."""
   from tinycore import Tensor, dtypes
   rng = np.random.default_rng(0)
-  a, b = Tensor(rng.standard_normal((4, 33)).astype(np.float32)), Tensor(rng.standard_normal((4, 33)).astype(np.float32))
+  a = Tensor(rng.standard_normal((4, 33)).astype(np.float32))
+  b = Tensor(rng.standard_normal((4, 33)).astype(np.float32))
   outs = [a + b, a * b - a / b, a.exp2(), a.log2(), a.sin(), a.sqrt(), a.trunc(), a.pow(b), a.maximum(b), a.exp(),
           a.relu(), a.sigmoid(), a.softmax(-1), a.sum(), a.max(axis=1), a.mean(axis=0), a @ b.T, (a < b).where(a, b),
           a * 0.25, a.reciprocal(), -a, a.abs(), a.cumsum(1)]
@@ -131,9 +132,9 @@ def test_kernels():
 ''')
   env = {**os.environ, "TINYCORE_NV_EMULATE": "1", "TINYCORE_DUMP_BINARIES": str(tmp_path / "bin")}
   env.pop("TINYCORE_NV_CHECK_CUBINS", None)
-  result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tiny_nv.pytest_cubins",
-                           "--nv-check-cubins=sm_90", str(tmp_path)], env=env, capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300)
+  command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tiny_nv.pytest_cubins",
+             "--nv-check-cubins=sm_90", str(tmp_path)]
+  result = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
   summary = [line for line in result.stdout.splitlines() if "distinct kernels compiled" in line]
   assert len(summary) == 1, result.stdout + result.stderr
   kernels = int(summary[0].split("tiny-nv: ")[1].split()[0])
