@@ -118,7 +118,9 @@ if ! timeout 20 bash -c installed >> "$OUT/install.txt" 2>&1; then
 fi
 step installed 20 bash -c installed
 step devices 40 bash -c nv_passes
-step conformance 130 "$PY" -m pytest -q -p no:cacheprovider --pyargs tinycore.testing --tinycore-device=NV -rfE \
+# -v: if the time limit cuts the suite, the last line names the test it was in
+step conformance 130 "$PY" -m pytest -v --durations=15 -p no:cacheprovider --pyargs tinycore.testing \
+  --tinycore-device=NV -rfE \
   ${CONFORMANCE_ARGS[@]+"${CONFORMANCE_ARGS[@]}"}
 step copies 30 "$PY" -m pytest -q -p no:cacheprovider plugins/tiny-nv/tests/test_device.py -rfE
 step bench-nv 60 "$PY" bench/bench_core.py --device "$BENCH_DEVICE" --repeat "$BENCH_REPEAT"
