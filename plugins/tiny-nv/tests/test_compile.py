@@ -13,7 +13,8 @@ def representative_programs() -> None:
   """Programs that between them make kernels with every dtype, cast, ALU op, reduction and scalar parameter."""
   from tinycore import Tensor, dtypes
   rng = np.random.default_rng(0)
-  a, b = Tensor(rng.standard_normal((4, 33)).astype(np.float32)), Tensor(rng.standard_normal((4, 33)).astype(np.float32))
+  a = Tensor(rng.standard_normal((4, 33)).astype(np.float32))
+  b = Tensor(rng.standard_normal((4, 33)).astype(np.float32))
   outs = [a + b, a * b - a / b, a.exp2(), a.log2(), a.sin(), a.sqrt(), a.trunc(), a.pow(b), a.maximum(b), a.exp(),
           a.relu(), a.sigmoid(), a.softmax(-1), a.sum(), a.max(axis=1), a.mean(axis=0), a @ b.T, (a < b).where(a, b),
           a * 0.25, a.reciprocal(), -a, a.abs(), a.cumsum(1)]
@@ -75,15 +76,69 @@ def test_compiler_targets_and_cache_key():
   assert real.compile('extern "C" __global__ void k(int* a) { a[threadIdx.x] = 1; }')[:4] == ELF_MAGIC
 
 
-def test_check_cubins_and_dump(monkeypatch, tmp_path):
-  source = 'extern "C" __global__ void tc_probe(int* a) { a[threadIdx.x] = 2; }'
+def test_check_cubins_in_the_background_and_dump(monkeypatch, tmp_path):
+  """With TINYCORE_NV_CHECK_CUBINS the PTX compiler hands each distinct kernel, cached or not, to a CubinCheck that
+  compiles it to every arch named; the cubins land in TINYCORE_DUMP_BINARIES and the report counts them."""
+  from tiny_nv import cubin_check
+  monkeypatch.setattr(cubin_check, "_checks", {})
   monkeypatch.setenv("TINYCORE_NV_CHECK_CUBINS", "sm_80,sm_90")
   monkeypatch.setenv("TINYCORE_DUMP_BINARIES", str(tmp_path))
   compiler = NVCompiler((9, 0), ptx=True)
-  assert compiler.check_archs == ("sm_80", "sm_90") and "checked sm_80,sm_90" in compiler.cachekey
-  assert b".entry tc_probe" in compiler.compile(source)
-  dumped = sorted(path.name.split("-")[1] for path in tmp_path.glob("tc_probe-sm_*.cubin"))
-  assert dumped == ["sm_80", "sm_90"]
+  assert compiler.cubin_check is not None and compiler.cubin_check.archs == ("sm_80", "sm_90")
+  sources = [f'extern "C" __global__ void tc_probe{i}(int* a) {{ a[threadIdx.x] = {i}; }}' for i in range(3)]
+  for source in sources + sources[:1]:  # the repeat is checked once
+    assert b".entry tc_probe" in compiler.compile_cached(source)
+  report = compiler.cubin_check.finish()
+  assert report.kernels == 3 and report.cubins == {"sm_80": 3, "sm_90": 3} and report.failures == []
+  assert "3 distinct kernels" in report.summary()
+  dumped = sorted(path.name.rsplit("-", 1)[0] for path in tmp_path.glob("tc_probe*.cubin"))
+  assert dumped == [f"tc_probe{i}-{arch}" for i in range(3) for arch in ("sm_80", "sm_90")]
   assert all(path.read_bytes()[:4] == ELF_MAGIC for path in tmp_path.glob("*.cubin"))
+
+
+def test_a_kernel_that_fails_the_cubin_check_is_reported_and_fails_the_next_compile(monkeypatch):
+  from tiny_nv import cubin_check
+  monkeypatch.setattr(cubin_check, "_checks", {})
+  monkeypatch.setenv("TINYCORE_NV_CHECK_CUBINS", "sm_90")
+  compiler = NVCompiler((9, 0), ptx=True)
+  compiler.cubin_check.submit('extern "C" __global__ void tc_broken(int* a) { a[0] = undefined_thing; }')
+  report = compiler.cubin_check.finish()
+  assert report.kernels == 1 and [f.kernel for f in report.failures] == ["tc_broken"]
+  assert "undefined_thing" in report.failures[0].error and "1 FAILED: tc_broken (sm_90)" in report.summary()
+  with pytest.raises(NVRTCError, match="tc_broken to a sm_90 cubin"):  # a good kernel: the earlier failure is raised
+    compiler.compile_cached('extern "C" __global__ void tc_fine(int* a) { a[0] = 1; }')
+
+
+def test_bad_check_archs_are_refused(monkeypatch):
   monkeypatch.setenv("TINYCORE_NV_CHECK_CUBINS", "compute_90")
   with pytest.raises(ValueError, match="not cubin targets"): NVCompiler((9, 0), ptx=True)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_pytest_plugin_reports_the_count_and_fails_on_an_nvrtc_error(tmp_path, broken):
+  """`pytest -p tiny_nv.pytest_cubins --nv-check-cubins=sm_90` on NV (the mock): the summary counts the kernels, and
+  one kernel NVRTC cannot compile to a cubin fails the whole run."""
+  import os
+  import subprocess
+  import sys
+  bad = ('extern "C" __global__ void tc_broken(int* a) { a[0] = undefined_thing; }' if broken else "")
+  (tmp_path / "test_two_kernels.py").write_text(f'''
+from tinycore import Tensor
+from tiny_nv.compiler import NVCompiler
+def test_kernels():
+  assert (Tensor([1.0, 2.0], device="NV") * 3).tolist() == [3.0, 6.0]
+  assert Tensor([1, 2, 3], device="NV").sum().item() == 6
+  if {broken!r}: NVCompiler((9, 0), ptx=True).cubin_check.submit({bad!r})
+''')
+  env = {**os.environ, "TINYCORE_NV_EMULATE": "1", "TINYCORE_DUMP_BINARIES": str(tmp_path / "bin")}
+  env.pop("TINYCORE_NV_CHECK_CUBINS", None)
+  command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tiny_nv.pytest_cubins",
+             "--nv-check-cubins=sm_90", str(tmp_path)]
+  result = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+  summary = [line for line in result.stdout.splitlines() if "distinct kernels compiled" in line]
+  assert len(summary) == 1, result.stdout + result.stderr
+  kernels = int(summary[0].split("tiny-nv: ")[1].split()[0])
+  cubins = list((tmp_path / "bin").glob("*-sm_90-*.cubin"))
+  assert kernels >= 3 and len(cubins) == kernels - broken  # the helpers and two kernels, each one cubin
+  assert (result.returncode != 0) == broken, result.stdout
+  if broken: assert "FAILED: tc_broken (sm_90)" in summary[0] and "undefined_thing" in result.stdout

@@ -61,7 +61,8 @@ def test_cpu_nv_copies_run_on_the_copy_engine(nv, direction):
   source = Tensor(data, device=src).realize()
   before = copy_ops(nv)
   moved = source.to(dst).realize()
-  assert copy_ops(nv) - before == counted(nv)  # one copy-engine operation, no staging (CPU memory is mapped for the GPU)
+  # one copy-engine operation, no staging (CPU memory is mapped for the GPU)
+  assert copy_ops(nv) - before == counted(nv)
   np.testing.assert_array_equal(moved.numpy(), data)
 
 
@@ -152,7 +153,8 @@ def test_store_kernel_of_the_event_fallback_writes_the_signal(nv):
 def test_programs_run_directly_too(nv):
   """A loaded kernel called like any Program (outside a queue batch) runs on the compute stream; wait=True times it."""
   source = ('extern "C" __global__ void fill(int* __restrict__ data0, long long var0) {\n'
-            '  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; if (i < 6) data0[i] = (int)var0 * i; }\n')
+            '  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n'
+            '  if (i < 6) data0[i] = (int)var0 * i; }\n')
   program = nv.runtime("fill", nv.compiler.compile(source))
   handle = nv.allocator.alloc(6 * 4)
   elapsed = program(handle, global_size=(8, 1, 1), local_size=(4, 1, 1), vals=(7,), wait=True)

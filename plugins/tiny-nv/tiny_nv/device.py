@@ -46,6 +46,9 @@ from tiny_nv.renderer import CUDARenderer
 
 EXEC, COPY, SIGNAL, WAIT, TIMESTAMP = 1, 2, 3, 4, 5
 PAGE = 4096
+# the context current on each thread (CUDA's is per thread, not per device: with two GPUs a thread that used NV:1
+# must make NV's context current again before it calls the driver for NV)
+current_context = threading.local()
 # the device's own helper kernels: the timestamp (%globaltimer is the GPU's nanosecond clock) and the signal store
 # used when the driver has no 64-bit stream memory operations
 HELPER_SOURCE = r"""
@@ -224,8 +227,7 @@ class NVDevice(HCQDevice):
   def __init__(self, name: str, ordinal: int, driver: Any, emulated: bool = False):
     self.driver, self.ordinal, self.emulated = driver, ordinal, emulated
     self.context = driver.open_context(ordinal)
-    self._bound = threading.local()
-    self._bound.context = self.context
+    current_context.context = self.context
     self.arch = driver.compute_capability(ordinal)
     self.gpu_name = driver.name(ordinal)
     self.programs: list[NVProgram] = []
@@ -248,9 +250,9 @@ class NVDevice(HCQDevice):
   # ------------------------------------------------------------------ driver access from any thread
   def bound_driver(self) -> Any:
     """The driver, with this device's context current on the calling thread (the CUDA driver API needs it)."""
-    if getattr(self._bound, "context", None) is not self.context:
+    if getattr(current_context, "context", None) is not self.context:
       self.driver.set_current(self.context)
-      self._bound.context = self.context
+      current_context.context = self.context
     return self.driver
 
   def register_program(self, program: NVProgram) -> int:

@@ -22,7 +22,7 @@ CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122
 CU_STREAM_NON_BLOCKING = 0x1
 CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_DEVICEMAP = 0x1, 0x2
 CU_MEMHOSTREGISTER_PORTABLE, CU_MEMHOSTREGISTER_DEVICEMAP = 0x1, 0x2
-CU_STREAM_WAIT_VALUE_GEQ = 0x1
+CU_STREAM_WAIT_VALUE_GEQ = 0x0  # (int64_t)(*addr - value) >= 0; 0x1 would be CU_STREAM_WAIT_VALUE_EQ
 CU_STREAM_WRITE_VALUE_DEFAULT = 0x0
 CU_EVENT_DISABLE_TIMING = 0x2
 # cuLaunchKernel's `extra`: the arguments as one packed buffer (CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE / _END)
@@ -30,7 +30,8 @@ CU_LAUNCH_PARAM_END, CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE
 
 _p, _u32, _u64, _int, _size = ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t
 _pp, _int_p, _size_p, _u64_p = ctypes.POINTER(_p), ctypes.POINTER(_int), ctypes.POINTER(_size), ctypes.POINTER(_u64)
-# CUDA call -> (symbol in libcuda, argument types); every one returns a CUresult (0 = CUDA_SUCCESS)
+# CUDA call -> (symbol in libcuda, argument types); every one returns a CUresult (0 = CUDA_SUCCESS). Checked against
+# cuda.h's prototypes and #defines (CUDA 13) by tests/test_driver.py
 SIGNATURES: dict[str, tuple[str, list[Any]]] = {
   "cuInit": ("cuInit", [_u32]),
   "cuDriverGetVersion": ("cuDriverGetVersion", [_int_p]),
@@ -64,6 +65,8 @@ SIGNATURES: dict[str, tuple[str, list[Any]]] = {
   "cuModuleUnload": ("cuModuleUnload", [_p]),
   "cuModuleGetFunction": ("cuModuleGetFunction", [_pp, _p, ctypes.c_char_p]),
   "cuLaunchKernel": ("cuLaunchKernel", [_p, _u32, _u32, _u32, _u32, _u32, _u32, _u32, _p, _pp, _pp]),
+  "cuGetErrorName": ("cuGetErrorName", [_int, ctypes.POINTER(ctypes.c_char_p)]),
+  "cuGetErrorString": ("cuGetErrorString", [_int, ctypes.POINTER(ctypes.c_char_p)]),
 }
 
 
@@ -99,9 +102,6 @@ class CudaDriver:
         raise CudaError(f"{LIBCUDA} has no {symbol} (for {call}): the NVIDIA driver is too old for CUDA 13") from error
       function.argtypes, function.restype = argtypes, ctypes.c_int
       self.calls[call] = function
-    for name in ("cuGetErrorName", "cuGetErrorString"):
-      function = getattr(lib, name)
-      function.argtypes, function.restype = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)], ctypes.c_int
     self.lib = lib
     self._call("cuInit", 0)
 
@@ -109,8 +109,8 @@ class CudaDriver:
     """'CUDA_ERROR_X: description' for a CUresult."""
     assert self.lib is not None
     name, text = ctypes.c_char_p(), ctypes.c_char_p()
-    self.lib.cuGetErrorName(status, ctypes.byref(name))
-    self.lib.cuGetErrorString(status, ctypes.byref(text))
+    self.calls["cuGetErrorName"](status, ctypes.byref(name))
+    self.calls["cuGetErrorString"](status, ctypes.byref(text))
     return f"{(name.value or b'CUDA error').decode()} ({status}): {(text.value or b'unknown error').decode()}"
 
   def _call(self, call: str, *args: Any) -> None:

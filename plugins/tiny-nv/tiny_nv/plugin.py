@@ -73,8 +73,9 @@ def tinycore_api_version() -> str: return API_VERSION
 @hookimpl
 def tinycore_devices() -> list[DeviceSpec]:
   if emulated():
+    # slow: kernels run in a PTX interpreter, so the suite skips its tests marked slow here (as on emulated AMD)
     return [DeviceSpec(PREFIX, "NVIDIA GPU emulated: a mock CUDA driver running the kernels' PTX (test equipment)",
-                       priority=EMULATED_PRIORITY, instances=instances, probe=probe)]
+                       priority=EMULATED_PRIORITY, instances=instances, probe=probe, slow=True)]
   return [DeviceSpec(PREFIX, "NVIDIA GPU: CUDA C compiled by NVRTC, run on CUDA streams (HCQ2)", priority=PRIORITY,
                      instances=instances, probe=probe)]
 
