@@ -182,17 +182,17 @@ class CPURenderer(CStyleRenderer):
     return f"#pragma omp simd {clauses}"
 
 
-STRIP_VECTORS = 32
+STRIP_BYTES = 16384   # a column-sum strip's accumulators: a third of a 48 KB L1, so the rows streaming past fit too
 
 
 def host_target(cores: int) -> KernelTarget:
   """This machine for the optimizer, from the CPU flags the kernel reports (the compiler targets -march=native):
   AVX-512 has 16 float lanes and 32 registers, AVX/AVX2 8 lanes and 16, anything else 4 lanes and 16. Column-sum
-  strips hold 32 vectors of accumulators (2 KB with AVX-512: L1 keeps them, rows are read in 2 KB runs)."""
+  strips hold STRIP_BYTES of accumulators (4096 floats: L1 keeps them, and a split column sum reads whole rows of
+  up to 16 KB front to back)."""
   try:
     with open("/proc/cpuinfo") as cpuinfo: flags = next((line for line in cpuinfo if line.startswith("flags")), "")
   except OSError: flags = ""
   words = set(flags.split())
-  if "avx512f" in words: return KernelTarget(16, 32, cores, STRIP_VECTORS)
-  if "avx" in words: return KernelTarget(8, 16, cores, STRIP_VECTORS)
-  return KernelTarget(4, 16, cores, STRIP_VECTORS)
+  lanes, registers = (16, 32) if "avx512f" in words else (8, 16) if "avx" in words else (4, 16)
+  return KernelTarget(lanes, registers, cores, STRIP_BYTES // (4 * lanes))
