@@ -139,20 +139,24 @@ class CPURenderer(CStyleRenderer):
   def emit_loop(self, loop: Loop, lines: list[str], depth: int) -> None:
     updates = self.lane_updates(loop)
     if not updates: return super().emit_loop(loop, lines, depth)
-    pad, inner, width = "  " * depth, "  " * (depth + 2), self.lane_width()
+    pad, inner, width = "  " * depth, "  " * (depth + 3), self.lane_width()
     r, accumulators = self._name(loop.range), {u.reduce: self._names[u.reduce] for u in updates}
     for x, acc in accumulators.items():
       identity = self.literal(identity_element(x.arg, x.dtype), x.dtype)
       lines.append(f"{pad}{self.value_type(x.dtype)} {acc}_lanes[{width}];")
       lines.append(f"{pad}for (int tc_lane = 0; tc_lane < {width}; tc_lane++) {acc}_lanes[tc_lane] = {identity};")
       self._names[x] = f"{acc}_lanes[{r}_lane]"
-    lines.append(f"{pad}for ({self.index_type} {r}_block = 0; {r}_block < {loop.range.src[0].arg // width}ll; "
-                 f"{r}_block++) {{")
-    lines.append(f"{pad}  #pragma omp simd")
-    lines.append(f"{pad}  for ({self.index_type} {r}_lane = 0; {r}_lane < {width}ll; {r}_lane++) {{")
-    lines.append(f"{inner}{self.index_type} {r} = {r}_block * {width}ll + {r}_lane;")
-    self._emit_block(loop.body, lines, depth + 2)
-    lines.append(f"{pad}}}}}")
+    # blocks of `width` elements; in each, LANE_VECTORS unrolled vector-wide `omp simd` loops (gcc then keeps every
+    # lane vector in a register, as clang does; one simd loop over all the lanes left them in the stack array)
+    index, lanes = self.index_type, self.kernel_target.vector_lanes
+    lines.append(f"{pad}for ({index} {r}_block = 0; {r}_block < {loop.range.src[0].arg // width}ll; {r}_block++) {{")
+    lines.append(f"{pad}  #pragma GCC unroll {LANE_VECTORS}")
+    lines.append(f"{pad}  for ({index} {r}_vector = 0; {r}_vector < {width}ll; {r}_vector += {lanes}ll) {{")
+    lines.append(f"{pad}    #pragma omp simd")
+    lines.append(f"{pad}    for ({index} {r}_in = 0; {r}_in < {lanes}ll; {r}_in++) {{")
+    lines.append(f"{inner}{index} {r}_lane = {r}_vector + {r}_in, {r} = {r}_block * {width}ll + {r}_lane;")
+    self._emit_block(loop.body, lines, depth + 3)
+    lines.append(f"{pad}}}}}}}")
     for x, acc in accumulators.items():
       self._names[x] = acc
       self.combine_lanes(x, f"{acc}_lanes", width, lines, pad)
