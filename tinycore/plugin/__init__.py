@@ -9,7 +9,7 @@ names are covered by API_VERSION: a MINOR bump adds names or optional hooks, a M
 - compiling and running: Compiled, Compiler, Program, cache_dir, dump_binary (TINYCORE_DUMP_BINARIES);
 - rendering: CStyleRenderer, LLVMRenderer and LLVMTarget (LLVM IR for any LLVM target), RenderedKernel, LinearKernel,
   Loop, AccUpdate, KernelTarget (the machine the optimizer shapes tiles for) and the IR they render (Ops, GroupOp, UOp,
-  DType, dtypes, identity_element: a reduce op's starting value);
+  DType, dtypes);
 - queue devices (HCQ2): HCQDevice, HWQueue, CommandWriter, Encoded, HCQTimeoutError, Signal, signal_pool, the queue
   commands
   (Exec, Copy, SignalStore, SignalWait, Timestamp, Barrier, Command) and their run-time values (Value,
@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.hcq.runtime import keep_in_flight_memory, wait_for_queues
   from tinycore.hcq.signal import Signal, signal_pool
   from tinycore.plugin.known_failures import KnownFailure
-  from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
+  from tinycore.uop.ops import GroupOp, Ops, UOp
 
 # exported name -> the module that defines it
 _LAZY_EXPORTS: dict[str, str] = {
@@ -61,7 +61,7 @@ _LAZY_EXPORTS: dict[str, str] = {
   "KernelTarget": "tinycore.codegen.optimize",
   **dict.fromkeys(("LLVMRenderer", "LLVMTarget"), "tinycore.codegen.llvm_ir"),
   **dict.fromkeys(("DType", "dtypes"), "tinycore.dtype"),
-  **dict.fromkeys(("GroupOp", "Ops", "UOp", "identity_element"), "tinycore.uop.ops"),
+  **dict.fromkeys(("GroupOp", "Ops", "UOp"), "tinycore.uop.ops"),
   **dict.fromkeys(("Barrier", "Command", "Copy", "Exec", "InputAddress", "SignalStore", "SignalWait", "Timestamp",
                    "Value", "Variable"), "tinycore.hcq.commands"),
   **dict.fromkeys(("CommandWriter", "Encoded", "HCQDevice", "HCQTimeoutError", "HWQueue", "is_hcq_device",

@@ -1,7 +1,6 @@
 """The C renderer of the CPU device: tinycore's C-style renderer with the CPU's details."""
 from math import prod
-from tinycore.plugin import (AccUpdate, CStyleRenderer, DType, KernelTarget, LinearKernel, Loop, Ops, UOp, dtypes,
-                             identity_element)
+from tinycore.plugin import CStyleRenderer, DType, KernelTarget, LinearKernel, Loop, Ops, UOp, dtypes
 
 # exp2 for float32 without a libm call, so loops over it vectorize: 2^x = 2^n * 2^f with n = rint(x), f in
 # [-0.5, 0.5], 2^f from Cephes' degree-6 polynomial (relative error < 2e-7) in fused multiply-adds, 2^n built in two
@@ -126,7 +125,7 @@ class CPURenderer(CStyleRenderer):
   def lane_width(self) -> int:
     return self.kernel_target.vector_lanes * LANE_VECTORS
 
-  def lane_updates(self, loop: Loop) -> list[AccUpdate]:
+  def lane_updates(self, loop: Loop) -> list:
     """The updates of an innermost reduction loop that lane accumulators may compute: sums and maxima of 32/64-bit
     values over a constant trip count that is a multiple of several lane widths; [] for any other loop."""
     updates, width = self.reduction_updates(loop), self.lane_width()
@@ -142,7 +141,7 @@ class CPURenderer(CStyleRenderer):
     pad, inner, width = "  " * depth, "  " * (depth + 3), self.lane_width()
     r, accumulators = self._name(loop.range), {u.reduce: self._names[u.reduce] for u in updates}
     for x, acc in accumulators.items():
-      identity = self.literal(identity_element(x.arg, x.dtype), x.dtype)
+      identity = self.literal(0 if x.arg is Ops.ADD else dtypes.min(x.dtype), x.dtype)  # (ADD or MAX)
       lines.append(f"{pad}{self.value_type(x.dtype)} {acc}_lanes[{width}];")
       lines.append(f"{pad}for (int tc_lane = 0; tc_lane < {width}; tc_lane++) {acc}_lanes[tc_lane] = {identity};")
       self._names[x] = f"{acc}_lanes[{r}_lane]"
@@ -186,17 +185,18 @@ class CPURenderer(CStyleRenderer):
     return f"#pragma omp simd {clauses}"
 
 
-STRIP_BYTES = 16384   # a column-sum strip's accumulators: a third of a 48 KB L1, so the rows streaming past fit too
+STRIP_VECTORS = 256
 
 
 def host_target(cores: int) -> KernelTarget:
   """This machine for the optimizer, from the CPU flags the kernel reports (the compiler targets -march=native):
   AVX-512 has 16 float lanes and 32 registers, AVX/AVX2 8 lanes and 16, anything else 4 lanes and 16. Column-sum
-  strips hold STRIP_BYTES of accumulators (4096 floats: L1 keeps them, and a split column sum reads whole rows of
-  up to 16 KB front to back)."""
+  strips hold up to 256 vectors of accumulators (16 KB with AVX-512, a third of a 48 KB L1: L1 keeps them beside
+  the rows streaming past, and a split column sum reads whole rows of up to 16 KB front to back)."""
   try:
     with open("/proc/cpuinfo") as cpuinfo: flags = next((line for line in cpuinfo if line.startswith("flags")), "")
   except OSError: flags = ""
   words = set(flags.split())
-  lanes, registers = (16, 32) if "avx512f" in words else (8, 16) if "avx" in words else (4, 16)
-  return KernelTarget(lanes, registers, cores, STRIP_BYTES // (4 * lanes))
+  if "avx512f" in words: return KernelTarget(16, 32, cores, STRIP_VECTORS)
+  if "avx" in words: return KernelTarget(8, 16, cores, STRIP_VECTORS)
+  return KernelTarget(4, 16, cores, STRIP_VECTORS)
