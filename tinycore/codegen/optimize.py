@@ -108,7 +108,7 @@ def _width_for(size: int, widths: tuple[int, ...]) -> int | None:
 
 def _halvings(width: int) -> tuple[int, ...]:
   """width, width/2, ... down to 4: the tile widths to try, widest first."""
-  return tuple(w for w in (width >> i for i in range(8)) if w >= 4)
+  return tuple(w for w in (width >> i for i in range(width.bit_length())) if w >= 4)
 
 
 def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
