@@ -176,3 +176,22 @@ def test_split_keeps_row_sums_and_small_reductions_one_kernel():
   m = Tensor(np.ones((512, 1024), np.float32)).realize()
   assert len(m.sum(1).schedule_linear().src) == 1          # rows feed the cores already
   assert len(Tensor(np.ones((8, 8), np.float32)).realize().sum(0).schedule_linear().src) == 1
+
+
+def test_split_into_outer_slices_on_a_many_core_device():
+  # fewer outputs than cores (4 rows on 8 cores): each row's reduction splits into one slice per core
+  from tinycore.caches import clear_caches
+  from tinycore.device.registry import core_count
+  from tinycore.schedule.split_reduce import install_core_count
+  x = np.random.default_rng(11).standard_normal((4, 1 << 16)).astype(np.float32)
+  t = Tensor(x).realize()
+  install_core_count(lambda name: 8)
+  try:
+    clear_caches()
+    calls = t.sum(1).schedule_linear().src
+    assert len(calls) == 2 and calls[0].src[1].shape[0] == 4 * 8
+    np.testing.assert_allclose(t.sum(1).numpy(), x.sum(1), rtol=1e-5, atol=1e-3)
+    np.testing.assert_equal(t.max(1).numpy(), x.max(1))
+  finally:
+    install_core_count(core_count)
+    clear_caches()

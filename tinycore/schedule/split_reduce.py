@@ -14,7 +14,7 @@ from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp, identity_element, prod
 from tinycore.uop.pattern import PatternMatcher, UPat, graph_rewrite_map
 
-SPLIT_MIN_ELEMENTS = 1 << 18    # reducing fewer elements than this to few outputs is not worth a second kernel
+SPLIT_MIN_ELEMENTS = 1 << 18    # reducing fewer elements (in all) to few outputs is not worth a second kernel
 SPLIT_MIN_GRID = 1 << 20        # ... to one value on a device without `cores`
 SPLIT_PARTS_GRID = 256          # partials of a reduction to one value on a device without `cores`
 MIN_PART_ROWS = 64              # a column sum splits only if every part still reduces this many rows
@@ -78,7 +78,7 @@ def split_plan(r: UOp) -> tuple[str, int] | None:
   cores = device_cores(x.device)
   if cores < 2:
     return ("everything", SPLIT_PARTS_GRID) if outputs == 1 and reduced >= SPLIT_MIN_GRID else None
-  if outputs < cores and reduced >= SPLIT_MIN_ELEMENTS:
+  if outputs < cores and outputs * reduced >= SPLIT_MIN_ELEMENTS:
     if outputs == 1: return ("everything", cores)
     return ("outer", cores) if x.shape[min(axes)] % cores == 0 else None
   # a column sum (a kept axis after the reduced ones): each core streams whole rows of its slice
