@@ -248,6 +248,18 @@ def test_floordiv_and_mod_scalar_by_int32(rng):
   assert_equal(-7 % Tensor(b), np.int32(-7) % b, dtype=dtypes.int32)
 
 
+@pytest.mark.parametrize("dtype", UNSIGNED[:3], ids=_name)
+def test_floordiv_and_mod_of_a_wrapped_unsigned_difference(dtype):
+  # a - b wraps around for unsigned types; // and % apply to the wrapped value, never distributed over a and b
+  skip_unless_dtype(dtype)
+  npdt = np_dtype(dtype)
+  a, b = np.array([100, 5, 60, 0], dtype=npdt), np.array([200, 7, 3, 1], dtype=npdt)
+  for d in (3, 5, 7):
+    assert_equal((Tensor(a) - Tensor(b)) // d, (a - b) // npdt.type(d), dtype=dtype)
+    assert_equal((Tensor(a) - Tensor(b)) % d, (a - b) % npdt.type(d), dtype=dtype)
+  assert_equal((Tensor(a) + Tensor(a) + 200) // 3, (a + a + npdt.type(200)) // npdt.type(3), dtype=dtype)
+
+
 def test_floordiv_mod_known_values():
   a = Tensor([7, -7, 7, -7, 0, 6, -6], dtype=dtypes.int32)
   b = Tensor([2, 2, -2, -2, 3, -3, 4], dtype=dtypes.int32)

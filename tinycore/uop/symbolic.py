@@ -142,6 +142,13 @@ def _terms_bounds(terms: dict[UOp, int], const: int) -> tuple[float, float]:
   return lo, hi
 
 
+def _affine_fits(terms: dict[UOp, int], const: int, dtype: DType) -> bool:
+  """Whether the sum cannot leave dtype's range: only then does the wrapped value equal the integer sum, so // and %
+  may be distributed over its terms (uint16 a-b is a + 65535*b: true mod 2**16, wrong for //3)."""
+  lo, hi = _terms_bounds(terms, const)
+  return dtype.min <= lo and hi <= dtype.max
+
+
 def merge_div_mod_pairs(terms: dict[UOp, int]) -> dict[UOp, int]:
   """(y//c)*(k*c) + (y%c)*k is y*k."""
   terms = dict(terms)
@@ -173,13 +180,14 @@ def simplify_div(x: UOp, d: UOp) -> UOp | None:
   if c <= 0 or x.vmin < 0: return None
   if c == 1: return x
   if x.vmax < c: return UOp.const(x.dtype, 0)
-  if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0:  # (y//a)//c is y//(a*c)
+  if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and 0 < x.src[1].arg * c <= x.dtype.max:  # (y//a)//c is y//(a*c)
     return UOp(Ops.IDIV, x.dtype, (x.src[0], UOp.const(x.dtype, x.src[1].arg * c)))
   if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % c == 0 and x.src[0].vmin >= 0:
     # (y%m)//c is (y//c)%(m//c) when c divides m
     y, m = x.src[0], x.src[1].arg
     return UOp(Ops.MOD, x.dtype, (UOp(Ops.IDIV, x.dtype, (y, d)), UOp.const(x.dtype, m // c)))
   terms, const = affine_terms(x)
+  if not _affine_fits(terms, const, x.dtype): return None
   whole = {t: a // c for t, a in terms.items() if a % c == 0}
   rest = {t: a for t, a in terms.items() if a % c != 0}
   kq, kr = divmod(const, c)
@@ -203,6 +211,7 @@ def simplify_mod(x: UOp, d: UOp) -> UOp | None:
   if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % c == 0:  # (y%m)%c is y%c when c divides m
     return UOp(Ops.MOD, x.dtype, (x.src[0], d))
   terms, const = affine_terms(x)
+  if not _affine_fits(terms, const, x.dtype): return None
   kept = {t: a % c for t, a in terms.items() if a % c != 0}
   if any(t.vmin < 0 for t in kept): return None
   lo, hi = _terms_bounds(kept, const % c)
