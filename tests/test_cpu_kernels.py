@@ -117,3 +117,44 @@ def test_kernels_link_with_the_system_linker_or_the_driver(linker, monkeypatch, 
   program.function.argtypes = None
   program.function(dst.ctypes.data_as(ctypes.c_void_p), src.ctypes.data_as(ctypes.c_void_p))
   assert dst[0] == 5.0
+
+
+PACKING = KernelTarget(vector_lanes=16, vector_registers=32, cores=2, strip_vectors=32, panel_bytes=512 * 1024)
+
+
+def render_tiled(t: Tensor, target: KernelTarget = PACKING) -> str:
+  return CPURenderer(2, target).render("k", optimize_kernel(kernel_of(t), target)).source
+
+
+def test_strided_matmul_panel_is_packed_once_per_column_panel():
+  a, b = Tensor(np.ones((64, 512), np.float32)).realize(), Tensor(np.ones((512, 1024), np.float32)).realize()
+  source = render_tiled(a @ b)
+  # B's 32-column panel (rows 1024 floats apart) is copied into a contiguous [K][32] buffer, A's rows are not
+  assert source.count("__attribute__((aligned(64)))") == 1 and "[512][32] __attribute__" in source
+  assert source.index("panel") < source.index("acc")      # the copy comes before the row-block loop's accumulators
+  assert "panel" not in render_tiled(a @ b, AVX512)        # a target with no panel budget packs nothing
+  small = KernelTarget(16, 32, 2, 32, panel_bytes=512 * 32 * 4 - 4)
+  assert "panel" not in render_tiled(a @ b, small)        # nor one whose budget the panel exceeds
+
+
+def test_narrow_matmul_is_not_packed():
+  a, b = Tensor(np.ones((64, 512), np.float32)).realize(), Tensor(np.ones((512, 64), np.float32)).realize()
+  assert "panel" not in render_tiled(a @ b)               # rows 64 floats apart: already cache friendly
+
+
+@pytest.mark.parametrize("shape", [(96, 512, 320), (40, 300, 288), (8, 1024, 256)])
+def test_packed_matmul_values(shape):
+  m, k, n = shape
+  rng = np.random.default_rng(k)
+  x, y = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(x) @ Tensor(y)).numpy(), x @ y, rtol=1e-4, atol=1e-4)
+  batched = rng.standard_normal((3, m, k)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(batched) @ Tensor(y)).numpy(), batched @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_cache_sizes_and_panel_budget():
+  from tiny_cpu.renderer import l2_cache_bytes, panel_budget, parse_cache_size
+  assert parse_cache_size("1024K\n") == 1 << 20 and parse_cache_size("2M") == 2 << 20 and parse_cache_size("512") == 512
+  assert l2_cache_bytes() >= 64 * 1024
+  assert panel_budget(256 * 1024) == 128 * 1024 and panel_budget(32 << 20) == 512 * 1024
+  assert host_target(1).panel_bytes == panel_budget(l2_cache_bytes())

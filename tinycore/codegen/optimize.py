@@ -74,11 +74,13 @@ def _split_range(sink: UOp, r: UOp, width: int, new_id: int) -> UOp:
 class KernelTarget:
   """What the optimizer knows of the machine a kernel runs on: `vector_lanes` float32 lanes in a vector register,
   `vector_registers` of them, `cores` that run one kernel's shares, and `strip_vectors`, how many vectors of
-  accumulators a column-sum strip may hold (in L1 on a CPU). A renderer carries one as `kernel_target`."""
+  accumulators a column-sum strip may hold (in L1 on a CPU), and `panel_bytes`, how much a kernel may copy its operand
+  panels into local buffers (codegen.packing; 0: never). A renderer carries one as `kernel_target`."""
   vector_lanes: int = 4
   vector_registers: int = 16
   cores: int = 1
   strip_vectors: int = 8
+  panel_bytes: int = 0
 
 
 # 8 lanes (AVX2-sized): the tiles every device got before targets existed
