@@ -158,3 +158,34 @@ def test_cache_sizes_and_panel_budget():
   assert l2_cache_bytes() >= 64 * 1024
   assert panel_budget(256 * 1024) == 128 * 1024 and panel_budget(32 << 20) == 512 * 1024
   assert host_target(1).panel_bytes == panel_budget(l2_cache_bytes())
+
+
+def test_padded_conv_packs_its_masked_input_and_drops_the_repeated_mask():
+  x, w = Tensor(np.ones((2, 16, 12, 12), np.float32)).realize(), Tensor(np.ones((32, 16, 3, 3), np.float32)).realize()
+  source = render_tiled(x.conv2d(w, padding=1))
+  tile = source[source.index("acc"):]
+  # the padding mask is evaluated once per element while packing: the register tile reads the panel unmasked
+  assert "panel" in source and " ? " in source[:source.index("acc")] and " ? " not in tile
+  assert " ? " in render_tiled(x.conv2d(w, padding=1), AVX512)  # without packing the gated load stays in the tile
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 12, 12, 32, 1), (1, 8, 28, 28, 16, 1), (2, 4, 9, 10, 8, 2), (1, 3, 8, 8, 4, 0)])
+def test_packed_conv_values(shape):
+  n, cin, h, wd, cout, pad = shape
+  rng = np.random.default_rng(cin)
+  x, w = rng.standard_normal((n, cin, h, wd)).astype(np.float32), rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
+  padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+  windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+  expected = np.einsum("nchwij,ocij->nohw", windows, w)
+  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=pad).numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_where_of_a_load_under_the_same_gate_is_the_load():
+  from tinycore.codegen.optimize import gated_loads
+  from tinycore.uop.pattern import graph_rewrite
+  x = Tensor(np.ones((2, 3, 5, 5), np.float32)).realize()
+  kernel = kernel_of(x.pad(((0, 0), (0, 0), (1, 1), (1, 1))) * 2)
+  wheres = lambda k: [u for u in k.toposort() if u.op is Ops.WHERE]  # noqa: E731
+  rewritten = graph_rewrite(kernel, gated_loads)
+  assert len(wheres(kernel)) == 1 and not wheres(rewritten)                          # pad's mask, once
+  assert any(u.op is Ops.INDEX and len(u.src) > 2 for u in rewritten.toposort())   # the load keeps its gate

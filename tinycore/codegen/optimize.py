@@ -4,10 +4,11 @@ A (4096, 4096) elementwise kernel over contiguous buffers is one loop of 16M, no
 are merged whenever every address in the kernel stays affine in the merged loop (no new `//` or `%`).
 """
 from __future__ import annotations
+import math
 import attrs
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
-from tinycore.uop.pattern import graph_rewrite
+from tinycore.uop.pattern import PatternMatcher, UPat, graph_rewrite
 from tinycore.uop.symbolic import affine_terms, symbolic
 
 
@@ -150,6 +151,19 @@ def _columns_outside(sink: UOp, columns: tuple, rows: tuple) -> UOp:
                           by_arg[rows]: by_arg[rows].replace(arg=columns)})
 
 
+def _is_positive_zero(zero: UOp) -> bool: return zero.arg == 0 and math.copysign(1.0, zero.arg) > 0
+
+
+gated_loads = PatternMatcher([
+  # where(g, load gated by g, 0) is the load itself: a gated load already reads 0 where its gate is false (a padded
+  # conv's mask once, not twice, and none at all when the load is packed)
+  (UPat(Ops.WHERE, src=(UPat.var("g"), UPat(Ops.LOAD, name="load", src=(UPat(Ops.INDEX, src=(UPat.var(), UPat.var(),
+                                                                                           UPat.var("g"))),)),
+                        UPat.cvar("zero"))),
+   lambda g, load, zero: load if _is_positive_zero(zero) and zero.dtype is load.dtype else None),
+])
+
+
 def optimize_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
   """The kernel with contiguous loops merged and register tiles for strided reductions, shaped for `target`."""
-  return upcast_reduce_kernel(merge_ranges(sink), target)
+  return upcast_reduce_kernel(merge_ranges(graph_rewrite(sink, gated_loads)), target)

@@ -64,11 +64,16 @@ def panel_of(load: UOp, chain: list[Loop], upcast: list[UOp]) -> Panel | None:
   inner = len(chain)
   while inner > 0 and chain[inner - 1].range in depends: inner -= 1
   if inner == 0 or inner == len(chain): return None  # read on every iteration of every loop, or of none inside
+  # the copy goes before the outermost of the loops just outside the panel's own that the load does not use
+  reuse = inner - 1
+  while reuse > 0 and chain[reuse - 1].range not in depends: reuse -= 1
   loops = [loop.range for loop in chain[inner:]]
   if not any(r.arg[1] == "reduce" for r in loops) or chain[inner - 1].range.src[0].arg < 2: return None
   if any(len(r.src) > 1 for r in loops): return None  # a symbolic bound: the buffer's size is not known
-  gated = len(index.src) > 2
   coefficients, _ = affine_terms(index.src[1])
-  if not gated and abs(coefficients.get(loops[-1], 0)) < MIN_ROW_STRIDE: return None
+  # a tile's vector of columns read with a stride (a gather), rows far apart in the caches, or a padding mask
+  columns = upcast[-1] if upcast else None
+  gathered = columns in depends and coefficients.get(columns) != 1
+  if not (gathered or len(index.src) > 2 or abs(coefficients.get(loops[-1], 0)) >= MIN_ROW_STRIDE): return None
   ranges = tuple(loops) + tuple(r for r in upcast if r in depends)
-  return Panel(load, chain[inner - 1], ranges, frozenset(loop.range for loop in chain[:inner - 1]))
+  return Panel(load, chain[reuse], ranges, frozenset(loop.range for loop in chain[:reuse]))
