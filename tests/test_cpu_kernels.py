@@ -169,11 +169,13 @@ def test_padded_conv_packs_its_masked_input_and_drops_the_repeated_mask():
   assert " ? " in render_tiled(x.conv2d(w, padding=1), AVX512)  # without packing the gated load stays in the tile
 
 
-@pytest.mark.parametrize("shape", [(2, 16, 12, 12, 32, 1), (1, 8, 28, 28, 16, 1), (2, 4, 9, 10, 8, 2), (1, 3, 8, 8, 4, 0)])
+@pytest.mark.parametrize("shape", [(2, 16, 12, 12, 32, 1), (1, 8, 28, 28, 16, 1), (2, 4, 9, 10, 8, 2),
+                                   (1, 3, 8, 8, 4, 0)])
 def test_packed_conv_values(shape):
   n, cin, h, wd, cout, pad = shape
   rng = np.random.default_rng(cin)
-  x, w = rng.standard_normal((n, cin, h, wd)).astype(np.float32), rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
+  x = rng.standard_normal((n, cin, h, wd)).astype(np.float32)
+  w = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
   padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
   windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
   expected = np.einsum("nchwij,ocij->nohw", windows, w)
