@@ -191,3 +191,24 @@ def test_where_of_a_load_under_the_same_gate_is_the_load():
   rewritten = graph_rewrite(kernel, gated_loads)
   assert len(wheres(kernel)) == 1 and not wheres(rewritten)                          # pad's mask, once
   assert any(u.op is Ops.INDEX and len(u.src) > 2 for u in rewritten.toposort())   # the load keeps its gate
+
+
+def test_matmul_with_a_transposed_operand_tiles_over_its_packed_panel():
+  a, b = Tensor(np.ones((64, 256), np.float32)).realize(), Tensor(np.ones((128, 256), np.float32)).realize()
+  kernel = kernel_of(a @ b.T)                                 # both operands run along k: no contiguous output dim
+  assert upcast_sizes(optimize_kernel(kernel, AVX512)) == []  # without packing: one dot product per output
+  assert upcast_sizes(optimize_kernel(kernel, PACKING)) == [8, 32]
+  source = render_tiled(a @ b.T)
+  assert "[256][32] __attribute__((aligned(64)))" in source and "tc_fmaf(" in source
+  long = Tensor(np.ones((64, 8192), np.float32)).realize()  # a [8192][32] panel exceeds the budget: no tile
+  assert upcast_sizes(optimize_kernel(kernel_of(long @ long.T), PACKING)) == []
+
+
+@pytest.mark.parametrize("shape", [(64, 256, 128), (24, 100, 96), (3, 64, 32)])
+def test_transposed_matmul_values(shape):
+  m, k, n = shape
+  rng = np.random.default_rng(m)
+  x, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(x) @ Tensor(w).T).numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
+  batched = rng.standard_normal((2, m, k)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(batched) @ Tensor(w).T).numpy(), batched @ w.T, rtol=1e-4, atol=1e-4)

@@ -5,6 +5,7 @@ are merged whenever every address in the kernel stays affine in the merged loop 
 """
 from __future__ import annotations
 import math
+from math import prod
 import attrs
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
@@ -117,7 +118,8 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
   reduce reads contiguously is computed two vectors at a time, and a second output dim those loads don't use 4 or 8
   at a time (`register_tile`), so each loaded value is reused from registers and the compiler vectorizes the
   unrolled nest. The tile's column loop is the outer output loop, so one panel of the contiguous operand stays in
-  the core's cache while every row block streams past it."""
+  the core's cache while every row block streams past it. With no contiguous output dim (x @ w.T) a target that
+  packs panels tiles a dim whose panel the renderer copies into contiguous memory (`_packed_columns`)."""
   nodes = sink.toposort()
   reduce_ranges = {r for n in nodes if n.op is Ops.REDUCE for r in n.src[1:]}
   if not reduce_ranges or any(n.op is Ops.RANGE and n.arg[1] == "upcast" for n in nodes): return sink
@@ -128,10 +130,12 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
   columns, rows = register_tile(target)
   contiguous = [r for r in reversed(outputs) if _width_for(_range_size(r), _halvings(columns)) and
                 any(c.get(r) == 1 for c in coefficients)]
-  if not contiguous: return sink
-  u_dim = contiguous[0]
+  if contiguous: u_dim = contiguous[0]
+  elif (packed := _packed_columns(outputs, coefficients, columns, target, reduce_ranges)) is not None: u_dim = packed
+  else: return sink
   reused = [r for r in reversed(outputs) if r is not u_dim and _width_for(_range_size(r), _halvings(rows)) and
             any(c.get(r) and not c.get(u_dim) for c in coefficients)]
+  if not contiguous and not reused: return sink  # a packed panel pays off only when a tile's rows reuse it
   next_id = 1 + max(n.arg[0] for n in nodes if n.op is Ops.RANGE)
   widths = _halvings(columns) if reused else strip_widths(_range_size(u_dim), target)
   # the contiguous dim is the innermost upcast range (the highest id), so each unrolled row is whole vectors
@@ -140,6 +144,20 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
     sink = _split_range(sink, reused[0], _width_for(_range_size(reused[0]), _halvings(rows)), next_id)
     sink = _columns_outside(sink, u_dim.arg, reused[0].arg)
   return sink
+
+
+def _packed_columns(outputs: list[UOp], coefficients: list[dict[UOp, int]], columns: int, target: KernelTarget,
+                    reduce_ranges: set[UOp]) -> UOp | None:
+  """When no load reads an output dim contiguously (x @ w.T: both operands run along k) but the target packs operand
+  panels (codegen.packing) and a panel of `columns` along every reduced dim fits its budget (as float32): an output
+  dim `columns` wide whose load packs into a contiguous panel, provided another output dim is read by some load
+  without it (the tile's rows)."""
+  panel = columns * 4 * prod(_range_size(r) for r in reduce_ranges)
+  if target.panel_bytes <= 0 or panel > target.panel_bytes: return None
+  for r in reversed(outputs):
+    if _range_size(r) % columns or not any(c.get(r) for c in coefficients): continue
+    if any(c.get(q) and not c.get(r) for q in outputs if q is not r for c in coefficients): return r
+  return None
 
 
 def _columns_outside(sink: UOp, columns: tuple, rows: tuple) -> UOp:
