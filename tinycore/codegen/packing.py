@@ -42,15 +42,21 @@ def find_panels(kernel: LinearKernel, budget_bytes: int) -> list[Panel]:
   found: list[Panel] = []
   if not kernel.upcast or budget_bytes <= 0: return found
 
+  loads: list[tuple[UOp, list[Loop]]] = []
+  written: set[UOp] = set()
+
   def visit(body: list, chain: list[Loop]) -> None:
-    nonlocal budget_bytes
     for item in body:
       if isinstance(item, Loop): visit(item.body, chain + [item])
-      elif not isinstance(item, AccUpdate) and item.op is Ops.LOAD and item in kernel.vector:
-        if (panel := panel_of(item, chain, kernel.upcast)) is not None and panel.nbytes <= budget_bytes:
-          found.append(panel)
-          budget_bytes -= panel.nbytes
+      elif isinstance(item, AccUpdate): continue
+      elif item.op is Ops.STORE: written.add(item.src[0].src[0])
+      elif item.op is Ops.LOAD and item in kernel.vector: loads.append((item, chain))
   visit(kernel.body, [])
+  for load, chain in loads:
+    if load.src[0].src[0] in written: continue  # a copy taken early would miss the kernel's own stores
+    if (panel := panel_of(load, chain, kernel.upcast)) is not None and panel.nbytes <= budget_bytes:
+      found.append(panel)
+      budget_bytes -= panel.nbytes
   return found
 
 
