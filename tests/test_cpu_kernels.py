@@ -212,3 +212,13 @@ def test_transposed_matmul_values(shape):
   np.testing.assert_allclose((Tensor(x) @ Tensor(w).T).numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
   batched = rng.standard_normal((2, m, k)).astype(np.float32)
   np.testing.assert_allclose((Tensor(batched) @ Tensor(w).T).numpy(), batched @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_an_image_row_narrower_than_the_tile_is_one_tile_row():
+  x, w = Tensor(np.ones((2, 16, 28, 28), np.float32)).realize(), Tensor(np.ones((32, 16, 3, 3), np.float32)).realize()
+  assert upcast_sizes(optimize_kernel(kernel_of(x.conv2d(w, padding=1)), PACKING)) == [8, 28]  # not 8 x 4
+  a, b = Tensor(np.ones((64, 96), np.float32)).realize(), Tensor(np.ones((96, 24), np.float32)).realize()
+  assert upcast_sizes(optimize_kernel(kernel_of(a @ b), AVX512)) == [8, 24]
+  rng = np.random.default_rng(24)
+  x, y = rng.standard_normal((40, 96)).astype(np.float32), rng.standard_normal((96, 24)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(x) @ Tensor(y)).numpy(), x @ y, rtol=1e-4, atol=1e-4)

@@ -128,7 +128,7 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
                      any(r in reduce_ranges for r in n.src[0].src[1].toposort())]
   coefficients = [affine_terms(a)[0] for a in inner_addresses]
   columns, rows = register_tile(target)
-  contiguous = [r for r in reversed(outputs) if _width_for(_range_size(r), _halvings(columns)) and
+  contiguous = [r for r in reversed(outputs) if _width_for(_range_size(r), _column_widths(r, columns)) and
                 any(c.get(r) == 1 for c in coefficients)]
   if contiguous: u_dim = contiguous[0]
   elif (packed := _packed_columns(outputs, coefficients, columns, target, reduce_ranges)) is not None: u_dim = packed
@@ -137,13 +137,20 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
             any(c.get(r) and not c.get(u_dim) for c in coefficients)]
   if not contiguous and not reused: return sink  # a packed panel pays off only when a tile's rows reuse it
   next_id = 1 + max(n.arg[0] for n in nodes if n.op is Ops.RANGE)
-  widths = _halvings(columns) if reused else strip_widths(_range_size(u_dim), target)
+  widths = _column_widths(u_dim, columns) if reused else strip_widths(_range_size(u_dim), target)
   # the contiguous dim is the innermost upcast range (the highest id), so each unrolled row is whole vectors
   sink = _split_range(sink, u_dim, _width_for(_range_size(u_dim), widths), next_id + 1)
   if reused:
     sink = _split_range(sink, reused[0], _width_for(_range_size(reused[0]), _halvings(rows)), next_id)
     sink = _columns_outside(sink, u_dim.arg, reused[0].arg)
   return sink
+
+
+def _column_widths(r: UOp, columns: int) -> tuple[int, ...]:
+  """Tile widths for the contiguous dim r: a whole row narrower than the tile but over half of it (28 of 32: an
+  image row) first, then the halvings of `columns`."""
+  size = _range_size(r)
+  return ((size,) if columns // 2 < size < columns else ()) + _halvings(columns)
 
 
 def _packed_columns(outputs: list[UOp], coefficients: list[dict[UOp, int]], columns: int, target: KernelTarget,
