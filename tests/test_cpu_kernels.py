@@ -74,6 +74,27 @@ def test_column_and_row_sums_match_numpy():
   np.testing.assert_allclose(t.sum(1).numpy(), m.sum(1), rtol=1e-4, atol=1e-3)
 
 
+def test_row_reductions_use_lane_accumulators():
+  m = Tensor(np.ones((8, 4096), np.float32)).realize()
+  source = CPURenderer(2, AVX512).render("rowsum", optimize_kernel(kernel_of(m.sum(1)), AVX512)).source
+  assert "float acc2_lanes[64];" in source and "ridx1_lane" in source and "reduction(" not in source
+  odd = Tensor(np.ones((8, 100), np.float32)).realize()  # not a multiple of the lanes: the omp simd reduction
+  assert "_lanes" not in CPURenderer(2, AVX512).render("odd", kernel_of(odd.sum(1))).source
+
+
+def test_lane_accumulators_keep_nan_inf_and_integer_wrapping():
+  rng = np.random.default_rng(3)
+  m = rng.standard_normal((6, 1024)).astype(np.float32)
+  m[1, 5], m[2, 700], m[3, 63], m[4, 64] = np.nan, np.inf, -np.inf, np.nan
+  m[5, :] = -np.inf
+  t = Tensor(m)
+  np.testing.assert_allclose(t.sum(1).numpy(), m.sum(1), rtol=1e-5, atol=1e-4)
+  np.testing.assert_equal(t.max(1).numpy(), m.max(1))
+  np.testing.assert_equal(t.min(1).numpy(), m.min(1))
+  big = np.full((2, 1024), 2 ** 30, np.int32)
+  np.testing.assert_equal(Tensor(big).sum(1, dtype="int32").numpy(), big.sum(1, dtype=np.int32))
+
+
 def test_host_target_reads_the_cpu():
   target = host_target(3)
   assert target.cores == 3 and target.vector_lanes in (4, 8, 16) and target.vector_registers in (16, 32)

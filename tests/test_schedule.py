@@ -5,6 +5,7 @@ from tinycore import GlobalCounters, Tensor
 from tinycore.codegen import CodegenStats
 from tinycore.engine.realize import run_linear
 from tinycore.schedule.cache import ScheduleCacheStats
+from tinycore.schedule.split_reduce import SPLIT_MIN_ELEMENTS
 from tinycore.uop.ops import Ops
 
 
@@ -127,7 +128,7 @@ def test_an_unknown_device_fails_at_creation_naming_the_devices_that_exist():
 
 
 def test_reducing_a_large_tensor_to_one_value_splits_into_partials():
-  n = Tensor.SPLIT_REDUCE_MIN + 5  # not a multiple of the parts: the tail is padded with the identity
+  n = SPLIT_MIN_ELEMENTS + 5  # not a multiple of the parts: the tail is padded with the identity
   x = np.random.default_rng(5).integers(-1000, 1000, n).astype(np.int32)
   t = Tensor(x).realize()
   assert [call.src[0].op for call in t.sum().schedule_linear().src] == [Ops.SINK, Ops.SINK]
@@ -144,3 +145,34 @@ def test_contiguous_of_a_copy_or_an_assign_is_not_recomputed():
   b = a.contiguous().realize()
   assert b.uop.op is Ops.BUFFER and [c.src[0].op for c in (b * 2).schedule_linear().src] == [Ops.SINK]
   assert (b * 2).tolist() == [2.0] * 4
+
+
+def test_split_reductions_follow_the_device_cores():
+  from tinycore import Device
+  from tinycore.schedule.split_reduce import SPLIT_PARTS_GRID, device_cores
+  cores = device_cores("CPU")
+  assert cores == Device["CPU"].capabilities()["cores"]
+  def first_kernel_outputs(t: Tensor) -> int:
+    calls = t.schedule_linear().src
+    assert [c.src[0].op for c in calls] == [Ops.SINK, Ops.SINK]
+    return calls[0].src[1].shape[0]  # the partials' buffer
+  rng = np.random.default_rng(7)
+  if cores >= 2:
+    x = rng.standard_normal(1 << 18).astype(np.float32)
+    x[1000], x[200000] = -np.inf, np.nan
+    t = Tensor(x).realize()
+    assert first_kernel_outputs(t.max()) == cores           # one contiguous slice per core
+    assert np.isnan(t.max().item()) and np.isnan(t.min().item())
+    m = rng.standard_normal((512, 96)).astype(np.float32)   # a column sum: each core reduces whole rows of its slice
+    cm = Tensor(m).realize()
+    assert first_kernel_outputs(cm.sum(0)) == cores * 96
+    np.testing.assert_allclose(cm.sum(0).numpy(), m.sum(0), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(cm.max(0).numpy(), m.max(0))
+  # a device without cores (the interpreter) gets the grid's parts for a big reduction to one value
+  assert first_kernel_outputs(Tensor.ones(1 << 20, device="PYTHON").sum()) == SPLIT_PARTS_GRID
+
+
+def test_split_keeps_row_sums_and_small_reductions_one_kernel():
+  m = Tensor(np.ones((512, 1024), np.float32)).realize()
+  assert len(m.sum(1).schedule_linear().src) == 1          # rows feed the cores already
+  assert len(Tensor(np.ones((8, 8), np.float32)).realize().sum(0).schedule_linear().src) == 1

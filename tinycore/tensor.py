@@ -974,28 +974,12 @@ class Tensor(TensorOps):
       return ()
     return tuple(sorted({_normalize_axis(a, self.ndim) for a in axes}))
 
-  SPLIT_REDUCE_MIN = 1 << 20   # reducing this many elements or more to one value happens in two stages
-  SPLIT_REDUCE_PARTS = 256
-
   def _reduce(self, op: Ops, axis=None, keepdim: bool = False) -> Tensor:
+    # (the scheduler splits a big reduction into per-core partials: tinycore/schedule/split_reduce.py)
     axes = self._axes(axis)
-    if len(axes) == self.ndim and isinstance(self.numel(), int) and self.numel() >= Tensor.SPLIT_REDUCE_MIN:
-      out = self._split_reduce(op).reshape((1,) * self.ndim)
-    else:
-      out = self._apply(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))) if axes and self.ndim else self
+    out = self._apply(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))) if axes and self.ndim else self
     if keepdim: return out
     return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-
-  def _split_reduce(self, op: Ops) -> Tensor:
-    """A reduction of everything to one value as partial reductions over SPLIT_REDUCE_PARTS rows (a kernel whose
-    outer loop threads and work-items share) and then one over the partials: a single loop would run on one core."""
-    from tinycore.uop.ops import identity_element
-    parts, n = Tensor.SPLIT_REDUCE_PARTS, self.numel()
-    rows = -(-n // parts)
-    flat = self.reshape(n)
-    if rows * parts != n: flat = flat.pad(((0, rows * parts - n),), value=identity_element(op, self.dtype))
-    partial = flat.reshape(parts, rows)._reduce(op, 1)
-    return partial._reduce(op, 0)
 
   @staticmethod
   def _sum_dtype(dtype: DType) -> DType:

@@ -487,16 +487,22 @@ class CStyleRenderer:
           lines.append(f"{pad}if ({r} >= {size}) return;")
           self._emit_block(item.body, lines, depth)
           continue
-        self.before_loop(item, lines, pad)
-        if (pragma := self.loop_pragma(item)): lines.append(f"{pad}{pragma}")
-        start, end = self.loop_bounds(item, lines, pad)
-        lines.append(f"{pad}for ({self.index_type} {r} = {start}; {r} < {end}; {r}++) {{")
-        self._emit_block(item.body, lines, depth + 1)
-        lines.append(f"{pad}}}")
-        self.after_loop(item, lines, pad)
+        self.emit_loop(item, lines, depth)
       elif isinstance(item, AccUpdate):
         lines.append(f"{pad}{self._name(item.reduce)} = {self.accumulate(item.reduce)};")
       else: self._emit_node(item, lines, pad)
+
+  def emit_loop(self, loop: Loop, lines: list[str], depth: int) -> None:
+    """One loop, its accumulators already declared: the hooks around it, its pragma, header and body. A subclass may
+    write some loops in another shape (the CPU renderer gives reduction loops lane accumulators)."""
+    pad, r = "  " * depth, self._name(loop.range)
+    self.before_loop(loop, lines, pad)
+    if (pragma := self.loop_pragma(loop)): lines.append(f"{pad}{pragma}")
+    start, end = self.loop_bounds(loop, lines, pad)
+    lines.append(f"{pad}for ({self.index_type} {r} = {start}; {r} < {end}; {r}++) {{")
+    self._emit_block(loop.body, lines, depth + 1)
+    lines.append(f"{pad}}}")
+    self.after_loop(loop, lines, pad)
 
   def _address(self, index: UOp) -> tuple[str, str, str | None]:
     buffer, offset = self._name(index.src[0]), self._name(index.src[1])

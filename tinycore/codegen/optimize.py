@@ -97,10 +97,12 @@ def register_tile(target: KernelTarget) -> tuple[int, int]:
   return columns, rows
 
 
-def strip_widths(size: int, target: KernelTarget) -> tuple[int, ...]:
+def strip_widths(size: int, target: KernelTarget, cores_fed: bool = False) -> tuple[int, ...]:
   """Widths to try for a strip of a reduction over rows with nothing to tile beside it (column sums): up to
-  `strip_vectors` vectors of accumulators, so each row is read in long contiguous runs, but one strip per core."""
+  `strip_vectors` vectors of accumulators, so each row is read in long contiguous runs, but one strip per core
+  unless an outer loop already gives every core its share (`cores_fed`: the parts of a split column sum)."""
   widest = _halvings(target.strip_vectors * target.vector_lanes)
+  if cores_fed: return widest
   return tuple(w for w in widest if size // w >= target.cores) or widest
 
 
@@ -110,7 +112,7 @@ def _width_for(size: int, widths: tuple[int, ...]) -> int | None:
 
 def _halvings(width: int) -> tuple[int, ...]:
   """width, width/2, ... down to 4: the tile widths to try, widest first."""
-  return tuple(w for w in (width >> i for i in range(8)) if w >= 4)
+  return tuple(w for w in (width >> i for i in range(width.bit_length())) if w >= 4)
 
 
 def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
@@ -137,7 +139,9 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
             any(c.get(r) and not c.get(u_dim) for c in coefficients)]
   if not contiguous and not reused: return sink  # a packed panel pays off only when a tile's rows reuse it
   next_id = 1 + max(n.arg[0] for n in nodes if n.op is Ops.RANGE)
-  widths = _column_widths(u_dim, columns) if reused else strip_widths(_range_size(u_dim), target)
+  # the outermost output loop is the one the cores share: if it is not the strip's, it feeds them already
+  cores_fed = outputs[0] is not u_dim and _range_size(outputs[0]) >= target.cores
+  widths = _column_widths(u_dim, columns) if reused else strip_widths(_range_size(u_dim), target, cores_fed)
   # the contiguous dim is the innermost upcast range (the highest id), so each unrolled row is whole vectors
   sink = _split_range(sink, u_dim, _width_for(_range_size(u_dim), widths), next_id + 1)
   if reused:

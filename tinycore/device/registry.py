@@ -13,6 +13,7 @@ import threading
 from typing import TYPE_CHECKING
 from tinycore.plugin.spec import DeviceSpec
 from tinycore.schedule.copies import CopyTraits, install_device_traits
+from tinycore.schedule.split_reduce import install_core_count
 
 if TYPE_CHECKING:
   from tinycore.device.compiled import Compiled
@@ -235,3 +236,13 @@ def copy_traits(name: str) -> CopyTraits:
 
 
 install_device_traits(copy_traits)
+
+
+@functools.lru_cache(maxsize=4096)
+def core_count(name: str) -> int:
+  """The cores one kernel of a device runs on (its `cores` capability; 0 without one), for split reductions."""
+  if not Device.spec_for(name).compute: return 0
+  return int(Device[name].capabilities().get("cores") or 0)
+
+
+install_core_count(core_count)

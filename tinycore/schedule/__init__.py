@@ -11,6 +11,7 @@ from tinycore.uop.symbolic_shapes import max_numel, view_in_buffer
 from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
 from tinycore.schedule.context import ScheduleContext
+from tinycore.schedule.split_reduce import split_reductions
 from tinycore.schedule.scalars import ScalarBindings, bind_kernel_scalars
 from tinycore.schedule.rangeify import KernelBuilder, NeedsRealize, build_store_kernel, build_value_kernel
 from tinycore.uop.spec import check_spec, spec_enabled
@@ -210,6 +211,8 @@ def create_schedule(original_roots: list[UOp], scalars: ScalarBindings | None = 
   multi = lower_multi(original)
   lane_sink = UOp(Ops.SINK, None, tuple(lane_roots(multi.nodes[original])))
   lowered = lower_copies(lane_sink)
+  split = split_reductions(lowered[lane_sink])
+  lowered = {node: split.get(low, low) for node, low in lowered.items()}
   sink = lowered[lane_sink]
   roots = list(sink.src)
   graph = sink.toposort()

@@ -5,23 +5,27 @@ from tinycore.plugin import (CStyleRenderer, DType, GroupOp, KernelTarget, Linea
                              find_panels)
 
 # exp2 for float32 without a libm call, so loops over it vectorize: 2^x = 2^n * 2^f with n = rint(x), f in
-# [-0.5, 0.5], 2^f from Cephes' degree-6 polynomial (relative error < 2e-7), 2^n built in two halves so that
-# 2^-150..2^128 scale without overflowing the exponent field. inf, -inf and nan come out as libm gives them.
+# [-0.5, 0.5], 2^f from Cephes' degree-6 polynomial (relative error < 2e-7) in fused multiply-adds, 2^n built in two
+# halves (n >> 1 and the rest) so that 2^-150..2^128 scale without overflowing the exponent field. Each clamp is one
+# compare-select (a vmaxps/vminps) that keeps NaN, and NaN stays NaN through the polynomial and the scaling (its
+# integer conversion only feeds the scale factors), so inf, -inf and nan come out as libm gives them. About 20
+# vector instructions per 16 floats with AVX-512.
 EXP2F = r"""
 static inline float tc_exp2f(float x) {
-  float clamped = x > 128.0f ? 128.0f : (x < -150.0f ? -150.0f : x);
+  float high = x > 128.0f ? 128.0f : x;
+  float clamped = high < -150.0f ? -150.0f : high;
   float n = __builtin_rintf(clamped), f = clamped - n;
   float p = 1.535336188319500e-4f;
-  p = p * f + 1.339887440266574e-3f;
-  p = p * f + 9.618437357674640e-3f;
-  p = p * f + 5.550332471162809e-2f;
-  p = p * f + 2.402264791363012e-1f;
-  p = p * f + 6.931472028550421e-1f;
-  p = p * f + 1.0f;
-  int whole = (int)n, half = whole / 2;
+  p = tc_fmaf(p, f, 1.339887440266574e-3f);
+  p = tc_fmaf(p, f, 9.618437357674640e-3f);
+  p = tc_fmaf(p, f, 5.550332471162809e-2f);
+  p = tc_fmaf(p, f, 2.402264791363012e-1f);
+  p = tc_fmaf(p, f, 6.931472028550421e-1f);
+  p = tc_fmaf(p, f, 1.0f);
+  int whole = (int)n, half = whole >> 1;
   unsigned int b1 = (unsigned int)(half + 127) << 23, b2 = (unsigned int)(whole - half + 127) << 23;
   float s1, s2; __builtin_memcpy(&s1, &b1, 4); __builtin_memcpy(&s2, &b2, 4);
-  return x != x ? x : p * s1 * s2;
+  return p * s1 * s2;
 }
 """
 
@@ -38,12 +42,14 @@ static inline double tc_fma(double a, double b, double c) { _Pragma("clang fp co
 """
 FMA_FUNCTIONS = {dtypes.float32: "tc_fmaf", dtypes.float64: "tc_fma"}
 OMP_REDUCTION = {Ops.ADD: "+", Ops.MUL: "*", Ops.MAX: "max"}
+LANE_VECTORS = 4   # vector accumulators per reduction loop: enough adds in flight to hide the add latency
+LANE_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64})
 
 
 class CPURenderer(CStyleRenderer):
   """Renders a kernel as a C function ``void name(T* restrict data0, ..., long long var0, ...)``."""
   device = "CPU"
-  prelude = CStyleRenderer.prelude + EXP2F + MULTIPLY_ADD
+  prelude = CStyleRenderer.prelude + MULTIPLY_ADD + EXP2F
   # kernels with at least this many loop iterations split their outermost loop across `threads` worker threads
   parallel_threshold = 1 << 16
 
@@ -155,6 +161,64 @@ class CPURenderer(CStyleRenderer):
       return f"{FMA_FUNCTIONS[product.dtype]}({a}, {b}, {self._name(x)})"
     return super().accumulate(x)
 
+  # A reduction loop over floats runs as `lane_width` independent accumulators (LANE_VECTORS vectors of them): the loop
+  # becomes an outer loop over blocks and an inner `omp simd` loop over the lanes, each lane adding (or taking the
+  # max of) every lane_width-th element, then the lanes combine pairwise (halving) into the accumulator. The adds
+  # carry no dependency chain from one element to the next, so gcc and clang both vectorize the loop with several
+  # vector accumulators in flight, with no reduction to reassociate (clang 14 vectorizes no float max reduction).
+  # This reassociates a float sum, as numpy's pairwise sum and BLAS do; a max is exact in any order, and a lane
+  # holding NaN keeps it (NaN wins in `max_expr`), so NaN still propagates.
+  def lane_width(self) -> int:
+    return self.kernel_target.vector_lanes * LANE_VECTORS
+
+  def lane_updates(self, loop: Loop) -> list:
+    """The updates of an innermost reduction loop that lane accumulators may compute: sums and maxima of 32/64-bit
+    values over a constant trip count that is a multiple of several lane widths; [] for any other loop."""
+    updates, width = self.reduction_updates(loop), self.lane_width()
+    if not updates or len(loop.range.src) > 1 or loop.range.src[0].arg % width or loop.range.src[0].arg < 2 * width:
+      return []
+    if any(isinstance(item, UOp) and item.op is Ops.STORE for item in loop.body): return []
+    if all(u.reduce.arg in (Ops.ADD, Ops.MAX) and u.reduce.dtype in LANE_DTYPES for u in updates): return updates
+    return []
+
+  def emit_loop(self, loop: Loop, lines: list[str], depth: int) -> None:
+    updates = self.lane_updates(loop)
+    if not updates: return super().emit_loop(loop, lines, depth)
+    pad, inner, width = "  " * depth, "  " * (depth + 3), self.lane_width()
+    r, accumulators = self._name(loop.range), {u.reduce: self._names[u.reduce] for u in updates}
+    for x, acc in accumulators.items():
+      identity = self.literal(0 if x.arg is Ops.ADD else dtypes.min(x.dtype), x.dtype)  # (ADD or MAX)
+      lines.append(f"{pad}{self.value_type(x.dtype)} {acc}_lanes[{width}];")
+      lines.append(f"{pad}for (int tc_lane = 0; tc_lane < {width}; tc_lane++) {acc}_lanes[tc_lane] = {identity};")
+      self._names[x] = f"{acc}_lanes[{r}_lane]"
+    # blocks of `width` elements; in each, LANE_VECTORS unrolled vector-wide `omp simd` loops (gcc then keeps every
+    # lane vector in a register, as clang does; one simd loop over all the lanes left them in the stack array)
+    index, lanes = self.index_type, self.kernel_target.vector_lanes
+    lines.append(f"{pad}for ({index} {r}_block = 0; {r}_block < {loop.range.src[0].arg // width}ll; {r}_block++) {{")
+    lines.append(f"{pad}  #pragma GCC unroll {LANE_VECTORS}")
+    lines.append(f"{pad}  for ({index} {r}_vector = 0; {r}_vector < {width}ll; {r}_vector += {lanes}ll) {{")
+    lines.append(f"{pad}    #pragma omp simd")
+    lines.append(f"{pad}    for ({index} {r}_in = 0; {r}_in < {lanes}ll; {r}_in++) {{")
+    lines.append(f"{inner}{index} {r}_lane = {r}_vector + {r}_in, {r} = {r}_block * {width}ll + {r}_lane;")
+    self._emit_block(loop.body, lines, depth + 3)
+    lines.append(f"{pad}}}}}}}")
+    for x, acc in accumulators.items():
+      self._names[x] = acc
+      self.combine_lanes(x, f"{acc}_lanes", width, lines, pad)
+
+  def combine_lanes(self, x: UOp, lanes: str, width: int, lines: list[str], pad: str) -> None:
+    """acc = acc OP (the lanes combined pairwise): half the lanes into the other half until one is left."""
+    def combined(a: str, b: str) -> str:
+      return self.max_expr(a, b, x.dtype) if x.arg is Ops.MAX else self.alu(UOp(x.arg, x.dtype, (x, x)), [a, b])
+    half = width // 2
+    while half:
+      lines.append(f"{pad}#pragma omp simd")
+      lines.append(f"{pad}for (int tc_lane = 0; tc_lane < {half}; tc_lane++) "
+                   f"{lanes}[tc_lane] = {combined(f'{lanes}[tc_lane]', f'{lanes}[tc_lane + {half}]')};")
+      half //= 2
+    acc = self._names[x]
+    lines.append(f"{pad}{acc} = {combined(acc, f'{lanes}[0]')};")
+
   def loop_pragma(self, loop: Loop) -> str:
     # an innermost reduction loop may be reassociated, so the compiler can keep several partial sums in vectors
     updates = self.reduction_updates(loop)
@@ -167,13 +231,14 @@ class CPURenderer(CStyleRenderer):
     return f"#pragma omp simd {clauses}"
 
 
-STRIP_VECTORS = 32
+STRIP_VECTORS = 256
 
 
 def host_target(cores: int) -> KernelTarget:
   """This machine for the optimizer, from the CPU flags the kernel reports (the compiler targets -march=native):
   AVX-512 has 16 float lanes and 32 registers, AVX/AVX2 8 lanes and 16, anything else 4 lanes and 16. Column-sum
-  strips hold 32 vectors of accumulators (2 KB with AVX-512: L1 keeps them, rows are read in 2 KB runs)."""
+  strips hold up to 256 vectors of accumulators (16 KB with AVX-512, a third of a 48 KB L1: L1 keeps them beside
+  the rows streaming past, and a split column sum reads whole rows of up to 16 KB front to back)."""
   try:
     with open("/proc/cpuinfo") as cpuinfo: flags = next((line for line in cpuinfo if line.startswith("flags")), "")
   except OSError: flags = ""
