@@ -243,3 +243,11 @@ def test_an_image_row_narrower_than_the_tile_is_one_tile_row():
   rng = np.random.default_rng(24)
   x, y = rng.standard_normal((40, 96)).astype(np.float32), rng.standard_normal((96, 24)).astype(np.float32)
   np.testing.assert_allclose((Tensor(x) @ Tensor(y)).numpy(), x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_a_narrow_row_with_no_tile_rows_is_left_alone():
+  m = np.random.default_rng(17).standard_normal((33, 17)).astype(np.float32)
+  assert upcast_sizes(optimize_kernel(kernel_of(Tensor(m).max(0)), PACKING)) == []   # 17 columns: no strip of 17
+  np.testing.assert_allclose(Tensor(m).max(0).numpy(), m.max(0))
+  np.testing.assert_allclose(Tensor(m).softmax(0).numpy(), np.exp(m - m.max(0)) / np.exp(m - m.max(0)).sum(0),
+                             rtol=1e-5, atol=1e-6)

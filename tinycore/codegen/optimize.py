@@ -142,8 +142,10 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
   # the outermost output loop is the one the cores share: if it is not the strip's, it feeds them already
   cores_fed = outputs[0] is not u_dim and _range_size(outputs[0]) >= target.cores
   widths = _column_widths(u_dim, columns) if reused else strip_widths(_range_size(u_dim), target, cores_fed)
+  # a whole narrow row (17 of 32) tiles a matmul, but a strip of column sums is whole vectors or nothing
+  if (width := _width_for(_range_size(u_dim), widths)) is None: return sink
   # the contiguous dim is the innermost upcast range (the highest id), so each unrolled row is whole vectors
-  sink = _split_range(sink, u_dim, _width_for(_range_size(u_dim), widths), next_id + 1)
+  sink = _split_range(sink, u_dim, width, next_id + 1)
   if reused:
     sink = _split_range(sink, reused[0], _width_for(_range_size(reused[0]), _halvings(rows)), next_id)
     sink = _columns_outside(sink, u_dim.arg, reused[0].arg)
