@@ -138,3 +138,116 @@ def test_kernels_link_with_the_system_linker_or_the_driver(linker, monkeypatch, 
   program.function.argtypes = None
   program.function(dst.ctypes.data_as(ctypes.c_void_p), src.ctypes.data_as(ctypes.c_void_p))
   assert dst[0] == 5.0
+
+
+PACKING = KernelTarget(vector_lanes=16, vector_registers=32, cores=2, strip_vectors=32, panel_bytes=512 * 1024)
+
+
+def render_tiled(t: Tensor, target: KernelTarget = PACKING) -> str:
+  return CPURenderer(2, target).render("k", optimize_kernel(kernel_of(t), target)).source
+
+
+def test_strided_matmul_panel_is_packed_once_per_column_panel():
+  a, b = Tensor(np.ones((64, 512), np.float32)).realize(), Tensor(np.ones((512, 1024), np.float32)).realize()
+  source = render_tiled(a @ b)
+  # B's 32-column panel (rows 1024 floats apart) is copied into a contiguous [K][32] buffer, A's rows are not
+  assert source.count("__attribute__((aligned(64)))") == 1 and "[512][32] __attribute__" in source
+  assert source.index("panel") < source.index("acc")      # the copy comes before the row-block loop's accumulators
+  assert "panel" not in render_tiled(a @ b, AVX512)        # a target with no panel budget packs nothing
+  small = KernelTarget(16, 32, 2, 32, panel_bytes=512 * 32 * 4 - 4)
+  assert "panel" not in render_tiled(a @ b, small)        # nor one whose budget the panel exceeds
+
+
+def test_narrow_matmul_is_not_packed():
+  a, b = Tensor(np.ones((64, 512), np.float32)).realize(), Tensor(np.ones((512, 64), np.float32)).realize()
+  assert "panel" not in render_tiled(a @ b)               # rows 64 floats apart: already cache friendly
+
+
+@pytest.mark.parametrize("shape", [(96, 512, 320), (40, 300, 288), (8, 1024, 256)])
+def test_packed_matmul_values(shape):
+  m, k, n = shape
+  rng = np.random.default_rng(k)
+  x, y = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(x) @ Tensor(y)).numpy(), x @ y, rtol=1e-4, atol=1e-4)
+  batched = rng.standard_normal((3, m, k)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(batched) @ Tensor(y)).numpy(), batched @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_cache_sizes_and_panel_budget():
+  from tiny_cpu.renderer import l2_cache_bytes, panel_budget, parse_cache_size
+  assert parse_cache_size("1024K\n") == 1 << 20 and parse_cache_size("2M") == 2 << 20 and parse_cache_size("512") == 512
+  assert l2_cache_bytes() >= 64 * 1024
+  assert panel_budget(256 * 1024) == 128 * 1024 and panel_budget(32 << 20) == 512 * 1024
+  assert host_target(1).panel_bytes == panel_budget(l2_cache_bytes())
+
+
+def test_padded_conv_packs_its_masked_input_and_drops_the_repeated_mask():
+  x, w = Tensor(np.ones((2, 16, 12, 12), np.float32)).realize(), Tensor(np.ones((32, 16, 3, 3), np.float32)).realize()
+  source = render_tiled(x.conv2d(w, padding=1))
+  tile = source[source.index("acc"):]
+  # the padding mask is evaluated once per element while packing: the register tile reads the panel unmasked
+  assert "panel" in source and " ? " in source[:source.index("acc")] and " ? " not in tile
+  assert " ? " in render_tiled(x.conv2d(w, padding=1), AVX512)  # without packing the gated load stays in the tile
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 12, 12, 32, 1), (1, 8, 28, 28, 16, 1), (2, 4, 9, 10, 8, 2),
+                                   (1, 3, 8, 8, 4, 0)])
+def test_packed_conv_values(shape):
+  n, cin, h, wd, cout, pad = shape
+  rng = np.random.default_rng(cin)
+  x = rng.standard_normal((n, cin, h, wd)).astype(np.float32)
+  w = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
+  padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+  windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+  expected = np.einsum("nchwij,ocij->nohw", windows, w)
+  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=pad).numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_where_of_a_load_under_the_same_gate_is_the_load():
+  from tinycore.codegen.optimize import gated_loads
+  from tinycore.uop.pattern import graph_rewrite
+  x = Tensor(np.ones((2, 3, 5, 5), np.float32)).realize()
+  kernel = kernel_of(x.pad(((0, 0), (0, 0), (1, 1), (1, 1))) * 2)
+  wheres = lambda k: [u for u in k.toposort() if u.op is Ops.WHERE]  # noqa: E731
+  rewritten = graph_rewrite(kernel, gated_loads)
+  assert len(wheres(kernel)) == 1 and not wheres(rewritten)                          # pad's mask, once
+  assert any(u.op is Ops.INDEX and len(u.src) > 2 for u in rewritten.toposort())   # the load keeps its gate
+
+
+def test_matmul_with_a_transposed_operand_tiles_over_its_packed_panel():
+  a, b = Tensor(np.ones((64, 256), np.float32)).realize(), Tensor(np.ones((128, 256), np.float32)).realize()
+  kernel = kernel_of(a @ b.T)                                 # both operands run along k: no contiguous output dim
+  assert upcast_sizes(optimize_kernel(kernel, AVX512)) == []  # without packing: one dot product per output
+  assert upcast_sizes(optimize_kernel(kernel, PACKING)) == [8, 32]
+  source = render_tiled(a @ b.T)
+  assert "[256][32] __attribute__((aligned(64)))" in source and "tc_fmaf(" in source
+  long = Tensor(np.ones((64, 8192), np.float32)).realize()  # a [8192][32] panel exceeds the budget: no tile
+  assert upcast_sizes(optimize_kernel(kernel_of(long @ long.T), PACKING)) == []
+
+
+@pytest.mark.parametrize("shape", [(64, 256, 128), (24, 100, 96), (3, 64, 32)])
+def test_transposed_matmul_values(shape):
+  m, k, n = shape
+  rng = np.random.default_rng(m)
+  x, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(x) @ Tensor(w).T).numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
+  batched = rng.standard_normal((2, m, k)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(batched) @ Tensor(w).T).numpy(), batched @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_an_image_row_narrower_than_the_tile_is_one_tile_row():
+  x, w = Tensor(np.ones((2, 16, 28, 28), np.float32)).realize(), Tensor(np.ones((32, 16, 3, 3), np.float32)).realize()
+  assert upcast_sizes(optimize_kernel(kernel_of(x.conv2d(w, padding=1)), PACKING)) == [8, 28]  # not 8 x 4
+  a, b = Tensor(np.ones((64, 96), np.float32)).realize(), Tensor(np.ones((96, 24), np.float32)).realize()
+  assert upcast_sizes(optimize_kernel(kernel_of(a @ b), AVX512)) == [8, 24]
+  rng = np.random.default_rng(24)
+  x, y = rng.standard_normal((40, 96)).astype(np.float32), rng.standard_normal((96, 24)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(x) @ Tensor(y)).numpy(), x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_a_narrow_row_with_no_tile_rows_is_left_alone():
+  m = np.random.default_rng(17).standard_normal((33, 17)).astype(np.float32)
+  assert upcast_sizes(optimize_kernel(kernel_of(Tensor(m).max(0)), PACKING)) == []   # 17 columns: no strip of 17
+  np.testing.assert_allclose(Tensor(m).max(0).numpy(), m.max(0))
+  np.testing.assert_allclose(Tensor(m).softmax(0).numpy(), np.exp(m - m.max(0)) / np.exp(m - m.max(0)).sum(0),
+                             rtol=1e-5, atol=1e-6)

@@ -286,6 +286,11 @@ class CStyleRenderer:
     if len(loop.range.src) > 1: return "0", self._name(loop.range.src[1])
     return "0", self.literal(loop.range.src[0].arg, dtypes.int64)
 
+  def packed_load(self, u: UOp) -> str | None:
+    """The expression reading LOAD `u` from a kernel-local copy of its panel (see codegen.packing), or None to read
+    memory; none by default."""
+    return None
+
   def extra_params(self) -> list[str]:
     """Scalar parameters after the buffers (e.g. a thread's share of the work); none by default."""
     return []
@@ -511,7 +516,8 @@ class CStyleRenderer:
       statement = f"{buffer}[{offset}] = {self.store_value(self._name(u.src[1]), u.src[0].dtype)};"
       lines.append(f"{pad}if ({gate}) {statement}" if gate else f"{pad}{statement}")
       return
-    if u.op is Ops.LOAD:
+    if u.op is Ops.LOAD and (packed := self.packed_load(u)) is not None: expr = packed
+    elif u.op is Ops.LOAD:
       buffer, offset, gate = self._address(u.src[0])
       expr = self.load(buffer, offset, u.dtype)
       if gate: expr = f"({gate} ? {expr} : {self.literal(0, u.dtype)})"

@@ -4,10 +4,12 @@ A (4096, 4096) elementwise kernel over contiguous buffers is one loop of 16M, no
 are merged whenever every address in the kernel stays affine in the merged loop (no new `//` or `%`).
 """
 from __future__ import annotations
+import math
+from math import prod
 import attrs
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
-from tinycore.uop.pattern import graph_rewrite
+from tinycore.uop.pattern import PatternMatcher, UPat, graph_rewrite
 from tinycore.uop.symbolic import affine_terms, symbolic
 
 
@@ -74,11 +76,13 @@ def _split_range(sink: UOp, r: UOp, width: int, new_id: int) -> UOp:
 class KernelTarget:
   """What the optimizer knows of the machine a kernel runs on: `vector_lanes` float32 lanes in a vector register,
   `vector_registers` of them, `cores` that run one kernel's shares, and `strip_vectors`, how many vectors of
-  accumulators a column-sum strip may hold (in L1 on a CPU). A renderer carries one as `kernel_target`."""
+  accumulators a column-sum strip may hold (in L1 on a CPU), and `panel_bytes`, how much a kernel may copy its operand
+  panels into local buffers (codegen.packing; 0: never). A renderer carries one as `kernel_target`."""
   vector_lanes: int = 4
   vector_registers: int = 16
   cores: int = 1
   strip_vectors: int = 8
+  panel_bytes: int = 0
 
 
 # 8 lanes (AVX2-sized): the tiles every device got before targets existed
@@ -116,7 +120,8 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
   reduce reads contiguously is computed two vectors at a time, and a second output dim those loads don't use 4 or 8
   at a time (`register_tile`), so each loaded value is reused from registers and the compiler vectorizes the
   unrolled nest. The tile's column loop is the outer output loop, so one panel of the contiguous operand stays in
-  the core's cache while every row block streams past it."""
+  the core's cache while every row block streams past it. With no contiguous output dim (x @ w.T) a target that
+  packs panels tiles a dim whose panel the renderer copies into contiguous memory (`_packed_columns`)."""
   nodes = sink.toposort()
   reduce_ranges = {r for n in nodes if n.op is Ops.REDUCE for r in n.src[1:]}
   if not reduce_ranges or any(n.op is Ops.RANGE and n.arg[1] == "upcast" for n in nodes): return sink
@@ -125,22 +130,47 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
                      any(r in reduce_ranges for r in n.src[0].src[1].toposort())]
   coefficients = [affine_terms(a)[0] for a in inner_addresses]
   columns, rows = register_tile(target)
-  contiguous = [r for r in reversed(outputs) if _width_for(_range_size(r), _halvings(columns)) and
+  contiguous = [r for r in reversed(outputs) if _width_for(_range_size(r), _column_widths(r, columns)) and
                 any(c.get(r) == 1 for c in coefficients)]
-  if not contiguous: return sink
-  u_dim = contiguous[0]
+  if contiguous: u_dim = contiguous[0]
+  elif (packed := _packed_columns(outputs, coefficients, columns, target, reduce_ranges)) is not None: u_dim = packed
+  else: return sink
   reused = [r for r in reversed(outputs) if r is not u_dim and _width_for(_range_size(r), _halvings(rows)) and
             any(c.get(r) and not c.get(u_dim) for c in coefficients)]
+  if not contiguous and not reused: return sink  # a packed panel pays off only when a tile's rows reuse it
   next_id = 1 + max(n.arg[0] for n in nodes if n.op is Ops.RANGE)
   # the outermost output loop is the one the cores share: if it is not the strip's, it feeds them already
   cores_fed = outputs[0] is not u_dim and _range_size(outputs[0]) >= target.cores
-  widths = _halvings(columns) if reused else strip_widths(_range_size(u_dim), target, cores_fed)
+  widths = _column_widths(u_dim, columns) if reused else strip_widths(_range_size(u_dim), target, cores_fed)
+  # a whole narrow row (17 of 32) tiles a matmul, but a strip of column sums is whole vectors or nothing
+  if (width := _width_for(_range_size(u_dim), widths)) is None: return sink
   # the contiguous dim is the innermost upcast range (the highest id), so each unrolled row is whole vectors
-  sink = _split_range(sink, u_dim, _width_for(_range_size(u_dim), widths), next_id + 1)
+  sink = _split_range(sink, u_dim, width, next_id + 1)
   if reused:
     sink = _split_range(sink, reused[0], _width_for(_range_size(reused[0]), _halvings(rows)), next_id)
     sink = _columns_outside(sink, u_dim.arg, reused[0].arg)
   return sink
+
+
+def _column_widths(r: UOp, columns: int) -> tuple[int, ...]:
+  """Tile widths for the contiguous dim r: a whole row narrower than the tile but over half of it (28 of 32: an
+  image row) first, then the halvings of `columns`."""
+  size = _range_size(r)
+  return ((size,) if columns // 2 < size < columns else ()) + _halvings(columns)
+
+
+def _packed_columns(outputs: list[UOp], coefficients: list[dict[UOp, int]], columns: int, target: KernelTarget,
+                    reduce_ranges: set[UOp]) -> UOp | None:
+  """When no load reads an output dim contiguously (x @ w.T: both operands run along k) but the target packs operand
+  panels (codegen.packing) and a panel of `columns` along every reduced dim fits its budget (as float32): an output
+  dim `columns` wide whose load packs into a contiguous panel, provided another output dim is read by some load
+  without it (the tile's rows)."""
+  panel = columns * 4 * prod(_range_size(r) for r in reduce_ranges)
+  if target.panel_bytes <= 0 or panel > target.panel_bytes: return None
+  for r in reversed(outputs):
+    if _range_size(r) % columns or not any(c.get(r) for c in coefficients): continue
+    if any(c.get(q) and not c.get(r) for q in outputs if q is not r for c in coefficients): return r
+  return None
 
 
 def _columns_outside(sink: UOp, columns: tuple, rows: tuple) -> UOp:
@@ -152,6 +182,19 @@ def _columns_outside(sink: UOp, columns: tuple, rows: tuple) -> UOp:
                           by_arg[rows]: by_arg[rows].replace(arg=columns)})
 
 
+def _is_positive_zero(zero: UOp) -> bool: return zero.arg == 0 and math.copysign(1.0, zero.arg) > 0
+
+
+gated_loads = PatternMatcher([
+  # where(g, load gated by g, 0) is the load itself: a gated load already reads 0 where its gate is false (a padded
+  # conv's mask once, not twice, and none at all when the load is packed)
+  (UPat(Ops.WHERE, src=(UPat.var("g"), UPat(Ops.LOAD, name="load", src=(UPat(Ops.INDEX, src=(UPat.var(), UPat.var(),
+                                                                                           UPat.var("g"))),)),
+                        UPat.cvar("zero"))),
+   lambda g, load, zero: load if _is_positive_zero(zero) and zero.dtype is load.dtype else None),
+])
+
+
 def optimize_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
   """The kernel with contiguous loops merged and register tiles for strided reductions, shaped for `target`."""
-  return upcast_reduce_kernel(merge_ranges(sink), target)
+  return upcast_reduce_kernel(merge_ranges(graph_rewrite(sink, gated_loads)), target)

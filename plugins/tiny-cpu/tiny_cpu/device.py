@@ -92,7 +92,8 @@ class CPUDevice(HCQDevice):
     caps["compiler"] = self.compiler.name if isinstance(self.compiler, CPUCompiler) else None
     caps["queues"] = sorted(self.queues)
     target = self.renderer.kernel_target  # what the optimizer shapes register tiles and reduction strips for
-    caps.update(cores=target.cores, vector_lanes=target.vector_lanes, vector_registers=target.vector_registers)
+    caps.update(cores=target.cores, vector_lanes=target.vector_lanes, vector_registers=target.vector_registers,
+                panel_bytes=target.panel_bytes)
     return caps
 
   def finalize(self) -> None:

@@ -1,6 +1,8 @@
 """The C renderer of the CPU device: tinycore's C-style renderer with the CPU's details."""
+import os
 from math import prod
-from tinycore.plugin import CStyleRenderer, DType, KernelTarget, LinearKernel, Loop, Ops, UOp, dtypes
+from tinycore.plugin import (CStyleRenderer, DType, GroupOp, KernelTarget, LinearKernel, Loop, Ops, Panel, UOp, dtypes,
+                             find_panels)
 
 # exp2 for float32 without a libm call, so loops over it vectorize: 2^x = 2^n * 2^f with n = rint(x), f in
 # [-0.5, 0.5], 2^f from Cephes' degree-6 polynomial (relative error < 2e-7) in fused multiply-adds, 2^n built in two
@@ -74,6 +76,10 @@ class CPURenderer(CStyleRenderer):
   def begin_kernel(self, kernel: LinearKernel) -> None:
     self._split = self.threaded_loop(kernel)
     self._nan_flags: dict[UOp, str] = {}
+    self._panels_before: dict[int, list[Panel]] = {}
+    for panel in find_panels(kernel, self.kernel_target.panel_bytes):
+      self._panels_before.setdefault(id(panel.reuse), []).append(panel)
+    self._packed: dict[UOp, str] = {}
 
   def launch_dims(self, kernel: LinearKernel) -> tuple[tuple[int, ...], tuple[int, ...]]:
     # a threaded kernel runs once per thread (core_id = 0..threads-1), each on its share of the outermost loop
@@ -97,12 +103,52 @@ class CPURenderer(CStyleRenderer):
   # combines the lanes' partial maxima with a plain comparison that drops NaN (gcc does; numpy's max returns NaN).
   # The flag is an integer OR reduction, so the loop still vectorizes; after the loop a set flag makes the max NaN.
   def before_loop(self, loop: Loop, lines: list[str], pad: str) -> None:
+    for panel in self._panels_before.get(id(loop), []): self.pack_panel(panel, lines, pad)
     for update in self.reduction_updates(loop):
       x = update.reduce
       # only an accumulator declared for this very loop: one kept across an outer loop needs its flag there too
       if x.arg is Ops.MAX and dtypes.is_float(x.dtype) and x in loop.reduces:
         flag = self._nan_flags[x] = f"{self._names[x]}_nan"
         lines.append(f"{pad}int {flag} = 0;")
+
+  # Packing (codegen.packing): a strided or masked operand panel is copied once, before the loop that reuses it, into
+  # a contiguous array on the thread's stack; the register tile then reads it with unit stride and no masks.
+  def pack_panel(self, panel: Panel, lines: list[str], pad: str) -> None:
+    name = self._packed[panel.load] = self._fresh("panel")
+    dims = "".join(f"[{r.src[0].arg}]" for r in panel.ranges)
+    lines.append(f"{pad}{self.value_type(panel.load.dtype)} {name}{dims} __attribute__((aligned(64)));")
+    for depth, r in enumerate(panel.ranges):
+      bound = self.literal(r.src[0].arg, dtypes.int64)
+      lines.append(f"{pad}{'  ' * depth}for ({self.index_type} ridx{r.arg[0]} = 0; ridx{r.arg[0]} < {bound}; "
+                   f"ridx{r.arg[0]}++) {{")
+    index, memo = panel.load.src[0], {}
+    value = self.load(self._name(index.src[0]), self.recomputed(index.src[1], panel.outer, memo), panel.load.dtype)
+    if len(index.src) > 2:
+      value = f"({self.recomputed(index.src[2], panel.outer, memo)} ? {value} : {self.literal(0, panel.load.dtype)})"
+    inner_pad = pad + "  " * len(panel.ranges)
+    lines.append(f"{inner_pad}{name}{self.panel_index(panel)} = {value};")
+    lines.append(pad + "}" * len(panel.ranges))
+
+  @staticmethod
+  def panel_index(panel: Panel) -> str: return "".join(f"[ridx{r.arg[0]}]" for r in panel.ranges)
+
+  def recomputed(self, u: UOp, outer: frozenset[UOp], memo: dict[UOp, str]) -> str:
+    """An address expression for the panel's copy loop: values of the loops around it by their names, the rest
+    computed again from the loop variables (which the copy loop names as the kernel's loops do)."""
+    if (done := memo.get(u)) is not None: return done
+    if u.op in (Ops.CONST, Ops.RANGE): expr = self._name(u)
+    elif u in self._names and u not in self._vector and {r for r in u.toposort() if r.op is Ops.RANGE} <= outer:
+      expr = self._names[u]  # computed before the reuse loop, in a scope around it
+    elif u.op is Ops.CAST: expr = self.cast(self.recomputed(u.src[0], outer, memo), u.src[0].dtype, u.dtype)
+    elif u.op in GroupOp.ALU: expr = self.alu(u, [self.recomputed(s, outer, memo) for s in u.src])
+    else: raise AssertionError(f"a packed panel's address holds {u.op}, which codegen.packing should have refused")
+    memo[u] = expr
+    return expr
+
+  def packed_load(self, u: UOp) -> str | None:
+    if (name := self._packed.get(u)) is None: return None
+    panel = next(p for ps in self._panels_before.values() for p in ps if p.load is u)
+    return f"{name}{self.panel_index(panel)}"
 
   def after_loop(self, loop: Loop, lines: list[str], pad: str) -> None:
     for x in loop.reduces:
@@ -204,6 +250,39 @@ def host_target(cores: int) -> KernelTarget:
     with open("/proc/cpuinfo") as cpuinfo: flags = next((line for line in cpuinfo if line.startswith("flags")), "")
   except OSError: flags = ""
   words = set(flags.split())
-  if "avx512f" in words: return KernelTarget(16, 32, cores, STRIP_VECTORS)
-  if "avx" in words: return KernelTarget(8, 16, cores, STRIP_VECTORS)
-  return KernelTarget(4, 16, cores, STRIP_VECTORS)
+  panel = panel_budget(l2_cache_bytes())
+  if "avx512f" in words: return KernelTarget(16, 32, cores, STRIP_VECTORS, panel)
+  if "avx" in words: return KernelTarget(8, 16, cores, STRIP_VECTORS, panel)
+  return KernelTarget(4, 16, cores, STRIP_VECTORS, panel)
+
+
+DEFAULT_L2_BYTES = 512 * 1024
+# packed panels live on the stack of the thread running the kernel (8 MB by default for the queue's threads)
+MAX_PANEL_BYTES = 512 * 1024
+
+
+def l2_cache_bytes() -> int:
+  """The L2 cache of one core in bytes: from sysfs, else sysconf, else 512 KiB."""
+  try:
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    for entry in sorted(os.listdir(base)):
+      with open(f"{base}/{entry}/level") as level, open(f"{base}/{entry}/size") as size:
+        if level.read().strip() == "2": return parse_cache_size(size.read())
+  except (OSError, ValueError): pass
+  try:
+    if (size := os.sysconf("SC_LEVEL2_CACHE_SIZE")) > 0: return size
+  except (ValueError, OSError, AttributeError): pass
+  return DEFAULT_L2_BYTES
+
+
+def parse_cache_size(text: str) -> int:
+  """sysfs's cache size ("1024K", "2M", "512") in bytes."""
+  text = text.strip().upper()
+  scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+  return int(text.rstrip("KMG")) * scale
+
+
+def panel_budget(l2_bytes: int) -> int:
+  """Bytes of packed operand panels one kernel may hold: half of L2 (the rest keeps the other operand's rows and
+  the outputs), at most MAX_PANEL_BYTES."""
+  return min(l2_bytes // 2, MAX_PANEL_BYTES)
