@@ -1,13 +1,13 @@
 """The profiler's cost: an eager loop of small ops and a jitted training-like step, with profiling off and on.
 Asserts nothing.
 
-    python bench/bench_profiler.py [--device CPU] [--iterations 200] [--rounds 7]
+    python bench/bench_profiler.py [--device CPU] [--iterations 200] [--rounds 9]
 
 Off and on alternate round by round (so machine noise hits both alike); each row is the minimum over rounds of the
 mean time per iteration (on a shared machine the least noisy statistic), waiting for the device at the end of each
-round. "on" includes recording every event and,
-on queue devices, the device timestamps around each kernel and copy; the trace itself is built once per round
-(`tinycore.profiler.trace()`, which also reads back the timestamps) and counted. To see what the hooks cost when
+round. "on" includes recording every event and, on queue devices, the device timestamps around each kernel and
+copy; the trace itself is built once per round (`tinycore.profiler.trace()`, which also reads back the timestamps)
+and counted. To see what the hooks cost when
 off, run this script once on this tree and once on a tree without the profiler and compare the "off" rows.
 
 Measured on the shared 2-core CI machine (noisy; minimum over 9 rounds of 200 iterations, three alternating runs):
