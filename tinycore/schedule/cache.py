@@ -9,7 +9,7 @@ as literals (`schedule.scalars.MAX_KERNEL_ARGS`) is kept per value of those scal
 """
 from __future__ import annotations
 from tinycore.caches import BoundedCache
-from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.ops import Ops, UOp, toposort_roots
 from tinycore.uop.scalars import scalar_value, scalar_word
 from tinycore.uop.symbolic_shapes import (SYMBOLIC_ARG_OPS, is_shape_placeholder, shape_binds, shape_placeholder,
                                           substitute_with_args)
@@ -69,7 +69,7 @@ def plain_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp], dict[UOp, UOp
   """`schedule_template` for a graph without bound Variables and symbolic shapes (an eager op's), in one pass over
   its nodes: (template, mapping, the graph node each node of the key stands for), the last so that binding the
   realized nodes needs no second substitution. None for any other graph (use `schedule_template`)."""
-  nodes = toposort_all(roots)  # (no SINK of the real roots: it would be one more node made and dropped per call)
+  nodes = toposort_roots(roots)  # (no SINK of the real roots: it would be one more node made and dropped per call)
   inputs: list[UOp] = []
   candidates: list[UOp] = []
   steering: set[UOp] = set()
@@ -99,23 +99,6 @@ def plain_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp], dict[UOp, UOp
   mapping = dict(zip(placeholders, inputs)) | values
   for f in fresh: mapping[f] = UOp.new_buffer(f.device, f.arg, f.dtype)
   return template, mapping, real_of
-
-
-def toposort_all(roots: list[UOp]) -> dict[UOp, None]:
-  """Every node reachable from any of `roots`, sources before users (as `UOp.toposort` of their SINK, less it)."""
-  order: dict[UOp, None] = {}
-  stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(roots)]
-  pop, push = stack.pop, stack.append
-  while stack:
-    node, expanded = pop()
-    if node in order: continue
-    if expanded or not node.src:
-      order[node] = None
-      continue
-    push((node, True))
-    for s in reversed(node.src):
-      if s not in order: push((s, False))
-  return order
 
 
 def _int_arg(arg: object) -> bool:

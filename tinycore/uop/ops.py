@@ -13,7 +13,7 @@ import struct
 import threading
 import weakref
 from enum import Enum, auto
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod  # noqa: F401  (modules import prod from here)
 
@@ -181,19 +181,7 @@ class UOp(metaclass=_UOpCache):
   def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
     """Every node reachable from self, sources before users (an ordered dict used as a set). `gate(node)` False
     keeps the node but does not walk below it."""
-    order: dict[UOp, None] = {}
-    stack: list[tuple[UOp, bool]] = [(self, False)]
-    pop, push = stack.pop, stack.append
-    while stack:
-      node, expanded = pop()
-      if node in order: continue
-      if expanded or not node.src or (gate is not None and not gate(node)):
-        order[node] = None
-        continue
-      push((node, True))
-      for s in reversed(node.src):
-        if s not in order: push((s, False))
-    return order
+    return toposort_roots((self,), gate)
 
   def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
     """self with every occurrence of a key of `mapping` replaced by its value (bottom-up)."""
@@ -537,3 +525,22 @@ def Variable(name: str, min_val: int, max_val: int, dtype: DType | None = None) 
   if not dtypes.is_int(dtype) or not dtypes.min(dtype) <= min_val <= max_val <= dtypes.max(dtype):
     raise ValueError(f"Variable {name!r}: range [{min_val}, {max_val}] does not fit {dtype}")
   return UOp(Ops.DEFINE_VAR, dtype, (), (name, min_val, max_val))
+
+
+
+def toposort_roots(roots: Sequence[UOp], gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
+  """Every node reachable from any of `roots`, sources before users (an ordered dict used as a set); iterative, so
+  deep graphs do not hit the recursion limit. `gate(node)` False keeps the node but does not walk below it."""
+  order: dict[UOp, None] = {}
+  stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(roots)]
+  pop, push = stack.pop, stack.append
+  while stack:
+    node, expanded = pop()
+    if node in order: continue
+    if expanded or not node.src or (gate is not None and not gate(node)):
+      order[node] = None
+      continue
+    push((node, True))
+    for s in reversed(node.src):
+      if s not in order: push((s, False))
+  return order
