@@ -122,6 +122,19 @@ def test_reductions_special_values(rng, op, axis):
   assert_same_floats(actual, expected, exact=False, what=f"{op} axis={axis}", atol=atol)
 
 
+@pytest.mark.parametrize("length", [1, 2, 7, 64, 1000])
+def test_max_min_of_only_infinities(length):
+  # the identity of max is -inf, not the lowest finite float: a row of only -inf has max -inf (and min of +inf is
+  # +inf); a row holding -FLT_MAX next to -inf keeps -FLT_MAX, and -inf with NaN is NaN
+  lowest = np.finfo(np.float32).min
+  rows = np.full((4, length), -np.inf, np.float32)
+  rows[1, length // 2], rows[2, -1] = lowest, np.nan
+  rows[3] = np.inf
+  assert_same_floats(Tensor(rows).max(1).numpy(), rows.max(1), exact=True, what="max of -inf rows")
+  assert_same_floats(Tensor(-rows).min(1).numpy(), (-rows).min(1), exact=True, what="min of +inf rows")
+  assert_same_floats(Tensor(rows[0]).max().numpy(), np.array(-np.inf, np.float32), exact=True, what="max of all -inf")
+
+
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
 @pytest.mark.parametrize("axis", [None, 0, 1])
 def test_argmax_argmin_special_values(rng, op, axis):

@@ -2,6 +2,7 @@
 copies between CPU and CL, the runtime pieces on their own (allocator, compiler, program), the compile cache,
 fp16/fp64 detection, and the message `tinycore devices` gives without any OpenCL platform."""
 from __future__ import annotations
+import copy
 import importlib.util
 import subprocess
 import sys
@@ -282,6 +283,36 @@ def test_compile_cache_hit(dev, cache_dir, monkeypatch):
   monkeypatch.setattr(compiler, "cachekey", compiler.cachekey + "|another driver")
   compiler.compile_cached(source)
   assert len(builds) == 2
+
+
+@needs_device
+def test_an_incomplete_cached_pocl_binary_is_built_again(dev, cache_dir):
+  # PoCL aborts the process (an assertion) loading its binary without program.bc; one in the cache, written by an
+  # older tinycore, is built again and the cache entry does not reach the driver
+  from tiny_cl.compiler import is_complete_binary
+  from tiny_cl.device import CLProgram
+  from tinycore.plugin import Compiler
+  compiler = dev.compiler
+  source = AXPY_SOURCE.replace("axpy", f"axpy_{int(salt())}")
+  good = compiler.compile(source)
+  assert is_complete_binary(good)
+  if not good.startswith(b"poclbin"): pytest.skip("the driver is not PoCL")
+  incomplete = good.replace(b"/program.bc", b"/missing.bc")
+  assert not is_complete_binary(incomplete)
+  stale = copy.copy(compiler)
+  stale.compile = lambda src: incomplete  # the entry an older tinycore wrote, under the same key
+  assert Compiler.compile_cached(stale, source) == incomplete and Compiler.compile_cached(compiler, source) == incomplete
+  lib = compiler.compile_cached(source)
+  assert is_complete_binary(lib)
+  program = CLProgram(source.split("(")[0].split()[-1], lib, device=dev)
+  a, b = np.arange(4, dtype=np.float32), np.full(4, 0.5, np.float32)
+  out, da, db = (dev.allocator.alloc(16) for _ in range(3))
+  dev.allocator._copyin(da, memoryview(a).cast("B"))
+  dev.allocator._copyin(db, memoryview(b).cast("B"))
+  program(out, da, db, global_size=(4, 1, 1), local_size=(4, 1, 1), vals=(4, 2), wait=True)
+  result = np.empty(4, np.float32)
+  dev.allocator._copyout(memoryview(result).cast("B"), out)
+  np.testing.assert_array_equal(result, a * 2 + b)
 
 
 COMPUTE = """

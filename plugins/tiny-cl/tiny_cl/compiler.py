@@ -14,6 +14,18 @@ def build_options(device: Any) -> list[str]:
   return options
 
 
+POCL_BINARY_MAGIC = b"poclbin\0"
+
+
+def is_complete_binary(lib: bytes) -> bool:
+  """False for a PoCL program binary without its LLVM bitcode (program.bc). PoCL's binary is a snapshot of its own
+  kernel-cache directory (~/.cache/pocl/kcache/<hash>/) taken when the binary is read, and that directory is shared
+  by every process building the same source: a snapshot taken while it lacked program.bc loads as a program that PoCL
+  aborts the whole process on (SIGABRT: "pocl_binary_get_kernels_metadata: Assertion `len > 0'"). Other drivers'
+  binaries are taken as they are."""
+  return not lib.startswith(POCL_BINARY_MAGIC) or b"/program.bc" in lib
+
+
 def _build_program(context: Any, device: Any, src: str, options: list[str]) -> Any:
   """Build `src` for `device`; returns the built program, raises pyopencl.Error with the build log attached to the
   unbuilt program (``error.program``). pyopencl's `Program` would add its own on-disk build cache (and build options
@@ -35,16 +47,24 @@ class CLCompiler(Compiler):
   """Builds OpenCL C for one device and returns the program binary (``clGetProgramInfo(CL_PROGRAM_BINARIES)``).
 
   The cache key names the platform (name and version), the device, its driver version and the build options, so a
-  binary is never loaded by a different driver or device than the one that built it. A source that does not build
-  raises RuntimeError with the driver's build log and the source.
+  binary is never loaded by a different driver or device than the one that built it. Binaries are checked
+  (`is_complete_binary`) before they are cached and again when read from the cache: an incomplete one is built again,
+  never loaded. A source that does not build raises RuntimeError with the driver's build log and the source.
   """
+  # entries written before binaries were checked may be incomplete PoCL snapshots: a key of their own skips them
+  BINARY_FORMAT = "checked-1"
 
   def __init__(self, context: Any, device: Any):
     self.context, self.device = context, device
     self.options = build_options(device)
     platform = device.platform
     self.cachekey = (f"tiny-cl|{platform.name.strip()}|{platform.version.strip()}|{device.name.strip()}|"
-                     f"{device.driver_version.strip()}|{' '.join(self.options)}")
+                     f"{device.driver_version.strip()}|{' '.join(self.options)}|{self.BINARY_FORMAT}")
+
+  def compile_cached(self, src: str) -> bytes:
+    lib = super().compile_cached(src)
+    # an incomplete binary in the cache (written by another tinycore sharing it) is built again, never loaded
+    return lib if is_complete_binary(lib) else self.compile(src)
 
   def compile(self, src: str) -> bytes:
     import pyopencl as cl
@@ -59,7 +79,14 @@ class CLCompiler(Compiler):
     binaries = program.get_info(cl.program_info.BINARIES)
     if not binaries or not binaries[0]:
       raise RuntimeError(f"the OpenCL driver ({self.device.name.strip()}) returned no program binary")
-    return bytes(binaries[0])
+    lib = bytes(binaries[0])
+    if not is_complete_binary(lib):  # PoCL's kernel cache changed under it: the build again rewrites program.bc
+      lib = bytes(_build_program(self.context, self.device, src, self.options).get_info(cl.program_info.BINARIES)[0])
+    if not is_complete_binary(lib):
+      raise RuntimeError(f"the OpenCL driver ({self.device.name.strip()}) returned a program binary without its "
+                         "bitcode (program.bc): PoCL's kernel cache (~/.cache/pocl, or $POCL_CACHE_DIR) is damaged; "
+                         "remove it and run again")
+    return lib
 
   def build_log(self, program: Any) -> str:
     import pyopencl as cl

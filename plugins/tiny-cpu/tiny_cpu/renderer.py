@@ -102,6 +102,8 @@ class CPURenderer(CStyleRenderer):
   # A vectorized float max (min is the max of negations) keeps NaN in a flag of its own: the `omp simd` reduction
   # combines the lanes' partial maxima with a plain comparison that drops NaN (gcc does; numpy's max returns NaN).
   # The flag is an integer OR reduction, so the loop still vectorizes; after the loop a set flag makes the max NaN.
+  # A second flag records an element above -inf: OpenMP starts each lane's max at the type's lowest value, which
+  # clang takes as -FLT_MAX (not -inf), so a max over only -inf would come out -FLT_MAX; without the flag it is -inf.
   def before_loop(self, loop: Loop, lines: list[str], pad: str) -> None:
     for panel in self._panels_before.get(id(loop), []): self.pack_panel(panel, lines, pad)
     for update in self.reduction_updates(loop):
@@ -109,7 +111,7 @@ class CPURenderer(CStyleRenderer):
       # only an accumulator declared for this very loop: one kept across an outer loop needs its flag there too
       if x.arg is Ops.MAX and dtypes.is_float(x.dtype) and x in loop.reduces:
         flag = self._nan_flags[x] = f"{self._names[x]}_nan"
-        lines.append(f"{pad}int {flag} = 0;")
+        lines.append(f"{pad}int {flag} = 0, {self._names[x]}_above = 0;")
 
   # Packing (codegen.packing): a strided or masked operand panel is copied once, before the loop that reuses it, into
   # a contiguous array on the thread's stack; the register tile then reads it with unit stride and no masks.
@@ -155,13 +157,15 @@ class CPURenderer(CStyleRenderer):
       if (flag := self._nan_flags.get(x)) is not None:
         acc = self._names[x]
         lines.append(f"{pad}if ({flag}) {acc} = {self.literal(float('nan'), x.dtype)};")
+        lines.append(f"{pad}else if (!{acc}_above) {acc} = {self.literal(-float('inf'), x.dtype)};")
 
   def accumulate(self, x: UOp) -> str:
     # a sum of products (matmul, conv) accumulates with one fused multiply-add: one rounding instead of two, as BLAS
     # does; elementwise a*b+c keeps both roundings (-ffp-contract=off), as numpy computes it
     if (flag := self._nan_flags.get(x)) is not None:
       acc, value = self._name(x), self._name(x.src[0])
-      return f"({flag} |= ({value} != {value}), ({value} > {acc} ? {value} : {acc}))"
+      above = f"{acc}_above |= ({value} > {self.literal(-float('inf'), x.dtype)})"
+      return f"({flag} |= ({value} != {value}), {above}, ({value} > {acc} ? {value} : {acc}))"
     product = x.src[0]
     if x.arg is Ops.ADD and product.op is Ops.MUL and product.dtype in FMA_FUNCTIONS:
       a, b = (self._name(s) for s in product.src)
@@ -234,7 +238,8 @@ class CPURenderer(CStyleRenderer):
     if any(u.reduce.arg is Ops.MAX and dtypes.is_float(u.reduce.dtype) and u.reduce not in self._nan_flags
            for u in updates): return ""
     clauses = " ".join(f"reduction({OMP_REDUCTION[u.reduce.arg]}:{self._names[u.reduce]})" for u in updates)
-    clauses += "".join(f" reduction(|:{self._nan_flags[u.reduce]})" for u in updates if u.reduce in self._nan_flags)
+    clauses += "".join(f" reduction(|:{self._nan_flags[u.reduce]},{self._names[u.reduce]}_above)"
+                       for u in updates if u.reduce in self._nan_flags)
     return f"#pragma omp simd {clauses}"
 
 
