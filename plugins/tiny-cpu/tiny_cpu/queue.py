@@ -125,10 +125,11 @@ void tc_timestamp(uint64_t *signal) {
   __atomic_store_n(signal, (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec, __ATOMIC_RELEASE);
 }
 /* block the calling (host) thread until *signal >= value or timeout_ns passed; 1 if the value was reached. Called
-   through ctypes, which releases the GIL. It sleeps in steps of 1/32 of the time waited so far (2 us to 1 ms), so it
-   oversleeps the signal by ~3% at most and wakes rarely on long waits; the thread's timer slack (50 us by default,
-   which made Python's 50 us polls ~100 us) is lowered meanwhile. Polling beats a wake-up from the worker here: a
-   futex wake is an inter-processor interrupt into an idle core, measured ~50 us slower on a virtual machine. */
+   through ctypes, which releases the GIL. It sleeps in steps of 1/16 of the time waited so far (20 us to 1 ms): it
+   oversleeps the signal by ~6% at most, wakes rarely on long waits and seldom takes a core from a threaded kernel;
+   the thread's timer slack (50 us by default, which made Python's 50 us polls ~100 us) is lowered meanwhile. Measured
+   on a loaded 2-core VM: a condition variable the worker signals woke the host later (a wake-up is an interrupt into
+   an idle core), shorter steps slowed the kernel, and idle threads that spin before sleeping lost their core. */
 int tc_host_wait(uint64_t *signal, uint64_t value, uint64_t timeout_ns) {
   if (__atomic_load_n(signal, __ATOMIC_ACQUIRE) >= value) return 1;
 #ifdef __linux__
