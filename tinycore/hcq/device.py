@@ -203,16 +203,27 @@ class HCQDevice(Compiled):
     from tinycore.hcq.runtime import release_finished
     if self.unusable is not None and self.in_flight: raise RuntimeError(self.unusable)
     timeout = (self.wait_timeout_ms if timeout_ms is None else timeout_ms) / 1000
-    last_seen, last_change, spins = self.timeline.value, time.perf_counter(), 0
+    last_seen, last_change = self.timeline.value, time.perf_counter()
     while (current := self.timeline.value) < self.epoch:
       now = time.perf_counter()
       if current != last_seen: last_seen, last_change = current, now
       elif now - last_change > timeout:
         raise HCQTimeoutError(f"{self.device}: no progress for {timeout * 1000:.0f} ms: timeline signal is {current}, "
                               f"waiting for {self.epoch}; {self.queue_state()}; {raise_timeout_hint()}")
+      # block at most until the no-progress limit, in slices so progress is seen and Ctrl-C is answered
+      self.wait_signal(self.timeline, self.epoch, min(0.05, timeout))
+    release_finished()
+
+  def wait_signal(self, signal: Signal, value: int, timeout_s: float) -> bool:
+    """Block the host until `signal` >= `value`, for at most about `timeout_s` seconds; True if it got there.
+    synchronize() calls it in a loop (and raises HCQTimeoutError without progress). This default polls: a few
+    looks, then 50 us sleeps. A device that can block on the signal in native code (without the GIL) overrides it."""
+    deadline, spins = time.perf_counter() + timeout_s, 0
+    while signal.value < value:
+      if time.perf_counter() > deadline: return False
       spins += 1
       if spins > 64: time.sleep(0.00005)
-    release_finished()
+    return True
 
   def restart_after_fork(self) -> None:
     """Called in a forked child (os.fork, multiprocessing's "fork" start method) for a device the parent opened; the

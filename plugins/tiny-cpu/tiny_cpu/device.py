@@ -7,7 +7,7 @@ import tempfile
 import threading
 import time
 from typing import Any, Sequence
-from tinycore.plugin import (HCQDevice, HostAllocator, HostMemory, keep_in_flight_memory, queue_timeout_s,
+from tinycore.plugin import (HCQDevice, HostAllocator, HostMemory, Signal, keep_in_flight_memory, queue_timeout_s,
                              trusted_cache_dir)
 from tiny_cpu.compiler import CPUCompiler
 
@@ -85,7 +85,13 @@ class CPUDevice(HCQDevice):
     compiler = CPUCompiler()
     threads = cpu_threads()
     super().__init__(name, CPUAllocator(), CPURenderer(threads), compiler, CPUProgram)
-    self.queues = {"compute": CPUQueue(self, "compute", WorkerLibrary.get(compiler), threads)}
+    self.worker = WorkerLibrary.get(compiler)
+    self.queues = {"compute": CPUQueue(self, "compute", self.worker, threads)}
+
+  def wait_signal(self, signal: Signal, value: int, timeout_s: float) -> bool:
+    """Wait in C (the GIL released) until `signal` >= `value`: sleeps of 1/16 of the time waited so far at a low
+    timer slack, so the host oversleeps a kernel by a few percent instead of Python's ~100 us poll."""
+    return bool(self.worker.lib.tc_host_wait(signal.addr, value, max(0, int(timeout_s * 1e9))))
 
   def capabilities(self) -> dict[str, Any]:
     caps = super().capabilities()
