@@ -251,3 +251,27 @@ def test_a_narrow_row_with_no_tile_rows_is_left_alone():
   np.testing.assert_allclose(Tensor(m).max(0).numpy(), m.max(0))
   np.testing.assert_allclose(Tensor(m).softmax(0).numpy(), np.exp(m - m.max(0)) / np.exp(m - m.max(0)).sum(0),
                              rtol=1e-5, atol=1e-6)
+
+
+def test_register_tile_loads_the_lane_invariant_factor_first():
+  # gcc's SLP vectorizer needs the factor shared by a tile row's lanes (the weight) written before each lane's own
+  x, w = Tensor(np.ones((8, 64, 28, 28), np.float32)).realize(), Tensor(np.ones((64, 64, 3, 3), np.float32)).realize()
+  source = render_tiled(x.conv2d(w, padding=1), host_target(2))
+  tile = source[source.index("for (long long ridx4"):]
+  tile = tile[tile.index("#pragma GCC unroll"):]
+  assert tile.index("data2[") < tile.index("panel")
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or sys.platform != "linux", reason="needs gcc on Linux")
+def test_gcc_vectorizes_every_row_of_the_conv_tile(tmp_path):
+  with open("/proc/cpuinfo") as cpuinfo: flags = next((line for line in cpuinfo if line.startswith("flags")), "")
+  if not {"avx512f", "fma"} <= set(flags.split()): pytest.skip("the tile shape checked here is AVX-512's")
+  x, w = Tensor(np.ones((8, 64, 28, 28), np.float32)).realize(), Tensor(np.ones((64, 64, 3, 3), np.float32)).realize()
+  source_path = tmp_path / "conv.c"
+  source_path.write_text(render_tiled(x.conv2d(w, padding=1), host_target(2)))
+  flags_c = [f for f in CPUCompiler(["gcc"]).flags if f not in ("-shared", "-fPIC")]
+  out = subprocess.run(["gcc", *flags_c, "-S", "-o", "-", str(source_path)], capture_output=True, text=True,
+                       timeout=300)
+  assert out.returncode == 0, out.stderr
+  # every multiply-add of the 8x28 tile is a vector one (a row left scalar showed as 16 vfmadd231ss)
+  assert "vfmadd231ps" in out.stdout and "vfmadd231ss" not in out.stdout and "vfmadd213ss" not in out.stdout

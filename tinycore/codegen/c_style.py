@@ -433,9 +433,14 @@ class CStyleRenderer:
     self._open_upcast_loops(lines, depth)
     self._current_block = self._block_of[self._block_key(items[0])]
     inner = depth + len(self._upcast)
-    self._emit_block(items, lines, inner, vector_ok=True)
+    self._emit_block(self.order_vector_block(items, self._upcast), lines, inner, vector_ok=True)
     self._current_block = None
     lines.append("  " * depth + "}" * len(self._upcast))
+
+  def order_vector_block(self, items: list, upcast: list[UOp]) -> list:
+    """The statements of one unrolled block (UOps and AccUpdates, in a valid order) in the order to write them; a
+    subclass may reorder them for its compiler, keeping every statement after the ones it reads."""
+    return items
 
   def _open_upcast_loops(self, lines: list[str], depth: int) -> None:
     for i, r in enumerate(self._upcast):

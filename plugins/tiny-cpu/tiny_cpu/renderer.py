@@ -9,11 +9,17 @@ from tinycore.plugin import (CStyleRenderer, DType, GroupOp, KernelTarget, Linea
 # halves (n >> 1 and the rest) so that 2^-150..2^128 scale without overflowing the exponent field. Each clamp is one
 # compare-select (a vmaxps/vminps) that keeps NaN, and NaN stays NaN through the polynomial and the scaling (its
 # integer conversion only feeds the scale factors), so inf, -inf and nan come out as libm gives them. About 20
-# vector instructions per 16 floats with AVX-512.
+# vector instructions per 16 floats with AVX-512. gcc threads the lower clamp of `high` through the upper one's
+# branches and vectorizes the three-way result with ~9 mask instructions; comparing x instead (the same value, as
+# high == x below -150) keeps two compare-blends. clang turns the chained form into one vminps and one vmaxps.
 EXP2F = r"""
 static inline float tc_exp2f(float x) {
   float high = x > 128.0f ? 128.0f : x;
+#ifdef __clang__
   float clamped = high < -150.0f ? -150.0f : high;
+#else
+  float clamped = x < -150.0f ? -150.0f : high;
+#endif
   float n = __builtin_rintf(clamped), f = clamped - n;
   float p = 1.535336188319500e-4f;
   p = tc_fmaf(p, f, 1.339887440266574e-3f);
@@ -229,6 +235,19 @@ class CPURenderer(CStyleRenderer):
       half //= 2
     acc = self._names[x]
     lines.append(f"{pad}{acc} = {combined(acc, f'{lanes}[0]')};")
+
+  # gcc orders the two factors of a commutative fmaf by when each was computed. In an unrolled register tile the
+  # factor that is the same in every lane of the innermost upcast range (a weight or a row of A) is computed once,
+  # in lane 0's copy: written after the lane's own factor, it comes second in lane 0 and first in the others, and
+  # gcc's SLP vectorizer leaves the mismatched row scalar. Its loads, written first, come first in every lane.
+  def order_vector_block(self, items: list, upcast: list[UOp]) -> list:
+    if not upcast or any(isinstance(item, UOp) and item.op is Ops.STORE for item in items): return items
+    inner = upcast[-1]
+    def lane_invariant(item: object) -> bool:
+      if not isinstance(item, UOp) or item.op is Ops.REDUCE: return False
+      return all(u is not inner and u.op is not Ops.REDUCE for u in item.toposort())
+    # a statement that reads neither the lane's index nor an accumulator reads only other such statements
+    return [item for item in items if lane_invariant(item)] + [item for item in items if not lane_invariant(item)]
 
   def loop_pragma(self, loop: Loop) -> str:
     # an innermost reduction loop may be reassociated, so the compiler can keep several partial sums in vectors
