@@ -62,7 +62,7 @@ def split_everything(r: UOp, parts: int) -> UOp:
 
 def split_outer_axis(r: UOp, parts: int) -> UOp:
   """The outermost reduced axis split into (parts, rest): the partials keep the parts axis, then lose it."""
-  x, (op, axes) = r.src[0], r.arg
+  x, (_, axes) = r.src[0], r.arg
   first = min(axes)
   shape = x.shape[:first] + (parts, x.shape[first] // parts) + x.shape[first + 1:]
   partial = reduce_axis(x.reshape(shape), op, tuple(a + 1 for a in axes))
