@@ -62,7 +62,7 @@ def split_everything(r: UOp, parts: int) -> UOp:
 
 def split_outer_axis(r: UOp, parts: int) -> UOp:
   """The outermost reduced axis split into (parts, rest): the partials keep the parts axis, then lose it."""
-  x, (_, axes) = r.src[0], r.arg
+  x, (op, axes) = r.src[0], r.arg
   first = min(axes)
   shape = x.shape[:first] + (parts, x.shape[first] // parts) + x.shape[first + 1:]
   partial = reduce_axis(x.reshape(shape), op, tuple(a + 1 for a in axes))
@@ -71,7 +71,7 @@ def split_outer_axis(r: UOp, parts: int) -> UOp:
 
 def split_plan(r: UOp) -> tuple[str, int] | None:
   """How to split REDUCE_AXIS r: ("everything" | "outer", parts), or None to keep it one kernel."""
-  x, (op, axes) = r.src[0], r.arg
+  x, (_, axes) = r.src[0], r.arg
   if not all(isinstance(s, int) for s in x.shape) or not isinstance(x.device, str) or not axes: return None
   outputs = prod(r.shape)
   reduced = prod(x.shape) // max(outputs, 1)
