@@ -64,16 +64,16 @@ def test_the_queue_timeout_is_a_setting_and_the_error_says_how_to_raise_it(monke
 
 
 def test_cpu_host_wait_returns_when_the_worker_stores_the_signal_and_gives_up_at_its_timeout():
-  # CPUDevice.wait_signal (tc_host_wait in C, the GIL released) is what synchronize() blocks in
+  # CPUDevice.host_wait_signal (tc_host_wait in C, the GIL released) is what synchronize() blocks in
   from tinycore.hcq.device import HCQDevice
   dev = Device["CPU"]
   signal = stall_compute_queue(dev)
   start = time.perf_counter()
-  assert dev.wait_signal(dev.timeline, dev.epoch, 0.1) is False  # the queue waits on `signal`: no progress
+  assert dev.host_wait_signal(dev.timeline, dev.epoch, 0.1) is False  # the queue waits on `signal`: no progress
   assert 0.09 < time.perf_counter() - start < 2
-  assert HCQDevice.wait_signal(dev, dev.timeline, dev.epoch, 0.05) is False  # the polling default agrees
+  assert HCQDevice.host_wait_signal(dev, dev.timeline, dev.epoch, 0.05) is False  # the polling default agrees
   signal.value = 1  # release the queue: the worker stores the timeline
-  assert dev.wait_signal(dev.timeline, dev.epoch, 5.0) is True
+  assert dev.host_wait_signal(dev.timeline, dev.epoch, 5.0) is True
   assert dev.timeline.value >= dev.epoch
-  assert dev.wait_signal(dev.timeline, dev.epoch, 0.0) is True  # already there: no wait at all
+  assert dev.host_wait_signal(dev.timeline, dev.epoch, 0.0) is True  # already there: no wait at all
   dev.synchronize()

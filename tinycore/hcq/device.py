@@ -211,10 +211,10 @@ class HCQDevice(Compiled):
         raise HCQTimeoutError(f"{self.device}: no progress for {timeout * 1000:.0f} ms: timeline signal is {current}, "
                               f"waiting for {self.epoch}; {self.queue_state()}; {raise_timeout_hint()}")
       # block at most until the no-progress limit, in slices so progress is seen and Ctrl-C is answered
-      self.wait_signal(self.timeline, self.epoch, min(0.05, timeout))
+      self.host_wait_signal(self.timeline, self.epoch, min(0.05, timeout))
     release_finished()
 
-  def wait_signal(self, signal: Signal, value: int, timeout_s: float) -> bool:
+  def host_wait_signal(self, signal: Signal, value: int, timeout_s: float) -> bool:
     """Block the host until `signal` >= `value`, for at most about `timeout_s` seconds; True if it got there.
     synchronize() calls it in a loop (and raises HCQTimeoutError without progress). This default polls: a few
     looks, then 50 us sleeps. A device that can block on the signal in native code (without the GIL) overrides it."""

@@ -88,7 +88,7 @@ class CPUDevice(HCQDevice):
     self.worker = WorkerLibrary.get(compiler)
     self.queues = {"compute": CPUQueue(self, "compute", self.worker, threads)}
 
-  def wait_signal(self, signal: Signal, value: int, timeout_s: float) -> bool:
+  def host_wait_signal(self, signal: Signal, value: int, timeout_s: float) -> bool:
     """Wait in C (the GIL released) until `signal` >= `value`: sleeps of 1/16 of the time waited so far at a low
     timer slack, so the host oversleeps a kernel by a few percent instead of Python's ~100 us poll."""
     return bool(self.worker.lib.tc_host_wait(signal.addr, value, max(0, int(timeout_s * 1e9))))
