@@ -32,7 +32,7 @@ def test_a_hanging_compiler_is_killed_after_the_compile_timeout(hanging_compiler
 
 def test_a_hanging_compiler_does_not_hang_a_program(hanging_compiler, tmp_path, run_scenario):
   start = time.perf_counter()
-  result = run_scenario("from tinycore import Tensor; print(Tensor([1, 2]).add(1).numpy())", timeout=120,
+  result = run_scenario("from tinycore import Tensor; print(Tensor([1, 2], device='CPU').add(1).numpy())", timeout=120,
                         env={"CC": str(hanging_compiler), "TINYCORE_COMPILE_TIMEOUT": "1",
                              "TINYCORE_CACHE_DIR": str(tmp_path / "cache")})
   assert time.perf_counter() - start < 60
