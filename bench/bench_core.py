@@ -5,8 +5,9 @@
 Each row is one workload; each library's column is its time divided by numpy's (lower is better; numpy's own
 column is milliseconds). torch and tinygrad are measured when importable (`pip install tinycore[bench]`).
 `--compiler` picks the C compiler of the CPU device (it sets $CC before the device opens); the header names the
-compiler used. Every time includes waiting for the device to finish, and is the minimum over `--repeat` runs after a
-warm-up (on a shared machine the minimum is the least noisy statistic). Besides the kernels: the time to the first
+compiler used. Every time includes waiting for the device to finish, and is the minimum over runs after a warm-up:
+the libraries take turns, a run each per round, for at least `--repeat` rounds and half a second (on a shared
+machine the minimum is the least noisy statistic). Besides the kernels: the time to the first
 result of a kernel this process never compiled, and the per-iteration time of an eager loop of tiny ops (torch runs
 each op at once: it has no realize), as absolute times.
 """
@@ -22,15 +23,28 @@ import numpy as np
 Thunk = Callable[[], object]
 
 
-def best_time(fn: Thunk, repeat: int, sync: Callable[[], None]) -> float:
-  """Minimum wall time of fn() plus sync() over `repeat` runs, after one warm-up run (compiles, allocates)."""
+def timed(fn: Thunk, sync: Callable[[], None]) -> float:
+  start = time.perf_counter()
   fn(); sync()
-  samples = []
-  for _ in range(repeat):
-    start = time.perf_counter()
-    fn(); sync()
-    samples.append(time.perf_counter() - start)
-  return min(samples)
+  return time.perf_counter() - start
+
+
+def interleaved_best_times(runs: list[tuple[Thunk, Callable[[], None]] | None], repeat: int,
+                           budget_s: float = 0.5) -> list[float | None]:
+  """The minimum wall time of fn() then sync() for each (fn, sync) pair, after one warm-up run each (compiles,
+  allocates); None stays None. The pairs take turns, one run each per round, so a disturbance (another process, a
+  frequency change) hits every library alike; rounds go on until `budget_s` is spent, at least `repeat` and at most
+  1000 of them (on a shared machine the minimum is the least noisy statistic, and a short workload needs many runs
+  to find it)."""
+  for run in runs:
+    if run is not None: run[0](); run[1]()
+  best: list[float | None] = [None if run is None else float("inf") for run in runs]
+  start, rounds = time.perf_counter(), 0
+  while rounds < repeat or (time.perf_counter() - start < budget_s and rounds < 1000):
+    for i, run in enumerate(runs):
+      if run is not None: best[i] = min(best[i], timed(*run))
+    rounds += 1
+  return best
 
 
 def numpy_conv2d(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -120,7 +134,7 @@ def first_result_seconds(library: Library, rng: np.random.Generator) -> float | 
   """Seconds to the first result of a kernel no process compiled before: a random length makes new source (a new
   constant would not: constants are kernel parameters). None for a library that compiles nothing (torch)."""
   if library.name.startswith("torch"): return None
-  length = int(rng.integers(1000, 1_000_000))
+  length = int(np.random.default_rng().integers(1000, 1_000_000))  # unseeded: a length no earlier run compiled
   v = library.to_array(rng.standard_normal(length).astype(np.float32))
   library.sync()
   start = time.perf_counter()
@@ -185,13 +199,17 @@ def main() -> None:
   rng = np.random.default_rng(0)
   rows = []
   for workload in workloads(rng):
-    times: list[float | None] = [best_time(lambda: workload.numpy_fn(*workload.inputs), args.repeat, lambda: None)]
+    runs: list[tuple[Thunk, Callable[[], None]] | None] = [(lambda: workload.numpy_fn(*workload.inputs),
+                                                             lambda: None)]
     for library in [ours, *others]:
-      try: times.append(best_time(library.thunk(workload), args.repeat, library.sync))
-      except Exception as error:  # a library without the op gets a dash, not a crash
+      try:
+        thunk = library.thunk(workload)
+        thunk(); library.sync()  # a library without the op gets a dash, not a crash
+        runs.append((thunk, library.sync))
+      except Exception as error:
         print(f"# {library.name}: {workload.name}: {type(error).__name__}: {error}")
-        times.append(None)
-    rows.append((workload.name, times))
+        runs.append(None)
+    rows.append((workload.name, interleaved_best_times(runs, args.repeat)))
   print_table(["numpy", ours.name, *(library.name for library in others)], rows)
   libraries = [ours, *others]
   first = [measured(lib, "first result", functools.partial(first_result_seconds, lib, rng)) for lib in libraries]

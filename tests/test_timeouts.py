@@ -77,3 +77,18 @@ def test_cpu_host_wait_returns_when_the_worker_stores_the_signal_and_gives_up_at
   assert dev.timeline.value >= dev.epoch
   assert dev.host_wait_signal(dev.timeline, dev.epoch, 0.0) is True  # already there: no wait at all
   dev.synchronize()
+
+
+def test_cpu_host_wait_sees_a_signal_that_no_queue_stores():
+  # past its first 100 us, tc_host_wait sleeps on a futex that the worker's signal stores wake; a signal set another
+  # way (here by a Python thread) wakes nobody, and must still be seen (the sleep is sliced), not waited out
+  import threading
+  from tinycore.hcq.signal import signal_pool
+  dev = Device["CPU"]
+  signal = signal_pool.new("set from a Python thread")
+  setter = threading.Timer(0.05, lambda: setattr(signal, "value", 3))
+  setter.start()
+  start = time.perf_counter()
+  assert dev.host_wait_signal(signal, 3, 30.0) is True
+  assert time.perf_counter() - start < 20  # seen within a slice, not at the 30 s timeout
+  setter.join()

@@ -81,17 +81,18 @@ class CPUDevice(HCQDevice):
   def __init__(self, name: str = "CPU"):
     # the renderer pulls in tinycore's code generator: import it only when a device is opened
     from tiny_cpu.renderer import CPURenderer
-    from tiny_cpu.queue import CPUQueue, WorkerLibrary
+    from tiny_cpu.queue import CPUQueue, WorkerLibrary, HOST_WAIT_FUTEX_AFTER_NS
     compiler = CPUCompiler()
     threads = cpu_threads()
     super().__init__(name, CPUAllocator(), CPURenderer(threads), compiler, CPUProgram)
     self.worker = WorkerLibrary.get(compiler)
     self.queues = {"compute": CPUQueue(self, "compute", self.worker, threads)}
+    self.futex_after_ns = HOST_WAIT_FUTEX_AFTER_NS  # how long host_wait_signal polls before it sleeps until woken
 
   def host_wait_signal(self, signal: Signal, value: int, timeout_s: float) -> bool:
-    """Wait in C (the GIL released) until `signal` >= `value`: sleeps of 1/16 of the time waited so far at a low
-    timer slack, so the host oversleeps a kernel by a few percent instead of Python's ~100 us poll."""
-    return bool(self.worker.lib.tc_host_wait(signal.addr, value, max(0, int(timeout_s * 1e9))))
+    """Wait in C (the GIL released) until `signal` >= `value`: short sleeps at a low timer slack, then (past
+    HOST_WAIT_FUTEX_AFTER_NS) asleep until the worker's signal store wakes the host."""
+    return bool(self.worker.lib.tc_host_wait(signal.addr, value, max(0, int(timeout_s * 1e9)), self.futex_after_ns))
 
   def capabilities(self) -> dict[str, Any]:
     caps = super().capabilities()

@@ -26,7 +26,10 @@ WORKER_SOURCE = r"""
 #include <sched.h>
 #include <time.h>
 #ifdef __linux__
+#include <limits.h>
+#include <linux/futex.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #endif
 typedef struct {
   volatile uint64_t put;     /* entries made available by the host */
@@ -113,7 +116,20 @@ void tc_queue_restart(tc_queue *q) {
   q->stop = 0; q->exited = 0; q->sleeping = 0;
   pthread_create(&q->thread, 0, tc_worker, q);
 }
-void tc_signal_store(uint64_t *signal, uint64_t value) { __atomic_store_n(signal, value, __ATOMIC_RELEASE); }
+/* A host thread that waited long sleeps on this futex word (tc_host_wait); every signal store bumps it and wakes the
+   sleepers, but only while there are any: the store, then the count (sequentially consistent, as the sleeper counts
+   itself, then reads the word, then the signal: either the store sees the sleeper or the sleeper sees the value). */
+static uint32_t tc_wake_word;
+static int tc_host_sleepers;
+void tc_signal_store(uint64_t *signal, uint64_t value) {
+  __atomic_store_n(signal, value, __ATOMIC_SEQ_CST);
+#ifdef __linux__
+  if (__atomic_load_n(&tc_host_sleepers, __ATOMIC_SEQ_CST)) {
+    __atomic_add_fetch(&tc_wake_word, 1, __ATOMIC_SEQ_CST);
+    syscall(SYS_futex, &tc_wake_word, FUTEX_WAKE_PRIVATE, INT_MAX, 0, 0, 0);
+  }
+#endif
+}
 void tc_signal_wait(uint64_t *signal, uint64_t value, tc_queue *q) {
   for (uint64_t spins = 0; __atomic_load_n(signal, __ATOMIC_ACQUIRE) < value && !q->stop; spins++) {
     if (spins < 256) sched_yield();
@@ -125,12 +141,13 @@ void tc_timestamp(uint64_t *signal) {
   __atomic_store_n(signal, (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec, __ATOMIC_RELEASE);
 }
 /* block the calling (host) thread until *signal >= value or timeout_ns passed; 1 if the value was reached. Called
-   through ctypes, which releases the GIL. It sleeps in steps of 1/16 of the time waited so far (20 us to 1 ms): it
-   oversleeps the signal by ~6% at most, wakes rarely on long waits and seldom takes a core from a threaded kernel;
-   the thread's timer slack (50 us by default, which made Python's 50 us polls ~100 us) is lowered meanwhile. Measured
-   on a loaded 2-core VM: a condition variable the worker signals woke the host later (a wake-up is an interrupt into
-   an idle core), shorter steps slowed the kernel, and idle threads that spin before sleeping lost their core. */
-int tc_host_wait(uint64_t *signal, uint64_t value, uint64_t timeout_ns) {
+   through ctypes, which releases the GIL. A short wait sleeps in steps of 20 us at a low timer slack (50 us by
+   default, which made Python's 50 us polls ~100 us): a tiny kernel is over before a wake-up through the worker would
+   pay off. From `futex_after_ns` on (Linux) it sleeps on tc_wake_word until a signal store wakes it, in slices of at
+   most 1 ms (a signal stored by another path than tc_signal_store is still seen within 1 ms): on a 5 ms kernel the
+   sleeps-only wait (steps of 1/16 of the time waited, its form before) overslept by ~0.2 ms on average. Measured on
+   a loaded 2-core VM: shorter steps slowed the kernel, and idle threads that spin before sleeping lost their core. */
+int tc_host_wait(uint64_t *signal, uint64_t value, uint64_t timeout_ns, uint64_t futex_after_ns) {
   if (__atomic_load_n(signal, __ATOMIC_ACQUIRE) >= value) return 1;
 #ifdef __linux__
   int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
@@ -139,9 +156,22 @@ int tc_host_wait(uint64_t *signal, uint64_t value, uint64_t timeout_ns) {
   struct timespec now; clock_gettime(CLOCK_MONOTONIC, &now);
   uint64_t start = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec, waited = 0;
   while (__atomic_load_n(signal, __ATOMIC_ACQUIRE) < value && waited < timeout_ns) {
-    uint64_t step = waited / 16 < 20000 ? 20000 : waited / 16 > 1000000 ? 1000000 : waited / 16;
-    struct timespec pause = {0, (long)step};
-    nanosleep(&pause, 0);
+#ifdef __linux__
+    if (waited >= futex_after_ns) {
+      uint64_t left = timeout_ns - waited;
+      struct timespec slice = {0, (long)(left < 1000000 ? left : 1000000)};
+      __atomic_add_fetch(&tc_host_sleepers, 1, __ATOMIC_SEQ_CST);
+      uint32_t seen = __atomic_load_n(&tc_wake_word, __ATOMIC_SEQ_CST);
+      if (__atomic_load_n(signal, __ATOMIC_SEQ_CST) < value)
+        syscall(SYS_futex, &tc_wake_word, FUTEX_WAIT_PRIVATE, seen, &slice, 0, 0);
+      __atomic_sub_fetch(&tc_host_sleepers, 1, __ATOMIC_SEQ_CST);
+    } else
+#endif
+    {
+      uint64_t step = waited / 16 < 20000 ? 20000 : waited / 16 > 1000000 ? 1000000 : waited / 16;
+      struct timespec pause = {0, (long)step};
+      nanosleep(&pause, 0);
+    }
     clock_gettime(CLOCK_MONOTONIC, &now);
     waited = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec - start;
   }
@@ -218,6 +248,8 @@ INLINE_WORD = 32
 # idle: waking the worker (a futex call and a context switch, far more on a busy machine) costs more than the kernel
 INLINE_MAX_ITERATIONS = 1 << 14
 INLINE_MAX_COPY_BYTES = 1 << 16
+# a host wait longer than this sleeps until the worker's signal store wakes it (tc_host_wait); shorter ones poll
+HOST_WAIT_FUTEX_AFTER_NS = 100_000
 
 
 class WorkerLibrary:
@@ -247,7 +279,7 @@ class WorkerLibrary:
     lib.tc_pool_new.argtypes = [ctypes.c_uint64]
     lib.tc_pool_restart.argtypes = [ctypes.c_void_p]
     lib.tc_host_wait.restype = ctypes.c_int
-    lib.tc_host_wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]
+    lib.tc_host_wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64]
     self.address = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
                     for name in ("tc_signal_store", "tc_signal_wait", "tc_timestamp", "tc_memcpy", "tc_parallel")}
 
