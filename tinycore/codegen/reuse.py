@@ -93,7 +93,7 @@ def match_loops(source: Loop, reader: Loop, plan: ReusePlan, written: set[UOp], 
   def search(node: UOp) -> None:
     if node not in in_source or node in plan.replaced or node in unused: return  # not computed per element here
     copy = node.substitute(swap)
-    if copy in in_reader and copy not in plan.replaced and worth_keeping(node, source.range, written):
+    if copy in in_reader and copy not in plan.replaced and worth_keeping(node, in_source, written):
       nbytes = source.range.src[0].arg * element_bytes(node.dtype)
       existing = next((v for v in plan.values if v.value is node), None)
       if existing is None and nbytes > budget[0]: return
@@ -109,11 +109,12 @@ def match_loops(source: Loop, reader: Loop, plan: ReusePlan, written: set[UOp], 
   for value in reduction_values(source): search(value)
 
 
-def worth_keeping(node: UOp, loop_range: UOp, written: set[UOp]) -> bool:
-  """A per-element value holding a costly op, reading no buffer that the kernel also writes (a later loop reading
-  it again could see new values)."""
+def worth_keeping(node: UOp, per_element: set[UOp], written: set[UOp]) -> bool:
+  """A value computing a costly op per element (of the nodes `per_element`, the source loop's; a costly op outside
+  the loop runs once per row either way), reading no buffer the kernel also writes (a later loop reading it again
+  could see new values)."""
   nodes = node.toposort()
-  if loop_range not in nodes or not any(u.op in COSTLY_OPS for u in nodes): return False
+  if not any(u.op in COSTLY_OPS and u in per_element for u in nodes): return False
   return not any(u.op is Ops.LOAD and u.src[0].src[0] in written for u in nodes)
 
 
