@@ -118,3 +118,13 @@ def test_the_plan_names_the_value_its_readers_and_what_they_no_longer_compute():
   assert reused.value.op is Ops.EXP2 and reused.size == 256 and len(reused.readers) == 1
   # the reading loop no longer needs its own load, subtraction, scaling and exp
   assert {u.op for u in plan.unused} >= {Ops.LOAD, Ops.SUB, Ops.MUL} and dtypes.float32 is reused.value.dtype
+
+
+def test_one_row_softmax_split_across_threads():
+  # one row: the reduction loops run in every thread (each fills its own buffer), the output loop is split
+  x = np.random.default_rng(1).standard_normal(4096).astype(np.float32) * 5
+  source = body_of(CPURenderer(2, AVX512).render("kernel", optimize_kernel(
+    kernel_call(Tensor(x).softmax()).src[0], AVX512)).source)
+  assert "tc_start" in source and "float row1[4096]" in source and source.count("tc_exp2f(") == 1
+  expected = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
+  np.testing.assert_allclose(Tensor(x).softmax().numpy(), expected, rtol=1e-5, atol=1e-8)
