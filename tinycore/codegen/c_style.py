@@ -471,7 +471,7 @@ class CStyleRenderer:
     for reused in self._scratch_plan.values:
       name = self._scratch_names[id(reused)] = self._fresh("row")
       self._scratch_before.setdefault(id(reused.source), []).append(reused)
-      for reader, copy in reused.readers: self._names[copy] = f"{name}[{self._name(reader.range)}]"
+      for reader, repeated in reused.readers: self._names[repeated] = f"{name}[{self._name(reader.range)}]"
 
   def _declare_scratch(self, reused: ReusedValue, lines: list[str], pad: str) -> None:
     name, size = self._scratch_names[id(reused)], reused.size
