@@ -35,9 +35,12 @@ def body_of(source: str) -> str:
   return source[source.index(KERNEL_START):]
 
 
+def rendered_sink(sink, renderer: CPURenderer | None = None) -> str:
+  return body_of((renderer or CPURenderer(1, AVX512)).render("kernel", optimize_kernel(sink, AVX512)).source)
+
+
 def rendered(t: Tensor, renderer: CPURenderer | None = None) -> str:
-  sink = optimize_kernel(kernel_call(t).src[0], AVX512)
-  return body_of((renderer or CPURenderer(1, AVX512)).render("kernel", sink).source)
+  return rendered_sink(kernel_call(t).src[0], renderer)
 
 
 def test_softmax_computes_each_exp_once():
@@ -45,9 +48,8 @@ def test_softmax_computes_each_exp_once():
   assert source.count("tc_exp2f(") == 1 and "float row1[1024] __attribute__((aligned(64)));" in source
   # the sum loop writes each exp beside its accumulation; the output loop divides what it reads back
   assert "row1[ridx3] = v12;" in source and "(row1[ridx1]/acc7)" in source
-  assert body_of(RecomputingRenderer(1, AVX512).render(
-    "kernel", optimize_kernel(kernel_call(Tensor(np.ones((8, 1024), np.float32)).softmax(-1)).src[0], AVX512)
-  ).source).count("tc_exp2f(") == 2
+  recomputed = rendered(Tensor(np.ones((8, 1024), np.float32)).softmax(-1), RecomputingRenderer(1, AVX512))
+  assert recomputed.count("tc_exp2f(") == 2
 
 
 def run_both(t: Tensor, inputs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, str]:
@@ -123,8 +125,26 @@ def test_the_plan_names_the_value_its_readers_and_what_they_no_longer_compute():
 def test_one_row_softmax_split_across_threads():
   # one row: the reduction loops run in every thread (each fills its own buffer), the output loop is split
   x = np.random.default_rng(1).standard_normal(4096).astype(np.float32) * 5
-  source = body_of(CPURenderer(2, AVX512).render("kernel", optimize_kernel(
-    kernel_call(Tensor(x).softmax()).src[0], AVX512)).source)
+  source = rendered(Tensor(x).softmax(), CPURenderer(2, AVX512))
   assert "tc_start" in source and "float row1[4096]" in source and source.count("tc_exp2f(") == 1
   expected = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
   np.testing.assert_allclose(Tensor(x).softmax().numpy(), expected, rtol=1e-5, atol=1e-8)
+
+
+def test_softmax_backward_chains_row_buffers():
+  # the fused backward kernel has the exp in its sum loop and again in three later loops, and the output loop repeats
+  # the loop before it's per-element divisions: each is computed once, the later loops reading two row buffers (the
+  # second one's value reads the first)
+  rng = np.random.default_rng(5)
+  x, g = rng.standard_normal((16, 1024)).astype(np.float32), rng.standard_normal((16, 1024)).astype(np.float32)
+  xt = Tensor(x, requires_grad=True)
+  (xt.softmax(-1) * Tensor(g)).sum().backward()
+  sources = [rendered_sink(call.src[0]) for call in xt.grad.schedule_linear().src if call.src[0].op is Ops.SINK]
+  fused = next(source for source in sources if "row1[" in source)
+  assert fused.count("tc_exp2f(") == 1 and "float row2[1024]" in fused
+  fused_sink = next(call.src[0] for call in xt.grad.schedule_linear().src
+                    if call.src[0].op is Ops.SINK and rendered_sink(call.src[0]) == fused)
+  assert rendered_sink(fused_sink, RecomputingRenderer(1, AVX512)).count("tc_exp2f(") == 4
+  s = np.exp(x - x.max(1, keepdims=True))
+  s /= s.sum(1, keepdims=True)
+  np.testing.assert_allclose(xt.grad.numpy(), s * (g - (s * g).sum(1, keepdims=True)), rtol=1e-4, atol=1e-6)
