@@ -14,6 +14,7 @@ import attrs
 from tinycore.dtype import DType, dtypes, ALL
 from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
 from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop, linearize, value_sources
+from tinycore.codegen.reuse import ReusedValue, find_reused_values
 from tinycore.uop.scalars import kernel_scalars
 
 HALF_HELPERS = r"""
@@ -100,6 +101,9 @@ class CStyleRenderer:
                     Ops.POW: "pow"}
   prelude = "#include <math.h>\n"
   half_helpers = HALF_HELPERS       # the float16/bfloat16 conversion functions, emitted when a kernel uses them
+  # bytes of row buffers one kernel may declare for values a reduction loop computes and a later loop reuses
+  # (codegen.reuse; they live on the stack of the thread running the kernel); 0 computes such values twice
+  scratch_bytes = 0
 
   # ------------------------------------------------------------------ types and literals
   def value_type(self, dtype: DType) -> str: return self.type_names[dtype]
@@ -369,6 +373,7 @@ class CStyleRenderer:
     self._prepare_upcast(kernel)
     scalars = kernel_scalars(sink)
     self._scalar_words = {u: f"var{i}" for i, u in enumerate(scalars)}
+    self._plan_scratch(kernel)
     lines = [self.signature(name, kernel.params, written, scalars) + " {"]
     self._emit_block(kernel.body, lines, 1)
     lines.append("}")
@@ -452,6 +457,26 @@ class CStyleRenderer:
       bound = self.literal(r.src[0].arg, dtypes.int64)
       lines.append(f"{pad}for ({self.index_type} {name} = 0; {name} < {bound}; {name}++) {{")
 
+  # ------------------------------------------------------------------ row buffers (codegen.reuse)
+  def scratch_element_bytes(self, dtype: DType) -> int:
+    """Bytes of one element of a row buffer: the value type a node of `dtype` is computed in."""
+    return 4 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype.itemsize
+
+  def _plan_scratch(self, kernel: LinearKernel) -> None:
+    """Which values get a row buffer: its name, the loop it is declared before, and each copy's expression."""
+    self._scratch_plan = find_reused_values(kernel, self.scratch_bytes, self.scratch_element_bytes)
+    self._scratch_names: dict[int, str] = {}
+    self._scratch_before: dict[int, list] = {}
+    self._scratch_of = {reused.value: reused for reused in self._scratch_plan.values}
+    for reused in self._scratch_plan.values:
+      name = self._scratch_names[id(reused)] = self._fresh("row")
+      self._scratch_before.setdefault(id(reused.source), []).append(reused)
+      for reader, repeated in reused.readers: self._names[repeated] = f"{name}[{self._name(reader.range)}]"
+
+  def _declare_scratch(self, reused: ReusedValue, lines: list[str], pad: str) -> None:
+    name, size = self._scratch_names[id(reused)], reused.size
+    lines.append(f"{pad}{self.value_type(reused.value.dtype)} {name}[{size}] __attribute__((aligned(64)));")
+
   def _declare_accumulator(self, x: UOp, lines: list[str], pad: str) -> None:
     acc = self._names[x] = self._fresh("acc")
     identity = self.literal(identity_element(x.arg, x.dtype), x.dtype)
@@ -485,6 +510,7 @@ class CStyleRenderer:
         continue
       if isinstance(item, Loop):
         for x in item.reduces: self._declare_accumulator(x, lines, pad)
+        for reused in self._scratch_before.get(id(item), []): self._declare_scratch(reused, lines, pad)
         r = self._name(item.range)
         if id(item) in self._grid_dims:
           size = self.literal(item.range.src[0].arg, dtypes.int64)
@@ -495,7 +521,8 @@ class CStyleRenderer:
         self.emit_loop(item, lines, depth)
       elif isinstance(item, AccUpdate):
         lines.append(f"{pad}{self._name(item.reduce)} = {self.accumulate(item.reduce)};")
-      else: self._emit_node(item, lines, pad)
+      elif item not in self._scratch_plan.unused and item not in self._scratch_plan.replaced:
+        self._emit_node(item, lines, pad)
 
   def emit_loop(self, loop: Loop, lines: list[str], depth: int) -> None:
     """One loop, its accumulators already declared: the hooks around it, its pragma, header and body. A subclass may
@@ -534,3 +561,5 @@ class CStyleRenderer:
     name = self._names[u] = self._fresh("v")
     lines.append(f"{pad}{self.value_type(u.dtype)} {name} = {expr};")
     if u in self._arrays: lines.append(f"{pad}{self._arrays[u]}{self._array_index} = {name};")
+    if (reused := self._scratch_of.get(u)) is not None:
+      lines.append(f"{pad}{self._scratch_names[id(reused)]}[{self._name(reused.source.range)}] = {name};")

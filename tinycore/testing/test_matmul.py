@@ -81,3 +81,35 @@ def test_softmax_default_axis_and_large_values(rng):
   expected = _softmax(x.astype(np.float64), -1).astype(np.float32)
   assert_close(Tensor(x).softmax(), expected, dtype=dtypes.float32, atol=1e-6, rtol=1e-4)
   assert_close(Tensor(x).log_softmax(), np.log(expected), dtype=dtypes.float32, atol=1e-5, rtol=1e-4)
+
+
+def _rows_with_special_values(rng, width: int) -> np.ndarray:
+  """Rows of `width` floats: ordinary ones, then one holding NaN, +inf, -inf, all -inf, and a constant row."""
+  x = random_array(rng, (7, width), "float32") * 3
+  x[1, width // 3] = np.nan
+  x[2, width - 1] = np.inf
+  x[3, 0] = -np.inf
+  x[4, :] = -np.inf
+  x[5, :] = 2.5
+  return x
+
+
+# 1000: not a multiple of any vector width; 1024: whole vectors (a CPU keeps the row's exps for the output loop);
+# 4100: a row too long for that buffer (16 KiB), each exp computed twice
+@pytest.mark.parametrize("width", [1000, 1024, 4100])
+def test_softmax_rows_with_nan_inf_and_odd_lengths(rng, width):
+  x = _rows_with_special_values(rng, width)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    expected = _softmax(x.astype(np.float64), -1)
+    log_expected = np.log(expected)
+  assert_close(Tensor(x).softmax(-1), expected.astype(np.float32), dtype=dtypes.float32, atol=1e-6, rtol=1e-4)
+  assert_close(Tensor(x).log_softmax(-1), log_expected.astype(np.float32), dtype=dtypes.float32, atol=1e-5,
+               rtol=1e-4)
+
+
+def test_softmax_float16_rows(rng):
+  x = (random_array(rng, (5, 1024), "float32") * 3).astype(np.float16)
+  x[1, 7], x[2, 9] = np.nan, np.inf
+  with np.errstate(invalid="ignore"):
+    expected = _softmax(x.astype(np.float64), -1).astype(np.float16)
+  assert_close(Tensor(x).softmax(-1), expected, dtype=dtypes.float16, atol=1e-3, rtol=1e-2)

@@ -58,6 +58,9 @@ class CPURenderer(CStyleRenderer):
   prelude = CStyleRenderer.prelude + MULTIPLY_ADD + EXP2F
   # kernels with at least this many loop iterations split their outermost loop across `threads` worker threads
   parallel_threshold = 1 << 16
+  # a reduction's per-element values that a later loop over the same row reuses (softmax's exp) are kept in a row
+  # buffer on the stack, up to 16 KiB per kernel: a 4096-float row, within L1 beside the row it is computed from
+  scratch_bytes = 16 * 1024
 
   def __init__(self, threads: int = 1, target: KernelTarget | None = None):
     self.threads = threads
