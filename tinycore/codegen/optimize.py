@@ -99,13 +99,27 @@ def register_tile(target: KernelTarget) -> tuple[int, int]:
   return columns, rows
 
 
+# a row that is no whole number of vectors (4095 floats) is a strip of its own from this many vectors up: the compiler's
+# remainder loop then handles under one vector in eight
+MIN_ROW_STRIP_VECTORS = 8
+
+
 def strip_widths(size: int, target: KernelTarget, cores_fed: bool = False) -> tuple[int, ...]:
   """Widths to try for a strip of a reduction over rows with nothing to tile beside it (column sums): up to
   `strip_vectors` vectors of accumulators, so each row is read in long contiguous runs, but one strip per core
-  unless an outer loop already gives every core its share (`cores_fed`: the parts of a split column sum)."""
-  widest = _halvings(target.strip_vectors * target.vector_lanes)
+  unless an outer loop already gives every core its share (`cores_fed`: the parts of a split column sum). A whole
+  row that no halving divides comes first when it fits (`is_row_strip`)."""
+  widest = ((size,) if is_row_strip(size, target) else ()) + _halvings(target.strip_vectors * target.vector_lanes)
   if cores_fed: return widest
   return tuple(w for w in widest if size // w >= target.cores) or widest
+
+
+def is_row_strip(size: int, target: KernelTarget) -> bool:
+  """Whether a row of `size` elements is a strip by itself though no vector-sized halving divides it: it fits the
+  strip, and is wide enough that its remainder loop is a small part (MIN_ROW_STRIP_VECTORS)."""
+  halvings = _halvings(target.strip_vectors * target.vector_lanes)
+  return (MIN_ROW_STRIP_VECTORS * target.vector_lanes <= size <= halvings[0] and
+          _width_for(size, halvings) is None)
 
 
 def _width_for(size: int, widths: tuple[int, ...]) -> int | None:
@@ -134,12 +148,17 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
   columns, rows = register_tile(target)
   contiguous = [r for r in reversed(outputs) if _width_for(_range_size(r), _column_widths(r, columns)) and
                 any(c.get(r) == 1 for c in coefficients)]
-  if contiguous: u_dim = contiguous[0]
-  elif (packed := _packed_columns(outputs, coefficients, columns, target, reduce_ranges)) is not None: u_dim = packed
+  row_strips = [r for r in reversed(outputs) if is_row_strip(_range_size(r), target) and
+                any(c.get(r) == 1 for c in coefficients)]
+  # needs_rows: whether the dim is only worth it with (True) or without (False) a tile's rows; None: either way
+  if contiguous: u_dim, needs_rows = contiguous[0], None
+  elif (packed := _packed_columns(outputs, coefficients, columns, target, reduce_ranges)) is not None:
+    u_dim, needs_rows = packed, True            # a packed panel pays off only when a tile's rows reuse it
+  elif row_strips: u_dim, needs_rows = row_strips[0], False  # a row of no whole vectors: a strip, never a tile
   else: return sink
   reused = [r for r in reversed(outputs) if r is not u_dim and _width_for(_range_size(r), _halvings(rows)) and
             any(c.get(r) and not c.get(u_dim) for c in coefficients)]
-  if not contiguous and not reused: return sink  # a packed panel pays off only when a tile's rows reuse it
+  if needs_rows is not None and needs_rows != bool(reused): return sink
   next_id = 1 + max(n.arg[0] for n in nodes if n.op is Ops.RANGE)
   # the outermost output loop is the one the cores share: if it is not the strip's, it feeds them already
   cores_fed = outputs[0] is not u_dim and _range_size(outputs[0]) >= target.cores
