@@ -240,8 +240,11 @@ def strip_rows_per_pass(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp
   nodes = sink.toposort()
   upcast = [u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "upcast"]
   if target.strip_rows < 2 or len(upcast) != 1: return sink
-  replaced = {x: new for x in nodes if x.op is Ops.REDUCE and upcast[0] in x.src[0].toposort()
-              if (new := rows_per_pass(x, target.strip_rows)) is not None}
+  replaced: dict[UOp, UOp] = {}
+  for x in nodes:
+    if x.op is not Ops.REDUCE or upcast[0] not in x.src[0].toposort(): continue
+    new = rows_per_pass(x, target.strip_rows)
+    if new is not None: replaced[x] = new
   return graph_rewrite(sink.substitute(replaced), symbolic) if replaced else sink
 
 
