@@ -149,10 +149,11 @@ def test_reduce_after_elementwise(rng):
   assert_close(result, expected.astype(np.float32), dtype=dtypes.float32, atol=1e-5, rtol=1e-4)
 
 
-# Column sums (over rows, the kept axis contiguous) add several rows per pass where a device vectorizes them (4 on the
-# CPU), and a 2-core CPU splits the rows in halves first: row counts below one pass, and ones that leave rows over
-# after the passes (of the whole count or of each half), with NaN and infinities in both kinds of rows
-COLUMN_ROWS = [3, 5, 7, 12, 130, 131, 258]
+# Column sums (over rows, the kept axis contiguous) add several rows per pass (4 by default, 8 on the CPU), and a
+# 2-core CPU splits the rows in halves first (an odd count leaves one row to the second kernel): row counts below one
+# pass, and ones that leave 1 to 7 rows over after the passes (of the whole count or of each half), with NaN and
+# infinities in both kinds of rows
+COLUMN_ROWS = [3, 5, 7, 9, 12, 15, 23, 130, 131, 258, 271]
 
 
 def _with_special_values(x: np.ndarray) -> np.ndarray:
