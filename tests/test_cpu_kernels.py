@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import attrs
 import numpy as np
 import pytest
 from tinycore import Tensor
@@ -275,3 +276,47 @@ def test_gcc_vectorizes_every_row_of_the_conv_tile(tmp_path):
   assert out.returncode == 0, out.stderr
   # every multiply-add of the 8x28 tile is a vector one (a row left scalar showed as 16 vfmadd231ss)
   assert "vfmadd231ps" in out.stdout and "vfmadd231ss" not in out.stdout and "vfmadd213ss" not in out.stdout
+
+
+def reduce_rows_and_loads(sink) -> tuple[list[int], int]:
+  """The trip counts of the REDUCE's ranges and how many LOADs its value reads."""
+  x = next(u for u in sink.toposort() if u.op is Ops.REDUCE)
+  return [r.src[0].arg for r in x.src[1:]], sum(1 for u in x.src[0].toposort() if u.op is Ops.LOAD)
+
+
+def test_column_sum_strip_adds_four_rows_per_pass():
+  m = Tensor(np.ones((64, 4096), np.float32)).realize()
+  tiled = optimize_kernel(kernel_of(m.sum(0)), AVX512)
+  assert reduce_rows_and_loads(tiled) == ([16], 4)                      # 64 rows: 16 passes of 4 rows
+  source = CPURenderer(2, AVX512).render("colsum", tiled).source
+  strip = source[source.index("for (long long ridx1 = 0; ridx1 < 16ll"):]
+  assert strip.count("data1[") == 4 and "acc" in strip.split("data1[")[-1]  # 4 loads, then the one update
+  one_row = attrs.evolve(AVX512, strip_rows=1)
+  assert reduce_rows_and_loads(optimize_kernel(kernel_of(m.sum(0)), one_row)) == ([64], 1)
+
+
+def test_column_sum_rows_left_over_after_the_passes():
+  m = np.random.default_rng(7).standard_normal((67, 64)).astype(np.float32)
+  tiled = optimize_kernel(kernel_of(Tensor(m).realize().sum(0)), AVX512)
+  assert reduce_rows_and_loads(tiled) == ([16], 4)                      # 67 = 16 * 4 + 3
+  assert sum(1 for u in tiled.toposort() if u.op is Ops.LOAD) == 4 + 3  # the 3 left over, after the loop
+  np.testing.assert_allclose(Tensor(m).sum(0).numpy(), m.sum(0), rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(Tensor(m).max(0).numpy(), m.max(0))
+
+
+def test_column_sum_of_a_symbolic_row_count_adds_row_by_row():
+  from tinycore import Variable
+  m = np.random.default_rng(8).standard_normal((40, 64)).astype(np.float32)
+  rows = Variable("rows", 1, 40)
+  for n in (3, 37):
+    np.testing.assert_allclose(Tensor(m)[:rows.bind(n)].sum(0).numpy(), m[:n].sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_a_row_of_no_whole_vectors_is_one_strip():
+  # 503 floats: no halving of the strip divides it, but the whole row is one (the compiler handles the remainder)
+  m = np.random.default_rng(9).standard_normal((256, 503)).astype(np.float32)
+  assert upcast_sizes(optimize_kernel(kernel_of(Tensor(m).realize().sum(0)), AVX512)) == [503]
+  np.testing.assert_allclose(Tensor(m).sum(0).numpy(), m.sum(0), rtol=1e-4, atol=1e-4)
+  # ... but never a matmul tile's columns
+  a, b = Tensor(np.ones((64, 96), np.float32)).realize(), Tensor(np.ones((96, 130), np.float32)).realize()
+  assert upcast_sizes(optimize_kernel(kernel_of(a @ b), AVX512)) == []

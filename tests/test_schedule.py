@@ -172,6 +172,24 @@ def test_split_reductions_follow_the_device_cores():
   assert first_kernel_outputs(Tensor.ones(1 << 20, device="PYTHON").sum()) == SPLIT_PARTS_GRID
 
 
+def test_a_column_sum_of_an_odd_row_count_splits_and_adds_the_rows_left_over():
+  from tinycore.schedule.split_reduce import device_cores
+  cores = device_cores("CPU")
+  if cores < 2: pytest.skip("the CPU device has one core: nothing splits")
+  rng = np.random.default_rng(13)
+  m = rng.standard_normal((cores * 64 + 1, 96)).astype(np.float32)   # one row over `cores` slices of 64
+  m[-1, 3], m[-1, 4] = np.nan, np.inf
+  cm = Tensor(m).realize()
+  calls = cm.sum(0).schedule_linear().src
+  assert [c.src[0].op for c in calls] == [Ops.SINK, Ops.SINK] and calls[0].src[1].shape[0] == cores * 96
+  assert len(calls[1].src) == 4                                     # the partials and the last row: one kernel
+  np.testing.assert_allclose(cm.sum(0).numpy(), m.sum(0), rtol=1e-5, atol=1e-4)
+  np.testing.assert_array_equal(cm.max(0).numpy(), m.max(0))
+  ints = rng.integers(-1000, 1000, (cores * 64 + 1, 3, 40)).astype(np.int32)
+  np.testing.assert_array_equal(Tensor(ints).min((0, 1)).numpy(), ints.min((0, 1)))
+  np.testing.assert_array_equal(Tensor(ints).sum(0).numpy(), ints.sum(0, dtype=np.int32))
+
+
 def test_split_keeps_row_sums_and_small_reductions_one_kernel():
   m = Tensor(np.ones((512, 1024), np.float32)).realize()
   assert len(m.sum(1).schedule_linear().src) == 1          # rows feed the cores already

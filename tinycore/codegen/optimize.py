@@ -76,13 +76,15 @@ def _split_range(sink: UOp, r: UOp, width: int, new_id: int) -> UOp:
 class KernelTarget:
   """What the optimizer knows of the machine a kernel runs on: `vector_lanes` float32 lanes in a vector register,
   `vector_registers` of them, `cores` that run one kernel's shares, and `strip_vectors`, how many vectors of
-  accumulators a column-sum strip may hold (in L1 on a CPU), and `panel_bytes`, how much a kernel may copy its operand
-  panels into local buffers (codegen.packing; 0: never). A renderer carries one as `kernel_target`."""
+  accumulators a column-sum strip may hold (in L1 on a CPU), `panel_bytes`, how much a kernel may copy its operand
+  panels into local buffers (codegen.packing; 0: never), and `strip_rows`, how many rows a column-sum strip adds up
+  per pass before it updates its accumulators (1: one). A renderer carries one as `kernel_target`."""
   vector_lanes: int = 4
   vector_registers: int = 16
   cores: int = 1
   strip_vectors: int = 8
   panel_bytes: int = 0
+  strip_rows: int = 4
 
 
 # 8 lanes (AVX2-sized): the tiles every device got before targets existed
@@ -97,13 +99,27 @@ def register_tile(target: KernelTarget) -> tuple[int, int]:
   return columns, rows
 
 
+# a row that is no whole number of vectors (4095 floats) is a strip of its own from this many vectors up: the compiler's
+# remainder loop then handles under one vector in eight
+MIN_ROW_STRIP_VECTORS = 8
+
+
 def strip_widths(size: int, target: KernelTarget, cores_fed: bool = False) -> tuple[int, ...]:
   """Widths to try for a strip of a reduction over rows with nothing to tile beside it (column sums): up to
   `strip_vectors` vectors of accumulators, so each row is read in long contiguous runs, but one strip per core
-  unless an outer loop already gives every core its share (`cores_fed`: the parts of a split column sum)."""
-  widest = _halvings(target.strip_vectors * target.vector_lanes)
+  unless an outer loop already gives every core its share (`cores_fed`: the parts of a split column sum). A whole
+  row that no halving divides comes first when it fits (`is_row_strip`)."""
+  widest = ((size,) if is_row_strip(size, target) else ()) + _halvings(target.strip_vectors * target.vector_lanes)
   if cores_fed: return widest
   return tuple(w for w in widest if size // w >= target.cores) or widest
+
+
+def is_row_strip(size: int, target: KernelTarget) -> bool:
+  """Whether a row of `size` elements is a strip by itself though no vector-sized halving divides it: it fits the
+  strip, and is wide enough that its remainder loop is a small part (MIN_ROW_STRIP_VECTORS)."""
+  halvings = _halvings(target.strip_vectors * target.vector_lanes)
+  return (MIN_ROW_STRIP_VECTORS * target.vector_lanes <= size <= halvings[0] and
+          _width_for(size, halvings) is None)
 
 
 def _width_for(size: int, widths: tuple[int, ...]) -> int | None:
@@ -132,12 +148,17 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
   columns, rows = register_tile(target)
   contiguous = [r for r in reversed(outputs) if _width_for(_range_size(r), _column_widths(r, columns)) and
                 any(c.get(r) == 1 for c in coefficients)]
-  if contiguous: u_dim = contiguous[0]
-  elif (packed := _packed_columns(outputs, coefficients, columns, target, reduce_ranges)) is not None: u_dim = packed
+  row_strips = [r for r in reversed(outputs) if is_row_strip(_range_size(r), target) and
+                any(c.get(r) == 1 for c in coefficients)]
+  # needs_rows: whether the dim is only worth it with (True) or without (False) a tile's rows; None: either way
+  if contiguous: u_dim, needs_rows = contiguous[0], None
+  elif (packed := _packed_columns(outputs, coefficients, columns, target, reduce_ranges)) is not None:
+    u_dim, needs_rows = packed, True            # a packed panel pays off only when a tile's rows reuse it
+  elif row_strips: u_dim, needs_rows = row_strips[0], False  # a row of no whole vectors: a strip, never a tile
   else: return sink
   reused = [r for r in reversed(outputs) if r is not u_dim and _width_for(_range_size(r), _halvings(rows)) and
             any(c.get(r) and not c.get(u_dim) for c in coefficients)]
-  if not contiguous and not reused: return sink  # a packed panel pays off only when a tile's rows reuse it
+  if needs_rows is not None and needs_rows != bool(reused): return sink
   next_id = 1 + max(n.arg[0] for n in nodes if n.op is Ops.RANGE)
   # the outermost output loop is the one the cores share: if it is not the strip's, it feeds them already
   cores_fed = outputs[0] is not u_dim and _range_size(outputs[0]) >= target.cores
@@ -182,6 +203,51 @@ def _columns_outside(sink: UOp, columns: tuple, rows: tuple) -> UOp:
                           by_arg[rows]: by_arg[rows].replace(arg=columns)})
 
 
+def combined_pairwise(values: list[UOp], op: Ops) -> UOp:
+  """values combined by `op` as a balanced tree, neighbours first: (v0 op v1) op (v2 op v3)."""
+  while len(values) > 1:
+    values = [values[i].alu(op, values[i + 1]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
+  return values[0]
+
+
+def rows_per_pass(x: UOp, rows_at_once: int) -> UOp | None:
+  """REDUCE x adding `rows_at_once` rows per pass: its innermost range r becomes an outer range over r // rows_at_once
+  passes, each pass's rows combined pairwise (in registers) before the one accumulator update; the rows left over
+  (r % rows_at_once) are combined after the loop. None when x does not qualify: a symbolic row count, fewer rows
+  than one pass, a value that does not read the rows or holds a reduce of its own, or left-over rows of a reduce
+  over several ranges (which could not be added outside the others)."""
+  value, ranges = x.src[0], x.src[1:]
+  rows = max(ranges, key=lambda r: r.arg[0])
+  if len(rows.src) > 1 or _range_size(rows) < rows_at_once: return None
+  inside = value.toposort()
+  if rows not in inside or any(u.op is Ops.REDUCE for u in inside): return None
+  passes, left_over = divmod(_range_size(rows), rows_at_once)
+  if left_over and len(ranges) > 1: return None
+  outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, passes),), rows.arg)
+  one_pass = combined_pairwise([value.substitute({rows: outer * rows_at_once + i}) for i in range(rows_at_once)], x.arg)
+  reduced = UOp(Ops.REDUCE, x.dtype, (one_pass,) + tuple(outer if r is rows else r for r in ranges), x.arg)
+  if not left_over: return reduced
+  last = [value.substitute({rows: UOp.const(dtypes.index, passes * rows_at_once + i)}) for i in range(left_over)]
+  return reduced.alu(x.arg, combined_pairwise(last, x.arg))
+
+
+def strip_rows_per_pass(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
+  """Column-sum strips (a kernel with one upcast range: a strip of accumulators, no register tile) add
+  `target.strip_rows` rows per pass: `acc[i] += (r0[i] + r1[i]) + (r2[i] + r3[i])` reads and writes the strip a
+  quarter as often as `acc[i] += r0[i]` row by row, and keeps several row streams in flight. A sum is reassociated
+  (numpy's pairwise sum is too); a max or min is exact in any order and NaN still wins. Plain ops in the kernel
+  graph, so every renderer writes the same loop."""
+  nodes = sink.toposort()
+  upcast = [u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "upcast"]
+  if target.strip_rows < 2 or len(upcast) != 1: return sink
+  replaced: dict[UOp, UOp] = {}
+  for x in nodes:
+    if x.op is not Ops.REDUCE or upcast[0] not in x.src[0].toposort(): continue
+    new = rows_per_pass(x, target.strip_rows)
+    if new is not None: replaced[x] = new
+  return graph_rewrite(sink.substitute(replaced), symbolic) if replaced else sink
+
+
 def _is_positive_zero(zero: UOp) -> bool: return zero.arg == 0 and math.copysign(1.0, zero.arg) > 0
 
 
@@ -196,5 +262,6 @@ gated_loads = PatternMatcher([
 
 
 def optimize_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
-  """The kernel with contiguous loops merged and register tiles for strided reductions, shaped for `target`."""
-  return upcast_reduce_kernel(merge_ranges(graph_rewrite(sink, gated_loads)), target)
+  """The kernel with contiguous loops merged, register tiles for strided reductions and several rows per pass for
+  column-sum strips, shaped for `target`."""
+  return strip_rows_per_pass(upcast_reduce_kernel(merge_ranges(graph_rewrite(sink, gated_loads)), target), target)

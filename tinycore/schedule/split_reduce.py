@@ -61,12 +61,19 @@ def split_everything(r: UOp, parts: int) -> UOp:
 
 
 def split_outer_axis(r: UOp, parts: int) -> UOp:
-  """The outermost reduced axis split into (parts, rest): the partials keep the parts axis, then lose it."""
+  """The outermost reduced axis split into (parts, rows): the partials keep the parts axis, then lose it. Rows left
+  over (a count that is no multiple of `parts`) are reduced on their own and combined with the result."""
   x, (op, axes) = r.src[0], r.arg
-  first = min(axes)
-  shape = x.shape[:first] + (parts, x.shape[first] // parts) + x.shape[first + 1:]
-  partial = reduce_axis(x.reshape(shape), op, tuple(a + 1 for a in axes))
-  return reduce_axis(partial, op, (first,)).reshape(r.shape)
+  first, size = min(axes), x.shape[min(axes)]
+  rows = size // parts
+  def along_first(start: int, end: int) -> UOp:
+    return x.shrink(tuple((start, end) if axis == first else (0, s) for axis, s in enumerate(x.shape)))
+  evenly = x if rows * parts == size else along_first(0, rows * parts)
+  shape = x.shape[:first] + (parts, rows) + x.shape[first + 1:]
+  partial = reduce_axis(evenly.reshape(shape), op, tuple(a + 1 for a in axes))
+  out = reduce_axis(partial, op, (first,)).reshape(r.shape)
+  if rows * parts == size: return out
+  return out.alu(op, reduce_axis(along_first(rows * parts, size), op, axes).reshape(r.shape))
 
 
 def split_plan(r: UOp) -> tuple[str, int] | None:
@@ -81,10 +88,12 @@ def split_plan(r: UOp) -> tuple[str, int] | None:
   if outputs < cores and outputs * reduced >= SPLIT_MIN_ELEMENTS:
     if outputs == 1: return ("everything", cores)
     return ("outer", cores) if x.shape[min(axes)] % cores == 0 else None
-  # a column sum (a kept axis after the reduced ones): each core streams whole rows of its slice
+  # a column sum (a kept axis after the reduced ones): each core streams whole rows of its slice (the rows an odd
+  # count leaves over, fewer than `cores`, are a small reduction of their own)
   column = max(axes) < len(x.shape) - 1
-  if (column and outputs * cores <= MAX_PARTIAL_OUTPUTS and x.shape[min(axes)] % cores == 0 and
-      reduced >= cores * MIN_PART_ROWS):
+  outer_rows = x.shape[min(axes)]
+  if (column and outputs * cores <= MAX_PARTIAL_OUTPUTS and reduced >= cores * MIN_PART_ROWS and
+      (outer_rows % cores == 0 or outer_rows >= cores * MIN_PART_ROWS)):
     return ("outer", cores)
   return None
 

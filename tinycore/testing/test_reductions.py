@@ -4,7 +4,7 @@ zero-size tensors."""
 import numpy as np
 import pytest
 from tinycore import Tensor, dtypes
-from tinycore.testing.helpers import assert_close, assert_equal, random_array
+from tinycore.testing.helpers import assert_close, assert_equal, random_array, skip_unless_dtype
 
 # (shape, axis) cases shared by the reductions; the same few shapes keep the number of distinct kernels down
 AXES = [
@@ -147,3 +147,60 @@ def test_reduce_after_elementwise(rng):
   expected = (np.exp(x.astype(np.float64)) * y).sum(axis=1) / (x.astype(np.float64) ** 2 + 1).max(axis=1)
   result = ((Tensor(x).exp() * Tensor(y)).sum(axis=1)) / (Tensor(x) ** 2 + 1).max(axis=1)
   assert_close(result, expected.astype(np.float32), dtype=dtypes.float32, atol=1e-5, rtol=1e-4)
+
+
+# Column sums (over rows, the kept axis contiguous) add several rows per pass (4 by default, 8 on the CPU), and a
+# 2-core CPU splits the rows in halves first (an odd count leaves one row to the second kernel): row counts below one
+# pass, and ones that leave 1 to 7 rows over after the passes (of the whole count or of each half), with NaN and
+# infinities in both kinds of rows
+COLUMN_ROWS = [3, 5, 7, 9, 12, 15, 23, 130, 131, 258, 271]
+
+
+def _with_special_values(x: np.ndarray) -> np.ndarray:
+  """x (rows, columns >= 8) with NaN and infinities in the first rows (a whole pass) and in the last (left over)."""
+  x[0, 1], x[-1, 2], x[1, 3], x[-1, 4] = np.nan, np.nan, np.inf, -np.inf
+  x[:, 5] = -np.inf                                 # a max over only -inf is -inf
+  x[0, 6], x[-1, 6] = np.inf, -np.inf               # inf - inf: NaN
+  x[:, 7] = np.inf                                  # a min over only inf is inf
+  return x
+
+
+@pytest.mark.parametrize("rows", COLUMN_ROWS)
+def test_column_reductions_float32(rng, rows):
+  x = _with_special_values(random_array(rng, (rows, 48), "float32"))
+  with np.errstate(invalid="ignore"):
+    sums, scaled_sums = x.astype(np.float64).sum(0), (x.astype(np.float64) * 2 + 1).sum(0)
+  assert_close(Tensor(x).sum(0), sums.astype(np.float32), dtype=dtypes.float32, **TOLERANCE["sum"])
+  assert_equal(Tensor(x).max(0), x.max(0), dtype=dtypes.float32)
+  assert_equal(Tensor(x).min(axis=0, keepdim=True), x.min(axis=0, keepdims=True), dtype=dtypes.float32)
+  assert_close((Tensor(x) * 2 + 1).sum(0), scaled_sums.astype(np.float32), dtype=dtypes.float32, **TOLERANCE["sum"])
+
+
+@pytest.mark.parametrize("rows", COLUMN_ROWS)
+def test_column_reductions_int32(rng, rows):
+  x = random_array(rng, (rows, 48), "int32", -1000, 1000)
+  x[0, 0], x[-1, 0] = 2**31 - 1, 2**31 - 1          # the sum wraps, as numpy's does
+  assert_equal(Tensor(x).sum(0), x.sum(0, dtype=np.int32), dtype=dtypes.int32)
+  assert_equal(Tensor(x).max(0), x.max(0), dtype=dtypes.int32)
+  assert_equal(Tensor(x).min(0), x.min(0), dtype=dtypes.int32)
+
+
+@pytest.mark.parametrize("rows", [5, 7, 131])
+def test_column_reductions_float16(rng, rows):
+  skip_unless_dtype(dtypes.float16)
+  x = _with_special_values(random_array(rng, (rows, 48), "float16"))
+  with np.errstate(invalid="ignore"):
+    expected = x.astype(np.float64).sum(0).astype(np.float16)  # a float16 sum accumulates in float32
+  assert_close(Tensor(x).sum(0), expected, dtype=dtypes.float16, atol=1e-2, rtol=2e-3)
+  assert_equal(Tensor(x).max(0), x.max(0), dtype=dtypes.float16)
+  assert_equal(Tensor(x).min(0), x.min(0), dtype=dtypes.float16)
+
+
+@pytest.mark.parametrize("rows", [7, 131])
+def test_column_sums_of_padded_and_sliced_rows(rng, rows):
+  # masked loads (rows of zeros from the pad) and a row count that is not the buffer's (the slice)
+  x = random_array(rng, (rows, 48), "float32")
+  assert_close(Tensor(x).pad(((1, 2), (0, 0))).sum(0), np.pad(x, ((1, 2), (0, 0))).sum(0), dtype=dtypes.float32,
+               **TOLERANCE["sum"])
+  assert_close(Tensor(x)[1:].max(0), x[1:].max(0), dtype=dtypes.float32, atol=0, rtol=0)
+  assert_close(Tensor(x)[:, 4:36].sum(0), x[:, 4:36].sum(0), dtype=dtypes.float32, **TOLERANCE["sum"])

@@ -266,21 +266,25 @@ class CPURenderer(CStyleRenderer):
 
 
 STRIP_VECTORS = 256
+# rows a column-sum strip adds per pass: measured on a 2-core Zen VM (4096x4096, both compilers), 8 rows read the
+# strip from L1 an eighth as often as 1 row and ran 5-10% faster than 4 (1 row: 1.0-1.1 ms, 4: 0.67-0.69, 8: 0.58-0.66)
+STRIP_ROWS = 8
 
 
 def host_target(cores: int) -> KernelTarget:
   """This machine for the optimizer, from the CPU flags the kernel reports (the compiler targets -march=native):
   AVX-512 has 16 float lanes and 32 registers, AVX/AVX2 8 lanes and 16, anything else 4 lanes and 16. Column-sum
   strips hold up to 256 vectors of accumulators (16 KB with AVX-512, a third of a 48 KB L1: L1 keeps them beside
-  the rows streaming past, and a split column sum reads whole rows of up to 16 KB front to back)."""
+  the rows streaming past, and a split column sum reads whole rows of up to 16 KB front to back), and add STRIP_ROWS
+  rows per pass."""
   try:
     with open("/proc/cpuinfo") as cpuinfo: flags = next((line for line in cpuinfo if line.startswith("flags")), "")
   except OSError: flags = ""
   words = set(flags.split())
   panel = panel_budget(l2_cache_bytes())
-  if "avx512f" in words: return KernelTarget(16, 32, cores, STRIP_VECTORS, panel)
-  if "avx" in words: return KernelTarget(8, 16, cores, STRIP_VECTORS, panel)
-  return KernelTarget(4, 16, cores, STRIP_VECTORS, panel)
+  if "avx512f" in words: return KernelTarget(16, 32, cores, STRIP_VECTORS, panel, STRIP_ROWS)
+  if "avx" in words: return KernelTarget(8, 16, cores, STRIP_VECTORS, panel, STRIP_ROWS)
+  return KernelTarget(4, 16, cores, STRIP_VECTORS, panel, STRIP_ROWS)
 
 
 DEFAULT_L2_BYTES = 512 * 1024
