@@ -5,9 +5,8 @@
 Each row is one workload; each library's column is its time divided by numpy's (lower is better; numpy's own
 column is milliseconds). torch and tinygrad are measured when importable (`pip install tinycore[bench]`).
 `--compiler` picks the C compiler of the CPU device (it sets $CC before the device opens); the header names the
-compiler used. Every time includes waiting for the device to finish, and is the minimum over runs after a warm-up:
-the libraries take turns, a run each per round, for at least `--repeat` rounds and half a second (on a shared
-machine the minimum is the least noisy statistic). Besides the kernels: the time to the first
+compiler used. Every time includes waiting for the device to finish, and is the minimum over at least `--repeat`
+runs and half a second after a warm-up (on a shared machine the minimum is the least noisy statistic). Besides the kernels: the time to the first
 result of a kernel this process never compiled, and the per-iteration time of an eager loop of tiny ops (torch runs
 each op at once: it has no realize), as absolute times.
 """
@@ -29,21 +28,16 @@ def timed(fn: Thunk, sync: Callable[[], None]) -> float:
   return time.perf_counter() - start
 
 
-def interleaved_best_times(runs: list[tuple[Thunk, Callable[[], None]] | None], repeat: int,
-                           budget_s: float = 0.5) -> list[float | None]:
-  """The minimum wall time of fn() then sync() for each (fn, sync) pair, after one warm-up run each (compiles,
-  allocates); None stays None. The pairs take turns, one run each per round, so a disturbance (another process, a
-  frequency change) hits every library alike; rounds go on until `budget_s` is spent, at least `repeat` and at most
-  1000 of them (on a shared machine the minimum is the least noisy statistic, and a short workload needs many runs
-  to find it)."""
-  for run in runs:
-    if run is not None: run[0](); run[1]()
-  best: list[float | None] = [None if run is None else float("inf") for run in runs]
-  start, rounds = time.perf_counter(), 0
-  while rounds < repeat or (time.perf_counter() - start < budget_s and rounds < 1000):
-    for i, run in enumerate(runs):
-      if run is not None: best[i] = min(best[i], timed(*run))
-    rounds += 1
+def best_time(fn: Thunk, sync: Callable[[], None], repeat: int, budget_s: float = 0.5) -> float:
+  """The minimum wall time of fn() then sync() after a warm-up run (compiles, allocates), over at least `repeat` runs
+  and `budget_s` seconds (at most 1000 runs): on a shared machine the minimum is the least noisy statistic, and a
+  short workload needs many runs to find it. Each library runs its own block of runs: taking turns run by run made
+  OpenBLAS's spinning threads and the device's threads slow each other down (numpy's matmul 256 took 14 ms)."""
+  fn(); sync()
+  best, runs, start = float("inf"), 0, time.perf_counter()
+  while runs < repeat or (time.perf_counter() - start < budget_s and runs < 1000):
+    best = min(best, timed(fn, sync))
+    runs += 1
   return best
 
 
@@ -199,17 +193,13 @@ def main() -> None:
   rng = np.random.default_rng(0)
   rows = []
   for workload in workloads(rng):
-    runs: list[tuple[Thunk, Callable[[], None]] | None] = [(lambda: workload.numpy_fn(*workload.inputs),
-                                                             lambda: None)]
+    times: list[float | None] = [best_time(lambda: workload.numpy_fn(*workload.inputs), lambda: None, args.repeat)]
     for library in [ours, *others]:
-      try:
-        thunk = library.thunk(workload)
-        thunk(); library.sync()  # a library without the op gets a dash, not a crash
-        runs.append((thunk, library.sync))
-      except Exception as error:
+      try: times.append(best_time(library.thunk(workload), library.sync, args.repeat))
+      except Exception as error:  # a library without the op gets a dash, not a crash
         print(f"# {library.name}: {workload.name}: {type(error).__name__}: {error}")
-        runs.append(None)
-    rows.append((workload.name, interleaved_best_times(runs, args.repeat)))
+        times.append(None)
+    rows.append((workload.name, times))
   print_table(["numpy", ours.name, *(library.name for library in others)], rows)
   libraries = [ours, *others]
   first = [measured(lib, "first result", functools.partial(first_result_seconds, lib, rng)) for lib in libraries]

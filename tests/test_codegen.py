@@ -44,7 +44,8 @@ def test_large_kernels_split_across_threads(shape, op):
   threads = Device["CPU"].renderer.threads
   linear = result.schedule_linear()
   kernel = compile_kernel("CPU", linear.src[0].src[0])  # the bulk of the work (a column sum's per-core partials)
-  if threads > 1: assert kernel.global_size[0] == threads and "core_id" in kernel.source
+  # shares of the outer loop: at least one per thread, a few per thread where the loop is long enough
+  if threads > 1: assert threads <= kernel.global_size[0] <= 4 * threads and "core_id" in kernel.source
   np.testing.assert_allclose(result.numpy(), expected(), rtol=1e-4, atol=1e-4)
 
 

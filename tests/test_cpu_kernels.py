@@ -320,3 +320,25 @@ def test_a_row_of_no_whole_vectors_is_one_strip():
   # ... but never a matmul tile's columns
   a, b = Tensor(np.ones((64, 96), np.float32)).realize(), Tensor(np.ones((96, 130), np.float32)).realize()
   assert upcast_sizes(optimize_kernel(kernel_of(a @ b), AVX512)) == []
+
+
+SHARES_SCRIPT = r"""
+import numpy as np
+from tinycore import Tensor
+from tinycore.device.registry import Device
+assert Device["CPU"].renderer.threads == 3
+rng = np.random.default_rng(5)
+for rows in (3, 4, 5, 7, 11, 12, 13, 40):  # outer loops of fewer, as many and more rows than 3 threads x 4 shares
+  x = rng.standard_normal((rows, 1 << 16)).astype(np.float32)
+  t = Tensor(x)
+  np.testing.assert_allclose(t.sum(1).numpy(), x.sum(1), rtol=1e-4, atol=1e-2)
+  np.testing.assert_allclose((t * 2 + 1).max(1).numpy(), (x * 2 + 1).max(1))
+print("shares ok")
+"""
+
+
+def test_threaded_kernels_give_every_share_of_the_outer_loop_to_one_thread(run_scenario):
+  # three threads take the shares of each kernel's outer loop from one counter (tc_parallel): every row is reduced
+  # exactly once whether the loop has fewer, as many or more rows than shares
+  result = run_scenario(SHARES_SCRIPT, timeout=240, env={"TINYCORE_CPU_THREADS": "3", "TINYCORE_DEVICE": "CPU"})
+  assert result.returncode == 0 and "shares ok" in result.stdout, result.stdout + result.stderr[-3000:]

@@ -182,27 +182,34 @@ int tc_host_wait(uint64_t *signal, uint64_t value, uint64_t timeout_ns, uint64_t
 }
 void tc_memcpy(uint64_t dst, uint64_t src, uint64_t n) { memmove((void *)dst, (const void *)src, n); }
 
-/* threaded kernels: the worker runs share 0 of a kernel and helper threads the others, core_id and core_count
-   appended to the kernel's arguments; the entry finishes when every share did */
+/* threaded kernels: a kernel's outermost loop is cut into `shares` (core_id and core_count, appended to the kernel's
+   arguments, are a share's index and the share count), and the worker and the helper threads take shares from a
+   shared counter until none is left; the entry finishes when every thread is done. More shares than threads keep
+   every core busy to the end when a thread starts late (a helper waking up, the host's Python thread holding a
+   core right after a submission) or loses its core to another process meanwhile. */
 typedef struct { struct tc_pool *pool; uint64_t core; sem_t go; pthread_t thread; } tc_helper;
 typedef struct tc_pool {
-  uint64_t threads, fn, nargs, args[32];
-  volatile uint64_t pending;
+  uint64_t threads, fn, nargs, args[32], shares;
+  volatile uint64_t pending, next_share;
   tc_helper *helpers;
 } tc_pool;
-static void tc_share(tc_pool *p, uint64_t core) {
+static void tc_share(tc_pool *p, uint64_t share) {
   uint64_t a[33];
   memcpy(a, p->args, sizeof p->args);
-  a[p->nargs] = core; a[p->nargs + 1] = p->threads;
+  a[p->nargs] = share; a[p->nargs + 1] = p->shares;
   ((tc_fn)p->fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
                  a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29],
                  a[30]);
+}
+static void tc_take_shares(tc_pool *p) {
+  for (uint64_t share; (share = __atomic_fetch_add(&p->next_share, 1, __ATOMIC_ACQ_REL)) < p->shares;)
+    tc_share(p, share);
 }
 static void *tc_helper_main(void *arg) {
   tc_helper *h = (tc_helper *)arg;
   for (;;) {
     while (sem_wait(&h->go) != 0) {}
-    tc_share(h->pool, h->core);
+    tc_take_shares(h->pool);
     __atomic_sub_fetch(&h->pool->pending, 1, __ATOMIC_ACQ_REL);
   }
   return 0;
@@ -225,7 +232,9 @@ void tc_pool_restart(tc_pool *p) {
     pthread_create(&p->helpers[i].thread, 0, tc_helper_main, &p->helpers[i]);
   }
 }
-void tc_parallel(tc_pool *p, uint64_t fn, uint64_t nargs, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3,
+/* `counts`: the kernel's argument count in the low 8 bits, its share count above them (one word, so a threaded
+   kernel keeps 28 arguments of an entry's 31) */
+void tc_parallel(tc_pool *p, uint64_t fn, uint64_t counts, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3,
                  uint64_t a4, uint64_t a5, uint64_t a6, uint64_t a7, uint64_t a8, uint64_t a9, uint64_t a10,
                  uint64_t a11, uint64_t a12, uint64_t a13, uint64_t a14, uint64_t a15, uint64_t a16, uint64_t a17,
                  uint64_t a18, uint64_t a19, uint64_t a20, uint64_t a21, uint64_t a22, uint64_t a23, uint64_t a24,
@@ -234,10 +243,11 @@ void tc_parallel(tc_pool *p, uint64_t fn, uint64_t nargs, uint64_t a0, uint64_t 
                         a20, a21, a22, a23, a24, a25, a26, a27};
   memset(p->args, 0, sizeof p->args);
   memcpy(p->args, given, sizeof given);
-  p->fn = fn; p->nargs = nargs;
+  p->fn = fn; p->nargs = counts & 0xff; p->shares = counts >> 8;
+  __atomic_store_n(&p->next_share, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&p->pending, p->threads - 1, __ATOMIC_RELEASE);
   for (uint64_t i = 1; i < p->threads; i++) sem_post(&p->helpers[i].go);
-  tc_share(p, 0);
+  tc_take_shares(p);
   for (uint64_t spins = 0; __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE); spins++) if (spins > 64) sched_yield();
 }
 """
@@ -316,8 +326,9 @@ class CPUQueue(HWQueue):
     args = [*command.buffers, *command.vals]
     if command.global_size[0] > 1:  # a threaded kernel: every core runs its share, then the entry is done
       if self.pool is None: raise RuntimeError(f"{self.device.device} has no thread pool for a threaded kernel")
-      self._entry(out, self.worker.address["tc_parallel"], [self.pool, command.program.program.address, len(args),
-                                                            *args], inline=False)
+      counts = len(args) | command.global_size[0] << 8  # tc_parallel's `counts` word
+      self._entry(out, self.worker.address["tc_parallel"], [self.pool, command.program.program.address, counts, *args],
+                  inline=False)
     else:
       iterations = kernel_iterations(getattr(command.program, "source", ""))
       tiny = iterations is not None and iterations <= INLINE_MAX_ITERATIONS

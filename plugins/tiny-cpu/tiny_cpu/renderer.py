@@ -48,6 +48,7 @@ static inline double tc_fma(double a, double b, double c) { _Pragma("clang fp co
 """
 FMA_FUNCTIONS = {dtypes.float32: "tc_fmaf", dtypes.float64: "tc_fma"}
 OMP_REDUCTION = {Ops.ADD: "+", Ops.MUL: "*", Ops.MAX: "max"}
+SHARES_PER_THREAD = 4   # shares a threaded kernel's outer loop is cut into, per thread (see launch_dims)
 LANE_VECTORS = 4   # vector accumulators per reduction loop: enough adds in flight to hide the add latency
 LANE_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64})
 
@@ -91,8 +92,11 @@ class CPURenderer(CStyleRenderer):
     self._packed: dict[UOp, str] = {}
 
   def launch_dims(self, kernel: LinearKernel) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    # a threaded kernel runs once per thread (core_id = 0..threads-1), each on its share of the outermost loop
-    return ((self.threads, 1, 1), (1, 1, 1)) if self._split is not None else ((1, 1, 1), (1, 1, 1))
+    # a threaded kernel runs once per share of its outermost loop (core_id = 0..shares-1), SHARES_PER_THREAD per
+    # thread where the loop is long enough: the threads take shares as they finish (tc_parallel), so a thread that
+    # starts late or is interrupted is made up for by the others
+    if self._split is None: return (1, 1, 1), (1, 1, 1)
+    return (min(self._split.src[0].arg, self.threads * SHARES_PER_THREAD), 1, 1), (1, 1, 1)
 
   def extra_params(self) -> list[str]:
     return ["long long core_id", "long long core_count"] if self._split is not None else []
