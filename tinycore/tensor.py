@@ -109,6 +109,11 @@ MAX_BROADCAST_CONSTANTS = 256
 _broadcast_constants: dict[tuple, UOp] = {}
 
 
+def _broadcast_uop(uop: UOp, shape: tuple[int, ...]) -> UOp:
+  """uop broadcast to `shape` (numpy's rules: missing leading dims are 1): a reshape to the same rank, an expand."""
+  return uop.reshape((1,) * (len(shape) - len(uop.shape)) + uop.shape).expand(shape)
+
+
 class Tensor(TensorOps):
   """A lazily evaluated multi-dimensional array on a device."""
   __slots__ = ("uop", "requires_grad", "grad", "view_of", "__weakref__")
@@ -786,9 +791,7 @@ class Tensor(TensorOps):
     return const
 
   def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
-    if self.shape == shape: return self
-    padded = (1,) * (len(shape) - self.ndim) + self.shape
-    return self._apply(self.uop.reshape(padded).expand(shape))
+    return self if self.shape == shape else self._apply(_broadcast_uop(self.uop, shape))
 
   def _binary(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
     if not reverse and (const := self._broadcast_scalar(other)) is not None: return self._apply(self.uop.alu(op, const))
@@ -1048,9 +1051,11 @@ class Tensor(TensorOps):
   def _reduce(self, op: Ops, axis=None, keepdim: bool = False) -> Tensor:
     # (the scheduler splits a big reduction into per-core partials: tinycore/schedule/split_reduce.py)
     axes = self._axes(axis)
-    out = self._apply(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))) if axes and self.ndim else self
-    if keepdim: return out
-    return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+    if not axes or not self.ndim: return self if keepdim else self.reshape(self.shape)
+    reduced = UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))
+    if keepdim: return self._apply(reduced)
+    # the reshape that drops the reduced axes is no view of anything a caller can reach: a plain new tensor
+    return self._apply(reduced.reshape(tuple([s for i, s in enumerate(self.shape) if i not in axes])))
 
   @staticmethod
   def _sum_dtype(dtype: DType) -> DType:
@@ -1149,12 +1154,30 @@ class Tensor(TensorOps):
     x = self
     if w.ndim == 1:
       out = (x * w).sum(-1, dtype=dtype)
-    else:
+    elif all(type(s) is int for s in (*x.shape, *w.shape)):
+      out = x._matmul_product(w).sum(-1, dtype=dtype)
+    else:  # symbolic sizes: the Tensor reshape folds reshapes of reshapes (see `_symbolic_reshape`)
       # x (..., n, k) -> (..., n, 1, k); w (..., k, m) -> (..., 1, m, k)
       xe = x.reshape(x.shape[:-1] + (1, k_self))
       we = w.transpose(-1, -2).reshape(w.shape[:-2] + (1,) + (w.shape[-1], k_w)) if x.ndim > 1 else w.transpose(-1, -2)
       out = (xe * we).sum(-1, dtype=dtype)
     return out.cast(least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype))
+
+  def _matmul_product(self, w: Tensor) -> Tensor:
+    """The elementwise product whose sum over the last axis is `self @ w` (w at least 2-d, concrete shapes):
+    x (..., n, k) as (..., n, 1, k) times w (..., k, m) as (..., 1, m, k), broadcast. Built on the UOps directly:
+    the same graph as the Tensor ops would build, without their intermediate Tensors and checks (a matmul's fixed
+    cost is mostly graph building)."""
+    if self.device != w.device: raise RuntimeError(f"operands are on different devices: {self.device} and {w.device}")
+    x = self
+    if x.dtype is not w.dtype:
+      common = least_upper_dtype(x.dtype, w.dtype)
+      x, w = x.cast(common), w.cast(common)
+    x_uop = x.uop.reshape(x.shape[:-1] + (1, x.shape[-1]))
+    w_uop = w.uop.permute((*range(w.ndim - 2), w.ndim - 1, w.ndim - 2))
+    if x.ndim > 1: w_uop = w_uop.reshape(w.shape[:-2] + (1, w.shape[-1], w.shape[-2]))
+    shape = broadcast_shape(x_uop.shape, w_uop.shape)
+    return x._apply(_broadcast_uop(x_uop, shape).alu(Ops.MUL, _broadcast_uop(w_uop, shape)))
 
   def matmul(self, x: Tensor, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
     return x.dot(self, dtype) if reverse else self.dot(x, dtype)
