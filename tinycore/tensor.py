@@ -1147,14 +1147,15 @@ class Tensor(TensorOps):
   # ------------------------------------------------------------------ linear algebra
   def dot(self, w: Tensor, dtype: DType | str | None = None) -> Tensor:
     """Matrix product (numpy's matmul broadcasting); `dtype`: the accumulation and result dtype."""
-    if self.ndim == 0 or w.ndim == 0:
-      raise ShapeError(f"dot needs at least 1-d tensors, got {self.shape} and {w.shape}")
-    k_self, k_w = self.shape[-1], w.shape[-min(w.ndim, 2)]
-    if k_self != k_w: raise ShapeError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k_self} != {k_w})")
+    x_shape, w_shape = self.shape, w.shape
+    if not x_shape or not w_shape:
+      raise ShapeError(f"dot needs at least 1-d tensors, got {x_shape} and {w_shape}")
+    k_self, k_w = x_shape[-1], w_shape[-min(len(w_shape), 2)]
+    if k_self != k_w: raise ShapeError(f"matmul shape mismatch: {x_shape} @ {w_shape} ({k_self} != {k_w})")
     x = self
-    if w.ndim == 1:
+    if len(w_shape) == 1:
       out = (x * w).sum(-1, dtype=dtype)
-    elif all(type(s) is int for s in (*x.shape, *w.shape)):
+    elif UOp not in map(type, (*x_shape, *w_shape)):  # concrete sizes (a symbolic one is a UOp)
       out = x._matmul_product(w).sum(-1, dtype=dtype)
     else:  # symbolic sizes: the Tensor reshape folds reshapes of reshapes (see `_symbolic_reshape`)
       # x (..., n, k) -> (..., n, 1, k); w (..., k, m) -> (..., 1, m, k)
@@ -1173,9 +1174,11 @@ class Tensor(TensorOps):
     if x.dtype is not w.dtype:
       common = least_upper_dtype(x.dtype, w.dtype)
       x, w = x.cast(common), w.cast(common)
-    x_uop = x.uop.reshape(x.shape[:-1] + (1, x.shape[-1]))
-    w_uop = w.uop.permute((*range(w.ndim - 2), w.ndim - 1, w.ndim - 2))
-    if x.ndim > 1: w_uop = w_uop.reshape(w.shape[:-2] + (1, w.shape[-1], w.shape[-2]))
+    x_shape, w_shape = x.shape, w.shape
+    x_uop = x.uop.reshape(x_shape[:-1] + (1, x_shape[-1]))
+    w_rank = len(w_shape)
+    w_uop = w.uop.permute((*range(w_rank - 2), w_rank - 1, w_rank - 2))
+    if len(x_shape) > 1: w_uop = w_uop.reshape(w_shape[:-2] + (1, w_shape[-1], w_shape[-2]))
     shape = broadcast_shape(x_uop.shape, w_uop.shape)
     return x._apply(_broadcast_uop(x_uop, shape).alu(Ops.MUL, _broadcast_uop(w_uop, shape)))
 

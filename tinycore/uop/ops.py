@@ -567,15 +567,23 @@ def toposort_roots(roots: Sequence[UOp], gate: Callable[[UOp], bool] | None = No
   """Every node reachable from any of `roots`, sources before users (an ordered dict used as a set); iterative, so
   deep graphs do not hit the recursion limit. `gate(node)` False keeps the node but does not walk below it."""
   order: dict[UOp, None] = {}
-  stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(roots)]
-  pop, push = stack.pop, stack.append
-  while stack:
-    node, expanded = pop()
-    if node in order: continue
-    if expanded or not node.src or (gate is not None and not gate(node)):
-      order[node] = None
+  for root in roots:
+    if root in order: continue
+    if gate is not None and not gate(root):
+      order[root] = None
       continue
-    push((node, True))
-    for s in reversed(node.src):
-      if s not in order: push((s, False))
+    # depth first: each entry is a node and the iterator over its sources still to visit; a node is added once
+    # every source is (one tuple per node, where pushing each source with a flag took two)
+    stack = [(root, iter(root.src))]
+    while stack:
+      node, sources = stack[-1]
+      for s in sources:
+        if s in order: continue
+        if gate is None or gate(s):
+          stack.append((s, iter(s.src)))
+          break
+        order[s] = None
+      else:
+        stack.pop()
+        order[node] = None
   return order
