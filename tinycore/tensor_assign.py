@@ -17,8 +17,10 @@ if TYPE_CHECKING:
 def apply_becomes(becomes: dict[UOp, UOp]) -> None:
   """Every live tensor whose graph mentions a realized node now reads that node's buffer instead."""
   if not becomes: return
+  from tinycore.tensor import all_tensors  # (live_tensors() inlined: this visits every live tensor per realize)
   buffer_op, reshape_op = Ops.BUFFER, Ops.RESHAPE  # read once: an Ops member read is slow on Python 3.11
-  for t in live_tensors():
+  for ref in list(all_tensors):
+    if (t := ref()) is None: continue
     u = t.uop
     if u.op is buffer_op or (u.op is reshape_op and u.src[0].op is buffer_op): continue
     if u in becomes: t.uop = becomes[u]
