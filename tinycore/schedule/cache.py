@@ -151,7 +151,8 @@ def bind_template(template: UOp, mapping: dict[UOp, UOp]) -> tuple[UOp, UOp, UOp
 
 
 def _baked_values(baked: tuple[UOp, ...], values: dict[UOp, UOp]) -> tuple:
-  return tuple(scalar_word(scalar_value(values[p]), p.dtype) for p in baked)
+  if not baked: return ()  # (the common case, on every realize)
+  return tuple([scalar_word(scalar_value(values[p]), p.dtype) for p in baked])
 
 
 def _cached(graph: UOp, values: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, ...]]:
