@@ -117,8 +117,9 @@ def key_graph(nodes: dict[UOp, None], literals: frozenset[UOp]) -> KeyGraph | No
       if op is bind_op or (op in SYMBOLIC_ARG_OPS and not _int_arg(node.arg)): return None
       if op in STEERING_OPS and (const := steering_const(node.src[1])).op is const_op and key_of[const] is not const:
         keyed.steered = True
-      new_src = tuple([key_of[s] for s in node.src])
-      mapped = node if new_src == node.src else UOp(op, node.dtype, new_src, node.arg, node.tag)
+      src = node.src
+      new_src = (key_of[src[0]],) if len(src) == 1 else tuple([key_of[s] for s in src])  # (most have one source)
+      mapped = node if new_src == src else UOp(op, node.dtype, new_src, node.arg, node.tag)
     key_of[node] = mapped
     real_of[mapped] = node
   return keyed
