@@ -1170,17 +1170,16 @@ class Tensor(TensorOps):
     the same graph as the Tensor ops would build, without their intermediate Tensors and checks (a matmul's fixed
     cost is mostly graph building)."""
     if self.device != w.device: raise RuntimeError(f"operands are on different devices: {self.device} and {w.device}")
-    x = self
-    if x.dtype is not w.dtype:
-      common = least_upper_dtype(x.dtype, w.dtype)
-      x, w = x.cast(common), w.cast(common)
-    x_shape, w_shape = x.shape, w.shape
-    x_uop = x.uop.reshape(x_shape[:-1] + (1, x_shape[-1]))
+    x_shape, w_shape = self.shape, w.shape
+    x_uop = self.uop.reshape(x_shape[:-1] + (1, x_shape[-1]))
     w_rank = len(w_shape)
     w_uop = w.uop.permute((*range(w_rank - 2), w_rank - 1, w_rank - 2))
     if len(x_shape) > 1: w_uop = w_uop.reshape(w_shape[:-2] + (1, w_shape[-1], w_shape[-2]))
+    if self.dtype is not w.dtype:  # (cast after the reshapes, as `*` would)
+      common = least_upper_dtype(self.dtype, w.dtype)
+      x_uop, w_uop = x_uop.cast(common), w_uop.cast(common)
     shape = broadcast_shape(x_uop.shape, w_uop.shape)
-    return x._apply(_broadcast_uop(x_uop, shape).alu(Ops.MUL, _broadcast_uop(w_uop, shape)))
+    return self._apply(_broadcast_uop(x_uop, shape).alu(Ops.MUL, _broadcast_uop(w_uop, shape)))
 
   def matmul(self, x: Tensor, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
     return x.dot(self, dtype) if reverse else self.dot(x, dtype)
