@@ -109,6 +109,19 @@ MAX_BROADCAST_CONSTANTS = 256
 _broadcast_constants: dict[tuple, UOp] = {}
 
 
+def _int_bounds(arg: Sequence[Any], shape: tuple) -> tuple[tuple[int, int], ...] | None:
+  """shrink's (begin, end) per dim (None: the whole dim) when every bound and size is an int, else None."""
+  bounds = []
+  for bound, size in zip(arg, shape):
+    if type(size) is not int: return None
+    if bound is None: bounds.append((0, size))
+    else:
+      begin, end = bound
+      if type(begin) is not int or type(end) is not int: return None
+      bounds.append((begin, end))
+  return tuple(bounds)
+
+
 def _broadcast_uop(uop: UOp, shape: tuple[int, ...]) -> UOp:
   """uop broadcast to `shape` (numpy's rules: missing leading dims are 1): a reshape to the same rank, an expand."""
   return uop.reshape((1,) * (len(shape) - len(uop.shape)) + uop.shape).expand(shape)
@@ -530,9 +543,9 @@ class Tensor(TensorOps):
   # ------------------------------------------------------------------ movement
   def reshape(self, shape, *args) -> Tensor:
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) + args
-    if any(isinstance(s, UOp) for s in (*shape, *self.shape)): return self._symbolic_reshape(shape)
+    if UOp in map(type, (*shape, *self.shape)): return self._symbolic_reshape(shape)  # (a symbolic size is a UOp)
     if shape.count(-1) > 1: raise ShapeError(f"reshape to {shape}: only one dimension can be -1")
-    shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
+    if None in shape: shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     if -1 in shape:
       known = prod(s for s in shape if s != -1)
       if known == 0 or self.numel() % known:
@@ -601,6 +614,10 @@ class Tensor(TensorOps):
 
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     if len(arg) != self.ndim: raise ShapeError(f"shrink needs {self.ndim} bounds, got {len(arg)}")
+    if (bounds := _int_bounds(arg, self.shape)) is not None:  # no Variables: no symbolic checks (slicing's cost)
+      if any(not 0 <= b <= e <= s for (b, e), s in zip(bounds, self.shape)):
+        raise ShapeError(f"shrink bounds {bounds} out of range for shape {self.shape}")
+      return self._view(self.uop.shrink(bounds))
     _check_sizes("shrink", [x for b in arg if b is not None for x in b])
     bounds = tuple((0, s) if b is None else tuple(simplify_size(x) for x in b) for b, s in zip(arg, self.shape))
     for (b, e), s in zip(bounds, self.shape):
