@@ -589,9 +589,10 @@ class Tensor(TensorOps):
 
   def permute(self, order, *args) -> Tensor:
     order = tuple(order) if isinstance(order, (tuple, list)) else (order,) + args
-    order = tuple(_normalize_axis(o, self.ndim) for o in order)
-    if sorted(order) != list(range(self.ndim)):
-      raise ShapeError(f"permute order {order} is not a permutation of {self.ndim} dims")
+    ndim = self.ndim
+    order = tuple([_normalize_axis(o, ndim) for o in order])
+    if sorted(order) != list(range(ndim)):
+      raise ShapeError(f"permute order {order} is not a permutation of {ndim} dims")
     return self._view(self.uop.permute(order))
 
   def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
