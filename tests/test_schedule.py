@@ -225,3 +225,5 @@ def test_a_reduction_is_no_view_of_its_unreduced_result():
   total.assign(Tensor(np.arange(4, dtype=np.float32)))
   np.testing.assert_array_equal(total.numpy(), np.arange(4, dtype=np.float32))
   np.testing.assert_allclose(x.sum(1).numpy(), x_np.sum(1), rtol=1e-5)
+  image, weight = realized(1, 2, 5, 5, seed=4)[0], realized(3, 2, 3, 3, seed=5)[0]
+  assert image.conv2d(weight, padding=1).view_of is None  # (a conv's last reshape: of its sum, no view either)

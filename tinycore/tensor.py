@@ -556,6 +556,13 @@ class Tensor(TensorOps):
       raise ShapeError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {shape}")
     return self._view(self.uop.reshape(shape))
 
+  def _reshape_intermediate(self, *shape) -> Tensor:
+    """`reshape` of a tensor only its caller holds (an op's intermediate result): a plain tensor, not a view of it,
+    so nothing keeps the intermediate alive (every realize's rebinding walks the graph of each live lazy tensor)."""
+    out = self.reshape(*shape)
+    out.view_of = None
+    return out
+
   def _symbolic_reshape(self, shape: tuple) -> Tensor:
     """A reshape from or to a symbolic shape: checked with the Variables at their bound values (a -1 is the rest of
     the elements, as an int)."""
@@ -1374,7 +1381,7 @@ class Tensor(TensorOps):
     windows = windows.reshape(batch, groups, 1, cin // groups, *out_spatial, *kernel)
     weight = weight.reshape(1, groups, cout // groups, cin // groups, *(1,) * dims, *kernel)
     reduced = (3,) + tuple(range(4 + dims, 4 + 2 * dims))
-    out = (windows * weight).sum(reduced, dtype=dtype).reshape(batch, cout, *out_spatial)
+    out = (windows * weight).sum(reduced, dtype=dtype)._reshape_intermediate(batch, cout, *out_spatial)
     return out if bias is None else out + bias.reshape(1, cout, *(1,) * dims)
 
   def _pool_windows(self, kernel: tuple[int, ...], stride: int | Sequence[int] | None, dilation: int | Sequence[int],
