@@ -15,7 +15,7 @@ from tinycore.engine.realize import run_linear
 from tinycore.hcq.commands import Variable
 from tinycore.hcq.runtime import call_is_hcq, compile_template, compiled_templates
 from tinycore.schedule import scalars as schedule_scalars
-from tinycore.schedule.cache import ScheduleCacheStats, schedule_template
+from tinycore.schedule.cache import ScheduleCacheStats, plain_template, schedule_template
 from tinycore.uop.ops import Ops
 from tinycore.uop.scalars import call_scalars, kernel_scalars, scalar_word
 
@@ -88,6 +88,25 @@ def test_values_whose_folding_matters_stay_literals():
   assert all(not any(n.op is Ops.DEFINE_VAR for n in index.toposort()) for index in index_math)
   np.testing.assert_array_equal((Tensor.arange(12).reshape(3, 4)[1:, ::2] * 5 + 7).numpy(),
                                 np.arange(12).reshape(3, 4)[1:, ::2] * 5 + 7)
+
+
+def test_eager_key_matches_the_general_one():
+  # the eager path keys a graph in one pass (plain_template); it must find the template schedule_template finds,
+  # bound to the same buffers and scalars: a divisor or shift count stays a literal even after being taken for a
+  # scalar, a tensor divisor is an input like any other
+  x = Tensor(np.arange(6, dtype=np.float32)).realize()
+  xi = Tensor(np.arange(-6, 6, dtype=np.int32)).realize()
+  di = Tensor(np.arange(1, 13, dtype=np.int32)).realize()
+  graphs = [x * 2.5 + 3.5, xi * 7 // 7, (xi + 9) % 9 * 9, xi // di + 4, (xi << 3) * 3, x @ x.reshape(6, 1) * 0.5]
+  for out in graphs:
+    plain, general = plain_template([out.uop]), schedule_template([out.uop])
+    assert plain is not None and plain[0] is general[0]
+    fresh = {k for k in general[1] if k.op is Ops.BUFFER and k.src[0].arg > 0}  # new storage: differs per call
+    assert {k: v for k, v in plain[1].items() if k not in fresh} == {k: v for k, v in general[1].items()
+                                                                      if k not in fresh}
+    assert {k for k in plain[1] if k in fresh} == fresh
+  np.testing.assert_array_equal((xi * 7 // 7).numpy(), np.arange(-6, 6))
+  np.testing.assert_array_equal((xi // di + 4).numpy(), np.arange(-6, 6) // np.arange(1, 13) + 4)
 
 
 def test_fused_kernels_stay_fused():

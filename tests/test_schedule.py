@@ -213,3 +213,35 @@ def test_split_into_outer_slices_on_a_many_core_device():
   finally:
     install_core_count(core_count)
     clear_caches()
+
+
+@pytest.mark.parametrize("x_shape, w_shape", [((5, 3), (3, 4)), ((3,), (3, 4)), ((2, 5, 3), (3, 4)),
+                                              ((2, 1, 5, 3), (6, 3, 4)), ((3,), (2, 3, 4))])
+def test_matmul_builds_the_graph_of_its_tensor_ops(x_shape, w_shape):
+  # dot builds its broadcast product on the UOps (Tensor._matmul_product, for speed): the graph must be the one the
+  # Tensor ops build (UOps are hash-consed, so equal graphs are one node), values as numpy's
+  def through_tensor_ops(x: Tensor, w: Tensor) -> Tensor:
+    xe = x.reshape(x.shape[:-1] + (1, x.shape[-1]))
+    we = w.transpose(-1, -2)
+    if x.ndim > 1: we = we.reshape(w.shape[:-2] + (1,) + w.shape[-1:] + w.shape[-2:-1])
+    return (xe * we).sum(-1)
+  x, x_np = realized(*x_shape, seed=1)
+  w, w_np = realized(*w_shape, seed=2)
+  out = x @ w
+  assert out.uop is through_tensor_ops(x, w).uop
+  np.testing.assert_allclose(out.numpy(), x_np @ w_np, rtol=1e-5, atol=1e-5)
+  half = x.cast("float16")  # operands of two dtypes meet in the wider one, as `*` does
+  assert (half @ w).dtype == w.dtype and (half @ w).uop is through_tensor_ops(half, w).uop
+
+
+def test_a_reduction_is_no_view_of_its_unreduced_result():
+  # the reshape dropping the reduced axes makes a plain tensor: nothing keeps the keepdim result alive, so a realize
+  # has one tensor fewer to rebind, and an assign to the result simply replaces it
+  x, x_np = realized(4, 5, seed=3)
+  total = x.sum(1)
+  assert total.view_of is None and total.uop.op is Ops.RESHAPE
+  total.assign(Tensor(np.arange(4, dtype=np.float32)))
+  np.testing.assert_array_equal(total.numpy(), np.arange(4, dtype=np.float32))
+  np.testing.assert_allclose(x.sum(1).numpy(), x_np.sum(1), rtol=1e-5)
+  image, weight = realized(1, 2, 5, 5, seed=4)[0], realized(3, 2, 3, 3, seed=5)[0]
+  assert image.conv2d(weight, padding=1).view_of is None  # (a conv's last reshape: of its sum, no view either)

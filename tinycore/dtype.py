@@ -160,6 +160,7 @@ def _ancestors(d: DType) -> frozenset[DType]:
   return frozenset({d}).union(*[_ancestors(p) for p in PROMOTION_LATTICE.get(d, [])])
 
 
+@lru_cache(None)  # every binary op and reduction asks; the lattice is small and fixed
 def least_upper_dtype(*ds: DType) -> DType:
   """The smallest dtype every one of `ds` promotes to."""
   common = frozenset.intersection(*[_ancestors(d) for d in ds])

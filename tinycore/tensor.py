@@ -109,6 +109,24 @@ MAX_BROADCAST_CONSTANTS = 256
 _broadcast_constants: dict[tuple, UOp] = {}
 
 
+def _int_bounds(arg: Sequence[Any], shape: tuple) -> tuple[tuple[int, int], ...] | None:
+  """shrink's (begin, end) per dim (None: the whole dim) when every bound and size is an int, else None."""
+  bounds = []
+  for bound, size in zip(arg, shape):
+    if type(size) is not int: return None
+    if bound is None: bounds.append((0, size))
+    else:
+      begin, end = bound
+      if type(begin) is not int or type(end) is not int: return None
+      bounds.append((begin, end))
+  return tuple(bounds)
+
+
+def _broadcast_uop(uop: UOp, shape: tuple[int, ...]) -> UOp:
+  """uop broadcast to `shape` (numpy's rules: missing leading dims are 1): a reshape to the same rank, an expand."""
+  return uop.reshape((1,) * (len(shape) - len(uop.shape)) + uop.shape).expand(shape)
+
+
 class Tensor(TensorOps):
   """A lazily evaluated multi-dimensional array on a device."""
   __slots__ = ("uop", "requires_grad", "grad", "view_of", "__weakref__")
@@ -525,9 +543,9 @@ class Tensor(TensorOps):
   # ------------------------------------------------------------------ movement
   def reshape(self, shape, *args) -> Tensor:
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,) + args
-    if any(isinstance(s, UOp) for s in (*shape, *self.shape)): return self._symbolic_reshape(shape)
+    if UOp in map(type, (*shape, *self.shape)): return self._symbolic_reshape(shape)  # (a symbolic size is a UOp)
     if shape.count(-1) > 1: raise ShapeError(f"reshape to {shape}: only one dimension can be -1")
-    shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
+    if None in shape: shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     if -1 in shape:
       known = prod(s for s in shape if s != -1)
       if known == 0 or self.numel() % known:
@@ -537,6 +555,13 @@ class Tensor(TensorOps):
     if prod(shape) != self.numel():
       raise ShapeError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {shape}")
     return self._view(self.uop.reshape(shape))
+
+  def _reshape_intermediate(self, *shape) -> Tensor:
+    """`reshape` of a tensor only its caller holds (an op's intermediate result): a plain tensor, not a view of it,
+    so nothing keeps the intermediate alive (every realize's rebinding walks the graph of each live lazy tensor)."""
+    out = self.reshape(*shape)
+    out.view_of = None
+    return out
 
   def _symbolic_reshape(self, shape: tuple) -> Tensor:
     """A reshape from or to a symbolic shape: checked with the Variables at their bound values (a -1 is the rest of
@@ -571,9 +596,10 @@ class Tensor(TensorOps):
 
   def permute(self, order, *args) -> Tensor:
     order = tuple(order) if isinstance(order, (tuple, list)) else (order,) + args
-    order = tuple(_normalize_axis(o, self.ndim) for o in order)
-    if sorted(order) != list(range(self.ndim)):
-      raise ShapeError(f"permute order {order} is not a permutation of {self.ndim} dims")
+    ndim = self.ndim
+    order = tuple([_normalize_axis(o, ndim) for o in order])
+    if sorted(order) != list(range(ndim)):
+      raise ShapeError(f"permute order {order} is not a permutation of {ndim} dims")
     return self._view(self.uop.permute(order))
 
   def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
@@ -596,6 +622,10 @@ class Tensor(TensorOps):
 
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     if len(arg) != self.ndim: raise ShapeError(f"shrink needs {self.ndim} bounds, got {len(arg)}")
+    if (bounds := _int_bounds(arg, self.shape)) is not None:  # no Variables: no symbolic checks (slicing's cost)
+      if any(not 0 <= b <= e <= s for (b, e), s in zip(bounds, self.shape)):
+        raise ShapeError(f"shrink bounds {bounds} out of range for shape {self.shape}")
+      return self._view(self.uop.shrink(bounds))
     _check_sizes("shrink", [x for b in arg if b is not None for x in b])
     bounds = tuple((0, s) if b is None else tuple(simplify_size(x) for x in b) for b, s in zip(arg, self.shape))
     for (b, e), s in zip(bounds, self.shape):
@@ -786,9 +816,7 @@ class Tensor(TensorOps):
     return const
 
   def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
-    if self.shape == shape: return self
-    padded = (1,) * (len(shape) - self.ndim) + self.shape
-    return self._apply(self.uop.reshape(padded).expand(shape))
+    return self if self.shape == shape else self._apply(_broadcast_uop(self.uop, shape))
 
   def _binary(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
     if not reverse and (const := self._broadcast_scalar(other)) is not None: return self._apply(self.uop.alu(op, const))
@@ -1048,9 +1076,11 @@ class Tensor(TensorOps):
   def _reduce(self, op: Ops, axis=None, keepdim: bool = False) -> Tensor:
     # (the scheduler splits a big reduction into per-core partials: tinycore/schedule/split_reduce.py)
     axes = self._axes(axis)
-    out = self._apply(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))) if axes and self.ndim else self
-    if keepdim: return out
-    return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+    if not axes or not self.ndim: return self if keepdim else self.reshape(self.shape)
+    reduced = UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))
+    if keepdim: return self._apply(reduced)
+    # the reshape that drops the reduced axes is no view of anything a caller can reach: a plain new tensor
+    return self._apply(reduced.reshape(tuple([s for i, s in enumerate(self.shape) if i not in axes])))
 
   @staticmethod
   def _sum_dtype(dtype: DType) -> DType:
@@ -1142,19 +1172,39 @@ class Tensor(TensorOps):
   # ------------------------------------------------------------------ linear algebra
   def dot(self, w: Tensor, dtype: DType | str | None = None) -> Tensor:
     """Matrix product (numpy's matmul broadcasting); `dtype`: the accumulation and result dtype."""
-    if self.ndim == 0 or w.ndim == 0:
-      raise ShapeError(f"dot needs at least 1-d tensors, got {self.shape} and {w.shape}")
-    k_self, k_w = self.shape[-1], w.shape[-min(w.ndim, 2)]
-    if k_self != k_w: raise ShapeError(f"matmul shape mismatch: {self.shape} @ {w.shape} ({k_self} != {k_w})")
+    x_shape, w_shape = self.shape, w.shape
+    if not x_shape or not w_shape:
+      raise ShapeError(f"dot needs at least 1-d tensors, got {x_shape} and {w_shape}")
+    k_self, k_w = x_shape[-1], w_shape[-min(len(w_shape), 2)]
+    if k_self != k_w: raise ShapeError(f"matmul shape mismatch: {x_shape} @ {w_shape} ({k_self} != {k_w})")
     x = self
-    if w.ndim == 1:
+    if len(w_shape) == 1:
       out = (x * w).sum(-1, dtype=dtype)
-    else:
+    elif UOp not in map(type, (*x_shape, *w_shape)):  # concrete sizes (a symbolic one is a UOp)
+      out = x._matmul_product(w).sum(-1, dtype=dtype)
+    else:  # symbolic sizes: the Tensor reshape folds reshapes of reshapes (see `_symbolic_reshape`)
       # x (..., n, k) -> (..., n, 1, k); w (..., k, m) -> (..., 1, m, k)
       xe = x.reshape(x.shape[:-1] + (1, k_self))
       we = w.transpose(-1, -2).reshape(w.shape[:-2] + (1,) + (w.shape[-1], k_w)) if x.ndim > 1 else w.transpose(-1, -2)
       out = (xe * we).sum(-1, dtype=dtype)
     return out.cast(least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype))
+
+  def _matmul_product(self, w: Tensor) -> Tensor:
+    """The elementwise product whose sum over the last axis is `self @ w` (w at least 2-d, concrete shapes):
+    x (..., n, k) as (..., n, 1, k) times w (..., k, m) as (..., 1, m, k), broadcast. Built on the UOps directly:
+    the same graph as the Tensor ops would build, without their intermediate Tensors and checks (a matmul's fixed
+    cost is mostly graph building)."""
+    if self.device != w.device: raise RuntimeError(f"operands are on different devices: {self.device} and {w.device}")
+    x_shape, w_shape = self.shape, w.shape
+    x_uop = self.uop.reshape(x_shape[:-1] + (1, x_shape[-1]))
+    w_rank = len(w_shape)
+    w_uop = w.uop.permute((*range(w_rank - 2), w_rank - 1, w_rank - 2))
+    if len(x_shape) > 1: w_uop = w_uop.reshape(w_shape[:-2] + (1, w_shape[-1], w_shape[-2]))
+    if self.dtype is not w.dtype:  # (cast after the reshapes, as `*` would)
+      common = least_upper_dtype(self.dtype, w.dtype)
+      x_uop, w_uop = x_uop.cast(common), w_uop.cast(common)
+    shape = broadcast_shape(x_uop.shape, w_uop.shape)
+    return self._apply(_broadcast_uop(x_uop, shape).alu(Ops.MUL, _broadcast_uop(w_uop, shape)))
 
   def matmul(self, x: Tensor, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
     return x.dot(self, dtype) if reverse else self.dot(x, dtype)
@@ -1331,7 +1381,7 @@ class Tensor(TensorOps):
     windows = windows.reshape(batch, groups, 1, cin // groups, *out_spatial, *kernel)
     weight = weight.reshape(1, groups, cout // groups, cin // groups, *(1,) * dims, *kernel)
     reduced = (3,) + tuple(range(4 + dims, 4 + 2 * dims))
-    out = (windows * weight).sum(reduced, dtype=dtype).reshape(batch, cout, *out_spatial)
+    out = (windows * weight).sum(reduced, dtype=dtype)._reshape_intermediate(batch, cout, *out_spatial)
     return out if bias is None else out + bias.reshape(1, cout, *(1,) * dims)
 
   def _pool_windows(self, kernel: tuple[int, ...], stride: int | Sequence[int] | None, dilation: int | Sequence[int],

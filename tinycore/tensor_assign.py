@@ -17,9 +17,12 @@ if TYPE_CHECKING:
 def apply_becomes(becomes: dict[UOp, UOp]) -> None:
   """Every live tensor whose graph mentions a realized node now reads that node's buffer instead."""
   if not becomes: return
-  for t in live_tensors():
+  from tinycore.tensor import all_tensors  # (live_tensors() inlined: this visits every live tensor per realize)
+  buffer_op, reshape_op = Ops.BUFFER, Ops.RESHAPE  # read once: an Ops member read is slow on Python 3.11
+  for ref in list(all_tensors):
+    if (t := ref()) is None: continue
     u = t.uop
-    if u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER): continue
+    if u.op is buffer_op or (u.op is reshape_op and u.src[0].op is buffer_op): continue
     if u in becomes: t.uop = becomes[u]
     elif any(n in becomes for n in u.toposort(gate=lambda n: n.op is not Ops.BUFFER)): t.uop = u.substitute(becomes)
 

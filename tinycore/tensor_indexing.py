@@ -117,15 +117,16 @@ def getitem(t: Tensor, indices: Any) -> Tensor:
     else:
       lo, hi = max(stop + 1, 0), start + 1
       if hi <= lo: lo = hi = 0
-    bounds = [None] * out.ndim
-    bounds[dim] = (lo, hi)
-    out = out.shrink(bounds)
+    if (lo, hi) != (0, size):  # (a whole dim, `:` or `...`, needs no shrink)
+      bounds = [None] * out.ndim
+      bounds[dim] = (lo, hi)
+      out = out.shrink(bounds)
     if step < 0: out = out.flip(dim)
     out = _take_every(out, dim, abs(step))
     final_shape.append(out.shape[dim])
     dim += 1
   if drop_dims: out = out.reshape(tuple(s for i, s in enumerate(out.shape) if i not in drop_dims))
-  return out
+  return out if out is not t else t.reshape(t.shape)  # `t[:]` is still a view of t (a new Tensor), as before
 
 
 def _symbolic_slice_bounds(index: slice, size: int | UOp) -> tuple[int | UOp, int | UOp]:

@@ -3,12 +3,12 @@ from __future__ import annotations
 from typing import Any, Sequence
 import tinycore.profiler as profiler
 from tinycore.caches import BoundedCache
-from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.uop import capture
 from tinycore.codegen.estimates import estimated_ops
 from tinycore.schedule.cache import bind_template
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
-from tinycore.hcq.runtime import holding_runtime_lock
+from tinycore.hcq.runtime import compile_settings, compile_template, holding_runtime_lock
 from tinycore.device.buffers import buffer_of, linear_buffers
 from tinycore.engine.jit import is_capturing, record_linear
 from tinycore.schedule.cache import cached_schedule, plain_template, schedule_template
@@ -102,7 +102,6 @@ def realize_roots(roots: list[UOp]) -> dict[UOp, UOp]:
   """Schedule (cached by graph shape), compile queue batches once per cached schedule, bind this call's buffers
   (one substitution) and run. Returns what each realized node became (its buffer): the tensor layer rebinds the
   live tensors to them."""
-  from tinycore.hcq.runtime import compile_template
   # the eager fast path skips what JIT capture, the profiler and VIZ record, so it runs only with all three off
   observed = is_capturing() or profiler.enabled or capture.listener is not None
   plain = None if observed else plain_template(roots)
@@ -137,7 +136,7 @@ class DirectPlan:
   def __init__(self, template: UOp, batches: list[tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]]]):
     self.batches = batches  # (PROGRAM of a CompiledBatch, its buffer slots, its scalar arguments)
     _, keys, values = template.src
-    self.becomes = list(zip(keys.src, values.src))
+    self.becomes = [(key, value, view_chain(value)) for key, value in zip(keys.src, values.src)]
 
   def run(self, mapping: dict[UOp, UOp], real_of: dict[UOp, UOp]) -> dict[UOp, UOp]:
     """Run with the placeholders bound by `mapping`; returns what each realized graph node (`real_of` a key node)
@@ -147,8 +146,27 @@ class DirectPlan:
       batch = program.arg
       batch.run([buffer_of(get(s, s)) for s in slots], batch.scalar_values([get(s, s) for s in scalars]))
       GlobalCounters.kernel_count += batch.commands
-    return {real_of[key] if key in real_of else key.substitute(mapping): get(value) or value.substitute(mapping)
-            for key, value in self.becomes}
+    return {real_of[key] if key in real_of else key.substitute(mapping): rebind_view(value, chain, mapping)
+            for key, value, chain in self.becomes}
+
+
+def view_chain(value: UOp) -> tuple[UOp, list[UOp]] | None:
+  """(buffer, the movement ops over it from the bottom up) when `value` is a view of one buffer (what a realized node
+  becomes, usually), else None."""
+  views = []
+  while value.op in GroupOp.Movement and len(value.src) == 1:
+    views.append(value)
+    value = value.src[0]
+  return (value, views[::-1]) if value.op is Ops.BUFFER else None
+
+
+def rebind_view(value: UOp, chain: tuple[UOp, list[UOp]] | None, mapping: dict[UOp, UOp]) -> UOp:
+  """`value.substitute(mapping)`, rebuilt straight from its `view_chain` when it has one (no graph walk)."""
+  if chain is None: return mapping.get(value) or value.substitute(mapping)
+  buffer, views = chain
+  node = mapping.get(buffer, buffer)
+  for view in views: node = UOp(view.op, view.dtype, (node,), view.arg, view.tag)
+  return node
 
 
 MAX_DIRECT_PLANS = 4096
@@ -160,7 +178,6 @@ direct_plans: BoundedCache[tuple[tuple, DirectPlan | None]] = BoundedCache("dire
 def direct_plan(template: UOp) -> DirectPlan | None:
   """The DirectPlan of a schedule template, or None when its compiled LINEAR has a host call or an argument that is
   not a whole buffer or a scalar (those run through `run_linear` on a bound LINEAR)."""
-  from tinycore.hcq.runtime import compile_settings, compile_template
   settings = compile_settings(template.src[0])  # what compile_template's result depends on
   if (hit := direct_plans.get(template)) is not None and hit[0] == settings: return hit[1]
   batches = [batch_arguments(call) for call in compile_template(split_lanes(template.src[0])).src]

@@ -9,7 +9,7 @@ import attrs
 from tinycore.hcq.signal import Signal
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # (a key of every submission's patch values: hashed a few times per run)
 class InputAddress:
   """The address of input buffer `slot` (+ `offset` bytes) as `device`'s queues see it, written at run time."""
   slot: int
@@ -17,7 +17,7 @@ class InputAddress:
   offset: int = 0
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Variable:
   """The value of a variable (a kernel's scalar parameter, see `tinycore.uop.scalars`), written at run time as one
   64-bit word."""

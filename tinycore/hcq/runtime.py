@@ -21,6 +21,7 @@ import tinycore.profiler as profiler
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
 from tinycore.device.fence import register_host_fence
+from tinycore.device.registry import Device
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
                                    Value, Variable)
@@ -50,16 +51,13 @@ def holding_runtime_lock(fn: _Fn) -> _Fn:
 _in_flight: list[tuple[dict[HCQDevice, int], list[Any]]] = []   # (epochs to reach, buffers kept alive until then)
 
 
-def _device(name: str) -> Any:
-  from tinycore.device.registry import Device
-  return Device[name]
+def _device(name: str) -> Any: return Device[name]
 
 
 def call_is_hcq(call: UOp) -> bool: return call.src[0].op is Ops.PROGRAM
 
 
 def _host_memory(device: str) -> bool:
-  from tinycore.device.registry import Device
   return Device.spec_for(device).host_memory
 
 

@@ -66,45 +66,71 @@ def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
 
 
 def plain_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp], dict[UOp, UOp]] | None:
-  """`schedule_template` for a graph without bound Variables and symbolic shapes (an eager op's), in one pass over
-  its nodes: (template, mapping, the graph node each node of the key stands for), the last so that binding the
+  """`schedule_template` for a graph without bound Variables and symbolic shapes (an eager op's), keyed in one pass
+  over its nodes: (template, mapping, the graph node each node of the key stands for), the last so that binding the
   realized nodes needs no second substitution. None for any other graph (use `schedule_template`)."""
   nodes = toposort_roots(roots)  # (no SINK of the real roots: it would be one more node made and dropped per call)
-  inputs: list[UOp] = []
-  candidates: list[UOp] = []
-  steering: set[UOp] = set()
+  keyed = key_graph(nodes, frozenset())
+  if keyed is not None and keyed.steered:  # a divisor or shift count was taken for a scalar: key again, it a literal
+    keyed = key_graph(nodes, frozenset(steering_const(n.src[1]) for n in nodes if n.op in STEERING_OPS))
+  if keyed is None: return None
+  key_of = keyed.key_of
+  values = {key_of[c]: c for c in keyed.scalars}
+  template, fresh = _cached(UOp(Ops.SINK, None, tuple([key_of[r] for r in roots])), values)
+  mapping = {key_of[b]: b for b in keyed.inputs} | values
+  for f in fresh: mapping[f] = UOp.new_buffer(f.device, f.arg, f.dtype)
+  return template, mapping, keyed.real_of
+
+
+class KeyGraph:
+  """A plain graph's cache key, node by node: `key_of` (graph node -> key node), `real_of` (the way back), the input
+  buffers and Python scalars in graph order (their placeholders are numbered so), and `steered`: whether a constant
+  taken for a scalar is a divisor or shift count after all (it must stay a literal: key the graph again)."""
+  __slots__ = ("key_of", "real_of", "inputs", "scalars", "steered")
+
+  def __init__(self) -> None:
+    self.key_of: dict[UOp, UOp] = {}
+    self.real_of: dict[UOp, UOp] = {}
+    self.inputs: list[UOp] = []
+    self.scalars: list[UOp] = []
+    self.steered = False
+
+
+def key_graph(nodes: dict[UOp, None], literals: frozenset[UOp]) -> KeyGraph | None:
+  """The cache key of a graph (its nodes sources first) with input buffers and Python scalars (less `literals`)
+  replaced by placeholders, as `schedule_template` makes it; None if the graph has a bound Variable or a symbolic
+  shape."""
+  keyed = KeyGraph()
+  key_of, real_of, inputs, scalars = keyed.key_of, keyed.real_of, keyed.inputs, keyed.scalars
+  # the ops compared per node, read once (an Ops member read costs ~0.1 us on Python 3.11: see uop.ops._infer_shape)
+  buffer_op, const_op, bind_op = Ops.BUFFER, Ops.CONST, Ops.BIND
   for node in nodes:
     op = node.op
-    if op is Ops.BUFFER: inputs.append(node)
-    elif op is Ops.CONST:
-      if is_python_scalar(node): candidates.append(node)
-    elif op is Ops.BIND: return None
-    elif op in STEERING_OPS: steering.add(steering_const(node.src[1]))
-    elif op in SYMBOLIC_ARG_OPS and not _int_arg(node.arg): return None
-  scalars = [c for c in candidates if c not in steering]  # as python_scalars: in graph order
-  placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
-  scalar_slots = [scalar_placeholder(i, c) for i, c in enumerate(scalars)]
-  key_of = dict(zip(inputs, placeholders)) | dict(zip(scalars, scalar_slots))
-  real_of: dict[UOp, UOp] = {}
-  for node in nodes:  # sink.substitute(key_of), remembering the way back
-    if (mapped := key_of.get(node)) is None:
-      if node.src:
-        new_src = tuple([key_of[s] for s in node.src])
-        mapped = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
-      else: mapped = node
-      key_of[node] = mapped
+    if op is buffer_op:
+      mapped = buffer_placeholder(len(inputs), node)
+      inputs.append(node)
+    elif op is const_op and node not in literals and is_python_scalar(node):
+      mapped = scalar_placeholder(len(scalars), node)
+      scalars.append(node)
+    elif not node.src: mapped = node
+    else:
+      if op is bind_op or (op in SYMBOLIC_ARG_OPS and not _int_arg(node.arg)): return None
+      if op in STEERING_OPS and (const := steering_const(node.src[1])).op is const_op and key_of[const] is not const:
+        keyed.steered = True
+      src = node.src
+      new_src = (key_of[src[0]],) if len(src) == 1 else tuple([key_of[s] for s in src])  # (most have one source)
+      mapped = node if new_src == src else UOp(op, node.dtype, new_src, node.arg, node.tag)
+    key_of[node] = mapped
     real_of[mapped] = node
-  values = dict(zip(scalar_slots, scalars))
-  template, fresh = _cached(UOp(Ops.SINK, None, tuple([key_of[r] for r in roots])), values)
-  mapping = dict(zip(placeholders, inputs)) | values
-  for f in fresh: mapping[f] = UOp.new_buffer(f.device, f.arg, f.dtype)
-  return template, mapping, real_of
+  return keyed
 
 
 def _int_arg(arg: object) -> bool:
   """An op's arg holds ints only (tuples of ints, or of pairs of ints): no symbolic shape entry in it."""
   if not isinstance(arg, tuple): return isinstance(arg, int)
-  return all(type(a) is int or (type(a) is tuple and all(type(b) is int for b in a)) for a in arg)
+  for a in arg:  # (a loop, not all() over a generator: this runs for every movement op of every eager realize)
+    if type(a) is not int and (type(a) is not tuple or any(type(b) is not int for b in a)): return False
+  return True
 
 
 def shape_values(in_shapes: list[UOp], nodes: dict[UOp, None]) -> dict[UOp, UOp]:
@@ -126,7 +152,8 @@ def bind_template(template: UOp, mapping: dict[UOp, UOp]) -> tuple[UOp, UOp, UOp
 
 
 def _baked_values(baked: tuple[UOp, ...], values: dict[UOp, UOp]) -> tuple:
-  return tuple(scalar_word(scalar_value(values[p]), p.dtype) for p in baked)
+  if not baked: return ()  # (the common case, on every realize)
+  return tuple([scalar_word(scalar_value(values[p]), p.dtype) for p in baked])
 
 
 def _cached(graph: UOp, values: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, ...]]:

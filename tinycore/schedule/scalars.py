@@ -52,7 +52,7 @@ def bound_variables(nodes: Iterable[UOp]) -> list[UOp]:
   return binds
 
 
-STEERING_OPS = (Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR)  # ops whose second operand is kept a literal
+STEERING_OPS = frozenset({Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR})  # ops whose second operand is kept a literal
 
 
 def steering_const(u: UOp) -> UOp:

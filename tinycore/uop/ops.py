@@ -5,7 +5,6 @@ Identical nodes are the same Python object, so identity comparison and dict look
 its own cache key.
 """
 from __future__ import annotations
-import functools
 import math
 import os
 import re
@@ -122,23 +121,31 @@ class _UOpCache(type):
   """Hash-consing: constructing a UOp equal to a live one returns that one. Thread-safe: a miss registers the new
   node under a lock (two threads building the same node get one), and a dead node's entry is dropped only if it is
   still its own."""
-  cache: dict[tuple, weakref.ReferenceType] = {}
+  cache: dict[tuple, _CacheEntry] = {}
   lock = threading.RLock()  # re-entrant: a weakref callback may run inside the locked section (garbage collection)
 
   def __call__(cls, op: Ops, dtype: DType | None = None, src: tuple = (), arg: Any = None, tag: Any = None):
     # a float arg is keyed by its bits: -0.0 == 0.0 in Python, but they are different constants
     key = (op, dtype, src, ("float", struct.pack("<d", arg)) if type(arg) is float else arg, tag)
     if (ref := _UOpCache.cache.get(key)) is not None and (live := ref()) is not None: return live
-    node = super().__call__(op, dtype, src, arg, tag)
+    # the fields are set here rather than by an __init__: one Python call less per new node (graph building's cost)
+    node = object.__new__(cls)
+    node.op, node.dtype, node.src, node.arg, node.tag = op, dtype, src, arg, tag
     with _UOpCache.lock:
       if (ref := _UOpCache.cache.get(key)) is not None and (live := ref()) is not None: return live
-      _UOpCache.cache[key] = weakref.ref(node, functools.partial(_forget_uop, key))
+      entry = _UOpCache.cache[key] = _CacheEntry(node, _forget_uop)
+      entry.key = key
     return node
 
 
-def _forget_uop(key: tuple, ref: weakref.ReferenceType) -> None:
+class _CacheEntry(weakref.ref):
+  """The hash-consing table's reference to a node, carrying its key so the node's death can drop the entry."""
+  __slots__ = ("key",)
+
+
+def _forget_uop(entry: _CacheEntry) -> None:
   with _UOpCache.lock:
-    if _UOpCache.cache.get(key) is ref: del _UOpCache.cache[key]
+    if _UOpCache.cache.get(entry.key) is entry: del _UOpCache.cache[entry.key]
 
 
 # a forked child has only the forking thread: a lock another thread held at the fork would never be released
@@ -163,9 +170,6 @@ class cached_property:  # noqa: N801 (named as functools' one)
 
 class UOp(metaclass=_UOpCache):
   __slots__ = ("op", "dtype", "src", "arg", "tag", "__weakref__", "__dict__")
-
-  def __init__(self, op: Ops, dtype: DType | None = None, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
-    self.op, self.dtype, self.src, self.arg, self.tag = op, dtype, src, arg, tag
 
   def __reduce__(self): return UOp, (self.op, self.dtype, self.src, self.arg, self.tag)
 
@@ -208,12 +212,7 @@ class UOp(metaclass=_UOpCache):
 
   @cached_property
   def device(self) -> str | tuple[str, ...] | None:
-    if self.op is Ops.DEVICE: return self.arg
-    if self.op is Ops.COPY: return self.arg
-    if self.op is Ops.BUFFER: return self.src[1].arg
-    if self.op is Ops.BUFFER_VIEW: return self.src[0].device
-    if self.op is Ops.MSTACK: return tuple(s.device for s in self.src)
-    if self.op is Ops.MSELECT: return self.src[0].device[self.arg]
+    if (rule := _DEVICE_RULES.get(self.op)) is not None: return rule(self)  # (a table: see _infer_shape)
     for s in self.src:
       if (d := s.device) is not None: return d
     return None
@@ -356,32 +355,68 @@ def _infer_shape(u: UOp) -> tuple[int, ...] | None:
     for s in u.src:
       if s.shape is not None: return s.shape
     return None
-  if op is Ops.BUFFER: return (u.arg,)
-  if op is Ops.BUFFER_VIEW: return (u.arg[0],)
-  if op in (Ops.CONST, Ops.DEFINE_VAR): return () if u.src else None  # a scalar on a device (tensor level)
-  if op is Ops.BIND: return u.src[0].shape
-  if op is Ops.ARANGE: return (u.arg,)
-  if op in (Ops.RESHAPE, Ops.EXPAND): return tuple(u.arg)
-  if op is Ops.PERMUTE:
-    shape = u.src[0].shape
-    return tuple(shape[i] for i in u.arg)
-  if op is Ops.PAD: return tuple(_add_size(_add_size(s, b), a) for s, (b, a) in zip(u.src[0].shape, u.arg))
-  if op is Ops.SHRINK: return tuple(e if _is_zero(b) else simplify_size(e - b) for b, e in u.arg)
-  if op is Ops.FLIP: return u.src[0].shape
-  if op is Ops.REDUCE_AXIS:
-    axes = u.arg[1]
-    return tuple(1 if i in axes else s for i, s in enumerate(u.src[0].shape))
-  if op is Ops.BITCAST:
-    shape = u.src[0].shape
-    if shape is None or u.dtype.itemsize == u.src[0].dtype.itemsize or not shape: return shape
-    return shape[:-1] + (shape[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize,)
-  if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.AFTER, Ops.CAST): return u.src[0].shape
-  if op in (Ops.MSTACK, Ops.MSELECT, Ops.ALLREDUCE): return u.src[0].shape
-  if op is Ops.UNSHARD:
-    lane = u.src[0].shape
-    if u.arg is None or lane is None: return lane
-    return lane[:u.arg] + (lane[u.arg] * len(u.src[0].device),) + lane[u.arg + 1:]
-  return None
+  # a table, not a chain of `op is Ops.X` tests: on Python 3.11 each read of an enum member goes through
+  # EnumType.__getattr__'s slow attribute hook (~0.1 us), and every new node of a graph asks for its shape
+  rule = _SHAPE_RULES.get(op)
+  return rule(u) if rule is not None else None
+
+
+def _permuted_shape(u: UOp) -> tuple:
+  shape = u.src[0].shape
+  return tuple([shape[i] for i in u.arg])
+
+
+def _reduced_shape(u: UOp) -> tuple:
+  axes = u.arg[1]
+  return tuple([1 if i in axes else s for i, s in enumerate(u.src[0].shape)])
+
+
+def _bitcast_shape(u: UOp) -> tuple | None:
+  shape = u.src[0].shape
+  if shape is None or u.dtype.itemsize == u.src[0].dtype.itemsize or not shape: return shape
+  return shape[:-1] + (shape[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize,)
+
+
+def _unsharded_shape(u: UOp) -> tuple | None:
+  lane = u.src[0].shape
+  if u.arg is None or lane is None: return lane
+  return lane[:u.arg] + (lane[u.arg] * len(u.src[0].device),) + lane[u.arg + 1:]
+
+
+def _source_shape(u: UOp) -> tuple | None: return u.src[0].shape
+
+
+# op -> the shape of a node with that op (ALU ops take their sources' shape; ops not here have none)
+_SHAPE_RULES: dict[Ops, Callable[[UOp], Any]] = {
+  Ops.BUFFER: lambda u: (u.arg,),
+  Ops.BUFFER_VIEW: lambda u: (u.arg[0],),
+  Ops.CONST: lambda u: () if u.src else None,  # a scalar on a device (tensor level)
+  Ops.DEFINE_VAR: lambda u: () if u.src else None,
+  Ops.BIND: _source_shape,
+  Ops.ARANGE: lambda u: (u.arg,),
+  Ops.RESHAPE: lambda u: tuple(u.arg),
+  Ops.EXPAND: lambda u: tuple(u.arg),
+  Ops.PERMUTE: _permuted_shape,
+  Ops.PAD: lambda u: tuple(_add_size(_add_size(s, b), a) for s, (b, a) in zip(u.src[0].shape, u.arg)),
+  Ops.SHRINK: lambda u: tuple(e if _is_zero(b) else simplify_size(e - b) for b, e in u.arg),
+  Ops.FLIP: _source_shape,
+  Ops.REDUCE_AXIS: _reduced_shape,
+  Ops.BITCAST: _bitcast_shape,
+  **{op: _source_shape for op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.AFTER, Ops.CAST, Ops.MSTACK, Ops.MSELECT,
+                                  Ops.ALLREDUCE)},
+  Ops.UNSHARD: _unsharded_shape,
+}
+
+
+# op -> the device of a node with that op (any other node is on the device of its first source that has one)
+_DEVICE_RULES: dict[Ops, Callable[[UOp], Any]] = {
+  Ops.DEVICE: lambda u: u.arg,
+  Ops.COPY: lambda u: u.arg,
+  Ops.BUFFER: lambda u: u.src[1].arg,
+  Ops.BUFFER_VIEW: lambda u: u.src[0].device,
+  Ops.MSTACK: lambda u: tuple(s.device for s in u.src),
+  Ops.MSELECT: lambda u: u.src[0].device[u.arg],
+}
 
 
 def _is_zero(size: Any) -> bool: return not isinstance(size, UOp) and size == 0
@@ -532,15 +567,23 @@ def toposort_roots(roots: Sequence[UOp], gate: Callable[[UOp], bool] | None = No
   """Every node reachable from any of `roots`, sources before users (an ordered dict used as a set); iterative, so
   deep graphs do not hit the recursion limit. `gate(node)` False keeps the node but does not walk below it."""
   order: dict[UOp, None] = {}
-  stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(roots)]
-  pop, push = stack.pop, stack.append
-  while stack:
-    node, expanded = pop()
-    if node in order: continue
-    if expanded or not node.src or (gate is not None and not gate(node)):
-      order[node] = None
+  for root in roots:
+    if root in order: continue
+    if gate is not None and not gate(root):
+      order[root] = None
       continue
-    push((node, True))
-    for s in reversed(node.src):
-      if s not in order: push((s, False))
+    # depth first: each entry is a node and the iterator over its sources still to visit; a node is added once
+    # every source is (one tuple per node, where pushing each source with a flag took two)
+    stack = [(root, iter(root.src))]
+    while stack:
+      node, sources = stack[-1]
+      for s in sources:
+        if s in order: continue
+        if gate is None or gate(s):
+          stack.append((s, iter(s.src)))
+          break
+        order[s] = None
+      else:
+        stack.pop()
+        order[node] = None
   return order
