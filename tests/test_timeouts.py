@@ -80,7 +80,7 @@ def test_cpu_host_wait_returns_when_the_worker_stores_the_signal_and_gives_up_at
 
 
 def test_cpu_host_wait_sees_a_signal_that_no_queue_stores():
-  # past its first 100 us, tc_host_wait sleeps on a futex that the worker's signal stores wake; a signal set another
+  # tc_host_wait sleeps on a futex that the worker's signal stores wake; a signal set another
   # way (here by a Python thread) wakes nobody, and must still be seen (the sleep is sliced), not waited out
   import threading
   from tinycore.hcq.signal import signal_pool

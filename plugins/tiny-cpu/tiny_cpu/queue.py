@@ -141,12 +141,11 @@ void tc_timestamp(uint64_t *signal) {
   __atomic_store_n(signal, (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec, __ATOMIC_RELEASE);
 }
 /* block the calling (host) thread until *signal >= value or timeout_ns passed; 1 if the value was reached. Called
-   through ctypes, which releases the GIL. A short wait sleeps in steps of 20 us at a low timer slack (50 us by
-   default, which made Python's 50 us polls ~100 us): a tiny kernel is over before a wake-up through the worker would
-   pay off. From `futex_after_ns` on (Linux) it sleeps on tc_wake_word until a signal store wakes it, in slices of at
-   most 1 ms (a signal stored by another path than tc_signal_store is still seen within 1 ms): on a 5 ms kernel the
-   sleeps-only wait (steps of 1/16 of the time waited, its form before) overslept by ~0.2 ms on average. Measured on
-   a loaded 2-core VM: shorter steps slowed the kernel, and idle threads that spin before sleeping lost their core. */
+   through ctypes, which releases the GIL. From `futex_after_ns` on (Linux; 0 by default) it sleeps on tc_wake_word
+   until a signal store wakes it, in slices of at most 1 ms (a signal stored by another path than tc_signal_store is
+   still seen within 1 ms); before that, or elsewhere, it sleeps in steps of 1/16 of the time waited (20 us to 1 ms)
+   at a low timer slack (50 us by default, which made Python's 50 us polls ~100 us). The steps overslept a 5 ms
+   kernel by ~0.2 ms on average. Idle threads that spin before sleeping lost their core on a loaded 2-core VM. */
 int tc_host_wait(uint64_t *signal, uint64_t value, uint64_t timeout_ns, uint64_t futex_after_ns) {
   if (__atomic_load_n(signal, __ATOMIC_ACQUIRE) >= value) return 1;
 #ifdef __linux__
@@ -183,34 +182,44 @@ int tc_host_wait(uint64_t *signal, uint64_t value, uint64_t timeout_ns, uint64_t
 void tc_memcpy(uint64_t dst, uint64_t src, uint64_t n) { memmove((void *)dst, (const void *)src, n); }
 
 /* threaded kernels: a kernel's outermost loop is cut into `shares` (core_id and core_count, appended to the kernel's
-   arguments, are a share's index and the share count), and the worker and the helper threads take shares from a
-   shared counter until none is left; the entry finishes when every thread is done. More shares than threads keep
-   every core busy to the end when a thread starts late (a helper waking up, the host's Python thread holding a
-   core right after a submission) or loses its core to another process meanwhile. */
+   arguments, are a share's index and the share count), and the worker and the helper threads take shares from one
+   ticket word until none is left; the entry finishes when every share is done. More shares than threads keep every
+   core busy to the end when a thread starts late (a helper waking up while the host's Python thread holds the other
+   core) or loses its core meanwhile. The worker waits for the shares, not for the helpers: a helper that wakes after
+   all shares were taken sees so in the ticket and touches nothing else (a small kernel does not wait for it). */
 typedef struct { struct tc_pool *pool; uint64_t core; sem_t go; pthread_t thread; } tc_helper;
 typedef struct tc_pool {
-  uint64_t threads, fn, nargs, args[32], shares;
-  volatile uint64_t pending, next_share;
+  uint64_t threads, fn, nargs, args[32];
+  volatile uint64_t ticket;    /* the share count << 32 | the next share's index (taken by fetch-and-add) */
+  volatile uint64_t finished;  /* shares of the running kernel done */
   tc_helper *helpers;
 } tc_pool;
-static void tc_share(tc_pool *p, uint64_t share) {
+static void tc_share(tc_pool *p, uint64_t share, uint64_t shares) {
   uint64_t a[33];
   memcpy(a, p->args, sizeof p->args);
-  a[p->nargs] = share; a[p->nargs + 1] = p->shares;
+  a[p->nargs] = share; a[p->nargs + 1] = shares;
   ((tc_fn)p->fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
                  a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29],
                  a[30]);
 }
+/* run shares while there are any. A share taken is one of the kernel the ticket belonged to at that moment, whose
+   arguments stay put until its last share is done (the worker publishes the arguments before the ticket) */
 static void tc_take_shares(tc_pool *p) {
-  for (uint64_t share; (share = __atomic_fetch_add(&p->next_share, 1, __ATOMIC_ACQ_REL)) < p->shares;)
-    tc_share(p, share);
+  for (;;) {
+    uint64_t seen = __atomic_load_n(&p->ticket, __ATOMIC_ACQUIRE);
+    if ((seen & 0xffffffffu) >= (seen >> 32)) return;  /* none left: a late helper leaves without touching more */
+    uint64_t ticket = __atomic_fetch_add(&p->ticket, 1, __ATOMIC_ACQ_REL);
+    uint64_t share = ticket & 0xffffffffu, shares = ticket >> 32;
+    if (share >= shares) return;
+    tc_share(p, share, shares);
+    __atomic_add_fetch(&p->finished, 1, __ATOMIC_ACQ_REL);
+  }
 }
 static void *tc_helper_main(void *arg) {
   tc_helper *h = (tc_helper *)arg;
   for (;;) {
     while (sem_wait(&h->go) != 0) {}
     tc_take_shares(h->pool);
-    __atomic_sub_fetch(&h->pool->pending, 1, __ATOMIC_ACQ_REL);
   }
   return 0;
 }
@@ -226,7 +235,7 @@ tc_pool *tc_pool_new(uint64_t threads) {
   return p;
 }
 void tc_pool_restart(tc_pool *p) {
-  p->pending = 0;
+  p->ticket = 0; p->finished = 0;
   for (uint64_t i = 1; i < p->threads; i++) {
     sem_init(&p->helpers[i].go, 0, 0);
     pthread_create(&p->helpers[i].thread, 0, tc_helper_main, &p->helpers[i]);
@@ -241,14 +250,16 @@ void tc_parallel(tc_pool *p, uint64_t fn, uint64_t counts, uint64_t a0, uint64_t
                  uint64_t a25, uint64_t a26, uint64_t a27) {
   uint64_t given[28] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19,
                         a20, a21, a22, a23, a24, a25, a26, a27};
+  uint64_t shares = counts >> 8;
   memset(p->args, 0, sizeof p->args);
   memcpy(p->args, given, sizeof given);
-  p->fn = fn; p->nargs = counts & 0xff; p->shares = counts >> 8;
-  __atomic_store_n(&p->next_share, 0, __ATOMIC_RELEASE);
-  __atomic_store_n(&p->pending, p->threads - 1, __ATOMIC_RELEASE);
+  p->fn = fn; p->nargs = counts & 0xff;
+  __atomic_store_n(&p->finished, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&p->ticket, shares << 32, __ATOMIC_RELEASE);  /* the arguments, then the shares to take */
   for (uint64_t i = 1; i < p->threads; i++) sem_post(&p->helpers[i].go);
   tc_take_shares(p);
-  for (uint64_t spins = 0; __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE); spins++) if (spins > 64) sched_yield();
+  for (uint64_t spins = 0; __atomic_load_n(&p->finished, __ATOMIC_ACQUIRE) < shares; spins++)
+    if (spins > 64) sched_yield();
 }
 """
 MAX_ARGS = 31
@@ -258,8 +269,10 @@ INLINE_WORD = 32
 # idle: waking the worker (a futex call and a context switch, far more on a busy machine) costs more than the kernel
 INLINE_MAX_ITERATIONS = 1 << 14
 INLINE_MAX_COPY_BYTES = 1 << 16
-# a host wait longer than this sleeps until the worker's signal store wakes it (tc_host_wait); shorter ones poll
-HOST_WAIT_FUTEX_AFTER_NS = 100_000
+# a host wait longer than this sleeps until the worker's signal store wakes it (tc_host_wait); shorter ones poll.
+# Measured on the 2-core VM (sum of 1 MB, 4 MB, 16 MB rows: whole realize + synchronize): woken at once 76, 113,
+# 241 us; polling the first 100 us 85, 123, 225 us; polling only 85, 123, 238 us
+HOST_WAIT_FUTEX_AFTER_NS = 0
 
 
 class WorkerLibrary:
