@@ -6,9 +6,9 @@ Each row is one workload; each library's column is its time divided by numpy's (
 column is milliseconds). torch and tinygrad are measured when importable (`pip install tinycore[bench]`).
 `--compiler` picks the C compiler of the CPU device (it sets $CC before the device opens); the header names the
 compiler used. Every time includes waiting for the device to finish, and is the minimum over at least `--repeat`
-runs and half a second after a warm-up (on a shared machine the minimum is the least noisy statistic). Besides the kernels: the time to the first
-result of a kernel this process never compiled, and the per-iteration time of an eager loop of tiny ops (torch runs
-each op at once: it has no realize), as absolute times.
+runs and half a second after a warm-up (on a shared machine the minimum is the least noisy statistic). Besides the
+kernels: the time to the first result of a kernel no process compiled before, and the per-iteration time of an eager
+loop of tiny ops (torch runs each op at once: it has no realize), as absolute times.
 """
 from __future__ import annotations
 import argparse
