@@ -189,6 +189,10 @@ def test_padded_conv_packs_its_masked_input_and_drops_the_repeated_mask():
   # the padding mask is evaluated once per element while packing: the register tile reads the panel unmasked
   assert "panel" in source and " ? " in source[:source.index("acc")] and " ? " not in tile
   assert " ? " in render_tiled(x.conv2d(w, padding=1), AVX512)  # without packing the gated load stays in the tile
+  # the copy's innermost loop (an image row, 12 here: a vector and a remainder) is an `omp simd` loop, which gcc's -O2
+  # cost model would otherwise leave scalar
+  copy = source[:source.index("acc")]
+  assert copy.count("#pragma omp simd") == 1 and "#pragma omp simd\n" + " " * 14 + "for (long long ridx" in copy
 
 
 @pytest.mark.parametrize("shape", [(2, 16, 12, 12, 32, 1), (1, 8, 28, 28, 16, 1), (2, 4, 9, 10, 8, 2),

@@ -134,6 +134,9 @@ class CPURenderer(CStyleRenderer):
     lines.append(f"{pad}{self.value_type(panel.load.dtype)} {name}{dims} __attribute__((aligned(64)));")
     for depth, r in enumerate(panel.ranges):
       bound = self.literal(r.src[0].arg, dtypes.int64)
+      # gcc's -O2 cost model leaves a loop scalar when its trip count (an image row: 28) needs a remainder, and the
+      # padding gate a masked load; `omp simd` lifts both (a conv's copy: 1.1 of 6.5 ms on one core, scalar)
+      if depth == len(panel.ranges) - 1: lines.append(f"{pad}{'  ' * depth}#pragma omp simd")
       lines.append(f"{pad}{'  ' * depth}for ({self.index_type} ridx{r.arg[0]} = 0; ridx{r.arg[0]} < {bound}; "
                    f"ridx{r.arg[0]}++) {{")
     index, memo = panel.load.src[0], {}
