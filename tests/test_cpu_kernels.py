@@ -3,6 +3,7 @@ accumulation, NaN-keeping vectorized max with both compilers, and linking with t
 from __future__ import annotations
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -192,7 +193,7 @@ def test_padded_conv_packs_its_masked_input_and_drops_the_repeated_mask():
   # the copy's innermost loop (an image row, 12 here: a vector and a remainder) is an `omp simd` loop, which gcc's -O2
   # cost model would otherwise leave scalar
   copy = source[:source.index("acc")]
-  assert copy.count("#pragma omp simd") == 1 and "#pragma omp simd\n" + " " * 14 + "for (long long ridx" in copy
+  assert copy.count("#pragma omp simd") == 1 and re.search(r"#pragma omp simd\n *for \(long long ridx\d+ = 0; ridx\d+ < 12ll", copy)
 
 
 @pytest.mark.parametrize("shape", [(2, 16, 12, 12, 32, 1), (1, 8, 28, 28, 16, 1), (2, 4, 9, 10, 8, 2),
@@ -242,12 +243,49 @@ def test_transposed_matmul_values(shape):
 
 def test_an_image_row_narrower_than_the_tile_is_one_tile_row():
   x, w = Tensor(np.ones((2, 16, 28, 28), np.float32)).realize(), Tensor(np.ones((32, 16, 3, 3), np.float32)).realize()
-  assert upcast_sizes(optimize_kernel(kernel_of(x.conv2d(w, padding=1)), PACKING)) == [8, 28]  # not 8 x 4
+  assert upcast_sizes(optimize_kernel(kernel_of(x.conv2d(w, padding=1)), AVX512)) == [8, 28]  # not 8 x 4
   a, b = Tensor(np.ones((64, 96), np.float32)).realize(), Tensor(np.ones((96, 24), np.float32)).realize()
   assert upcast_sizes(optimize_kernel(kernel_of(a @ b), AVX512)) == [8, 24]
   rng = np.random.default_rng(24)
   x, y = rng.standard_normal((40, 96)).astype(np.float32), rng.standard_normal((96, 24)).astype(np.float32)
   np.testing.assert_allclose((Tensor(x) @ Tensor(y)).numpy(), x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_image_rows_stack_into_whole_vectors_where_the_panel_is_packed():
+  # 4 rows of 28 are 7 whole vectors (no 8- and 4-lane parts), 4 output channels beside them fill the 32 registers
+  x, w = Tensor(np.ones((2, 16, 28, 28), np.float32)).realize(), Tensor(np.ones((32, 16, 3, 3), np.float32)).realize()
+  assert upcast_sizes(optimize_kernel(kernel_of(x.conv2d(w, padding=1)), PACKING)) == [4, 4, 28]
+  wide, w8 = Tensor(np.ones((1, 8, 56, 56), np.float32)).realize(), Tensor(np.ones((8, 8, 3, 3), np.float32)).realize()
+  assert upcast_sizes(optimize_kernel(kernel_of(wide.conv2d(w8, padding=1)), PACKING)) == [4, 2, 56]  # 2 rows of 56
+  source = render_tiled(x.conv2d(w, padding=1))
+  assert "[16][3][3][4][28] __attribute__" in source  # the packed panel: 4 image rows per input channel and tap
+  # 14 rows of 28: no row count that divides 14 makes whole vectors within the tile, so one row as before
+  odd = Tensor(np.ones((1, 16, 14, 28), np.float32)).realize()
+  assert upcast_sizes(optimize_kernel(kernel_of(odd.conv2d(w, padding=1)), PACKING)) == [8, 28]
+  # an AVX2-sized register file has no room for a second tile row beside 7 vectors: 4 x 4 as before
+  avx2 = KernelTarget(vector_lanes=8, vector_registers=16, cores=2, strip_vectors=32, panel_bytes=512 * 1024)
+  assert upcast_sizes(optimize_kernel(kernel_of(x.conv2d(w, padding=1)), avx2)) == [4, 4]
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 28, 28, 32, 1, 1), (1, 8, 56, 56, 8, 1, 1), (2, 8, 12, 28, 4, 0, 1),
+                                   (1, 4, 28, 28, 8, 0, 1), (1, 6, 20, 20, 8, 1, 1), (1, 8, 28, 28, 8, 1, 2)])
+def test_stacked_row_conv_values(shape):
+  # stacked tiles (with a fused bias and relu) with padding, without, a 1x1 kernel, rows of 20 (4 of them: 5 vectors)
+  # and groups
+  n, cin, h, wd, cout, pad, groups = shape
+  rng = np.random.default_rng(h + wd)
+  size = 1 if wd == 28 and pad == 0 and cin == 4 else 3
+  x = rng.standard_normal((n, cin, h, wd)).astype(np.float32)
+  w = rng.standard_normal((cout, cin // groups, size, size)).astype(np.float32)
+  bias = rng.standard_normal(cout).astype(np.float32)
+  padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+  windows = np.lib.stride_tricks.sliding_window_view(padded, (size, size), axis=(2, 3))
+  per_group = cin // groups
+  expected = np.concatenate([np.einsum("nchwij,ocij->nohw", windows[:, g * per_group:(g + 1) * per_group],
+                                       w[g * (cout // groups):(g + 1) * (cout // groups)]) for g in range(groups)], 1)
+  expected = np.maximum(expected + bias[None, :, None, None], 0)
+  got = Tensor(x).conv2d(Tensor(w), Tensor(bias), padding=pad, groups=groups).relu().numpy()
+  np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_a_narrow_row_with_no_tile_rows_is_left_alone():

@@ -165,12 +165,52 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
   widths = _column_widths(u_dim, columns) if reused else strip_widths(_range_size(u_dim), target, cores_fed)
   # a whole narrow row (17 of 32) tiles a matmul, but a strip of column sums is whole vectors or nothing
   if (width := _width_for(_range_size(u_dim), widths)) is None: return sink
+  if reused and (stacked := _stacked_rows(nodes, coefficients, u_dim, reused[0], target, reduce_ranges)) is not None:
+    # several whole image rows side by side are the tile's columns (4 rows of 28: 7 full vectors), the row innermost
+    fold, stack, tile_rows = stacked
+    sink = _split_range(sink, u_dim, _range_size(u_dim), next_id + 2)
+    sink = _split_range(sink, fold, stack, next_id + 1)
+    sink = _split_range(sink, reused[0], tile_rows, next_id)
+    # the stacked rows' block loop outside the tile-row loop (it feeds the cores: the row loop has one iteration)
+    return _columns_outside(sink, fold.arg, reused[0].arg)
   # the contiguous dim is the innermost upcast range (the highest id), so each unrolled row is whole vectors
   sink = _split_range(sink, u_dim, width, next_id + 1)
   if reused:
     sink = _split_range(sink, reused[0], _width_for(_range_size(reused[0]), _halvings(rows)), next_id)
     sink = _columns_outside(sink, u_dim.arg, reused[0].arg)
   return sink
+
+
+# the most vectors a tile row of stacked image rows may span: the tile's rows x these accumulators, plus the loaded
+# vector and the broadcast factors, fit 32 registers at 7 (4 x 7 + 4)
+MAX_STACKED_VECTORS = 8
+
+
+def _stacked_rows(nodes: list[UOp], coefficients: list[dict[UOp, int]], row: UOp, reused: UOp, target: KernelTarget,
+                  reduce_ranges: set[UOp]) -> tuple[UOp, int, int] | None:
+  """A register tile for an image row of no whole vectors (28 floats: 16 + 8 + 4 lanes, a third of the multiply-adds
+  on part-empty vectors): `stack` rows of the output dim `fold` just outside `row`, contiguous with it in every load
+  and store that reads either (its coefficient is the row's length), so stack x row floats are whole vectors; and
+  the tile's row count that fits the registers beside them. Only where the operand panel is packed (contiguous then,
+  whatever the input's padding) and fits the panel budget; None otherwise."""
+  size, lanes = _range_size(row), target.vector_lanes
+  if target.panel_bytes <= 0 or size % lanes == 0 or size > MAX_STACKED_VECTORS * lanes: return None
+  if any(len(r.src) > 1 for r in reduce_ranges): return None  # a symbolic reduction: the panel's size is unknown
+  addresses = [affine_terms(n.src[0].src[1])[0] for n in nodes if n.op is Ops.STORE] + coefficients
+  outputs = [n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "loop" and n is not row and n is not reused]
+  for fold in outputs:
+    if len(fold.src) > 1: continue
+    if not all(c.get(fold) == size and c.get(row) == 1 for c in addresses if c.get(fold) or c.get(row)): continue
+    stack = next((k for k in range(2, _range_size(fold) + 1) if _range_size(fold) % k == 0 and
+                  k * size % lanes == 0 and k * size <= MAX_STACKED_VECTORS * lanes), None)
+    if stack is None: continue
+    vectors = stack * size // lanes
+    tile_rows = next((r for r in (8, 4, 2) if r * vectors + 4 <= target.vector_registers and
+                      _range_size(reused) % r == 0), None)
+    panel = stack * size * 4 * prod(_range_size(r) for r in reduce_ranges)
+    if tile_rows is None or panel > target.panel_bytes: continue
+    return fold, stack, tile_rows
+  return None
 
 
 def _column_widths(r: UOp, columns: int) -> tuple[int, ...]:
