@@ -288,6 +288,32 @@ def test_stacked_row_conv_values(shape):
   np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
+def test_a_gated_load_in_a_register_tile_selects_its_address():
+  # a padded conv whose input panel is not packed reads the input, gated, inside the unrolled tile: one load from the
+  # element or from a zero cell, no branch around it (which kept both compilers' SLP vectorizer out)
+  x, w = Tensor(np.ones((2, 16, 12, 12), np.float32)).realize(), Tensor(np.ones((32, 16, 3, 3), np.float32)).realize()
+  source = render_tiled(x.conv2d(w, padding=1), AVX512)
+  tile = source[source.index("acc"):]
+  assert "? data1 + " in tile and ": &tc_zero_float)" in tile and "? data1[" not in tile
+  # outside a tile (an elementwise pad) the gated load stays a conditional read
+  assert "? data1[" in render_tiled(x.pad(((0, 0), (0, 0), (1, 1), (1, 1))) + 1, AVX512)
+
+
+@pytest.mark.parametrize("shape", [(2, 32, 14, 14, 32, 1), (3, 8, 7, 9, 16, 1), (2, 16, 14, 14, 32, 2)])
+def test_conv_with_a_gated_tile_load_values(shape):
+  n, cin, h, wd, cout, pad = shape
+  rng = np.random.default_rng(h * wd)
+  x = rng.standard_normal((n, cin, h, wd)).astype(np.float32)
+  w = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
+  padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+  windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+  expected = np.einsum("nchwij,ocij->nohw", windows, w)
+  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=pad).numpy(), expected, rtol=1e-4, atol=1e-4)
+  strided = np.einsum("nchwij,ocij->nohw", windows[:, :, ::2, ::2], w)
+  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=pad, stride=2).numpy(), strided, rtol=1e-4,
+                             atol=1e-4)
+
+
 def test_a_narrow_row_with_no_tile_rows_is_left_alone():
   m = np.random.default_rng(17).standard_normal((33, 17)).astype(np.float32)
   assert upcast_sizes(optimize_kernel(kernel_of(Tensor(m).max(0)), PACKING)) == []   # 17 columns: no strip of 17

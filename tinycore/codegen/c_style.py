@@ -186,6 +186,10 @@ class CStyleRenderer:
     if dtype is dtypes.bfloat16: return f"tc_bf16_to_float({buffer}[{offset}])"
     return f"{buffer}[{offset}]"
 
+  def gated_load(self, buffer: str, offset: str, gate: str, dtype: DType) -> str:
+    """A load that reads 0 where `gate` is false (and reads no memory there)."""
+    return f"({gate} ? {self.load(buffer, offset, dtype)} : {self.literal(0, dtype)})"
+
   def scalar_parameter(self, word: str, dtype: DType) -> str:
     """A scalar parameter's value from its 64-bit word: an integer's value, or a float's bits in its format."""
     if not dtypes.is_float(dtype): return f"({self.value_type(dtype)})({word})"
@@ -551,8 +555,7 @@ class CStyleRenderer:
     if u.op is Ops.LOAD and (packed := self.packed_load(u)) is not None: expr = packed
     elif u.op is Ops.LOAD:
       buffer, offset, gate = self._address(u.src[0])
-      expr = self.load(buffer, offset, u.dtype)
-      if gate: expr = f"({gate} ? {expr} : {self.literal(0, u.dtype)})"
+      expr = self.gated_load(buffer, offset, gate, u.dtype) if gate else self.load(buffer, offset, u.dtype)
     elif u.op is Ops.CAST: expr = self.cast(self._name(u.src[0]), u.src[0].dtype, u.dtype)
     elif u.op is Ops.BITCAST: expr = self.bitcast(self._name(u.src[0]), u.src[0].dtype, u.dtype)
     elif u.op is Ops.DEFINE_VAR: expr = self.scalar_parameter(self._scalar_words[u], u.dtype)

@@ -46,6 +46,12 @@ static inline double tc_fma(double a, double b, double c) { _Pragma("clang fp co
 #define tc_fma __builtin_fma
 #endif
 """
+# what a gated load inside a register tile reads where its gate is false (see CPURenderer.gated_load)
+ZERO_CELLS = r"""
+static const float tc_zero_float = 0.0f;
+static const double tc_zero_double = 0.0;
+"""
+ZERO_CELL_NAMES = {dtypes.float32: "tc_zero_float", dtypes.float64: "tc_zero_double"}
 FMA_FUNCTIONS = {dtypes.float32: "tc_fmaf", dtypes.float64: "tc_fma"}
 OMP_REDUCTION = {Ops.ADD: "+", Ops.MUL: "*", Ops.MAX: "max"}
 SHARES_PER_THREAD = 4   # shares a threaded kernel's outer loop is cut into, per thread (see launch_dims)
@@ -56,7 +62,7 @@ LANE_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.in
 class CPURenderer(CStyleRenderer):
   """Renders a kernel as a C function ``void name(T* restrict data0, ..., long long var0, ...)``."""
   device = "CPU"
-  prelude = CStyleRenderer.prelude + MULTIPLY_ADD + EXP2F
+  prelude = CStyleRenderer.prelude + MULTIPLY_ADD + EXP2F + ZERO_CELLS
   # kernels with at least this many loop iterations split their outermost loop across `threads` worker threads
   parallel_threshold = 1 << 16
   # a reduction's per-element values that a later loop over the same row reuses (softmax's exp) are kept in a row
@@ -146,6 +152,15 @@ class CPURenderer(CStyleRenderer):
     inner_pad = pad + "  " * len(panel.ranges)
     lines.append(f"{inner_pad}{name}{self.panel_index(panel)} = {value};")
     lines.append(pad + "}" * len(panel.ranges))
+
+  # In an unrolled register tile a gated load written `g ? x[i] : 0` is a branch around each load (the load may not
+  # run where g is false), which stops both compilers' straight-line (SLP) vectorizer: clang ran a padded conv tile
+  # it could not pack (8 batches x 32 output channels, (8,128,14,14)) as scalar code at 5 GFLOP/s. Selecting the
+  # address instead, the element or a zero cell, is one unconditional load: the tile vectorizes (over 200 GFLOP/s).
+  def gated_load(self, buffer: str, offset: str, gate: str, dtype: DType) -> str:
+    unrolled = self._current_block is not None and all(r.src[0].arg <= self.max_unrolled for r in self._upcast)
+    if not unrolled or dtype not in ZERO_CELL_NAMES: return super().gated_load(buffer, offset, gate, dtype)
+    return f"*({gate} ? {buffer} + {offset} : &{ZERO_CELL_NAMES[dtype]})"
 
   @staticmethod
   def panel_index(panel: Panel) -> str: return "".join(f"[ridx{r.arg[0]}]" for r in panel.ranges)
