@@ -193,7 +193,8 @@ def test_padded_conv_packs_its_masked_input_and_drops_the_repeated_mask():
   # the copy's innermost loop (an image row, 12 here: a vector and a remainder) is an `omp simd` loop, which gcc's -O2
   # cost model would otherwise leave scalar
   copy = source[:source.index("acc")]
-  assert copy.count("#pragma omp simd") == 1 and re.search(r"#pragma omp simd\n *for \(long long ridx\d+ = 0; ridx\d+ < 12ll", copy)
+  assert copy.count("#pragma omp simd") == 1
+  assert re.search(r"#pragma omp simd\n *for \(long long ridx\d+ = 0; ridx\d+ < 12ll", copy)
 
 
 @pytest.mark.parametrize("shape", [(2, 16, 12, 12, 32, 1), (1, 8, 28, 28, 16, 1), (2, 4, 9, 10, 8, 2),
