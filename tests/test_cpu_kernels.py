@@ -11,6 +11,7 @@ import attrs
 import numpy as np
 import pytest
 from tinycore import Tensor
+from tinycore.codegen.c_style import CStyleRenderer
 from tinycore.codegen.optimize import DEFAULT_TARGET, KernelTarget, optimize_kernel, register_tile, strip_widths
 from tinycore.uop.ops import Ops
 
@@ -298,6 +299,19 @@ def test_a_gated_load_in_a_register_tile_selects_its_address():
   assert "? data1 + " in tile and ": &tc_zero_float)" in tile and "? data1[" not in tile
   # outside a tile (an elementwise pad) the gated load stays a conditional read
   assert "? data1[" in render_tiled(x.pad(((0, 0), (0, 0), (1, 1), (1, 1))) + 1, AVX512)
+
+
+def test_a_tile_stored_with_a_stride_is_staged_contiguously_first():
+  # output channels as the tile's columns (196 floats apart in the output): the accumulators are copied into a
+  # contiguous array, kept by an empty asm, and stored from it (gcc vectorizes the tile from that copy)
+  x, w = Tensor(np.ones((8, 32, 14, 14), np.float32)).realize(), Tensor(np.ones((32, 32, 3, 3), np.float32)).realize()
+  source = render_tiled(x.conv2d(w, padding=1))
+  stored = source[source.index("__asm__ volatile"):]
+  assert re.search(r"= stage\d+\[ridx\d+\]\[ridx\d+\];", stored) and "= acc" not in stored
+  a, b = Tensor(np.ones((64, 1024), np.float32)).realize(), Tensor(np.ones((1024, 64), np.float32)).realize()
+  assert "stage" not in render_tiled(a @ b)  # a contiguous tile row is stored straight from its accumulators
+  plain = CStyleRenderer().render("k", optimize_kernel(kernel_of(x.conv2d(w, padding=1)), PACKING)).source
+  assert "stage" not in plain  # a renderer without a staging statement stores as before
 
 
 @pytest.mark.parametrize("shape", [(2, 32, 14, 14, 32, 1), (3, 8, 7, 9, 16, 1), (2, 16, 14, 14, 32, 2)])

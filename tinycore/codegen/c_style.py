@@ -16,6 +16,7 @@ from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
 from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop, linearize, value_sources
 from tinycore.codegen.reuse import ReusedValue, find_reused_values
 from tinycore.uop.scalars import kernel_scalars
+from tinycore.uop.symbolic import affine_terms
 
 HALF_HELPERS = r"""
 static inline float tc_half_to_float(unsigned short h) {
@@ -412,6 +413,7 @@ class CStyleRenderer:
     self._block_of: dict[Any, int] = {}
     self._current_block: int | None = None
     self._arrays: dict[UOp, str] = {}
+    self._staged: dict[UOp, str] = {}
     if not kernel.upcast: return
     def assign(body: list) -> None:
       for segment in self._segments(body):
@@ -439,12 +441,33 @@ class CStyleRenderer:
     for node in items:
       if isinstance(node, UOp) and node in self._arrays:
         lines.append(f"{pad}{self.value_type(node.dtype)} {self._arrays[node]}{self._array_dims};")
+    self._stage_strided_stores(items, lines, depth)
     self._open_upcast_loops(lines, depth)
     self._current_block = self._block_of[self._block_key(items[0])]
     inner = depth + len(self._upcast)
     self._emit_block(self.order_vector_block(items, self._upcast), lines, inner, vector_ok=True)
     self._current_block = None
     lines.append("  " * depth + "}" * len(self._upcast))
+
+  # a renderer whose compiler vectorizes an unrolled tile only from contiguous stores sets this statement ({name}: a
+  # staging array), which keeps the array's contiguous copy in memory (see _stage_strided_stores); "": no staging
+  staging_barrier = ""
+
+  def _stage_strided_stores(self, items: list, lines: list[str], depth: int) -> None:
+    """Accumulators that a block stores with a stride along the innermost upcast range (a tile's columns 196 floats
+    apart in the output) are first copied into a contiguous staging array, which the stores then read."""
+    if not self.staging_barrier or not self._upcast: return
+    pad, inner = "  " * depth, self._upcast[-1]
+    for u in items:
+      if not (isinstance(u, UOp) and u.op is Ops.STORE and u.src[1].op is Ops.REDUCE and u.src[1] in self._vector):
+        continue
+      if affine_terms(u.src[0].src[1])[0].get(inner) == 1 or u.src[1] in self._staged: continue
+      stage = self._staged[u.src[1]] = self._fresh("stage")
+      lines.append(f"{pad}{self.value_type(u.src[1].dtype)} {stage}{self._array_dims};")
+      self._open_upcast_loops(lines, depth)
+      lines.append("  " * (depth + len(self._upcast)) + f"{stage}{self._array_index} = {self._name(u.src[1])};")
+      lines.append(pad + "}" * len(self._upcast))
+      lines.append(pad + self.staging_barrier.format(name=stage))
 
   def order_vector_block(self, items: list, upcast: list[UOp]) -> list:
     """The statements of one unrolled block (UOps and AccUpdates, in a valid order) in the order to write them; a
@@ -549,7 +572,9 @@ class CStyleRenderer:
     if u.op is Ops.REDUCE: return  # its accumulator is its value
     if u.op is Ops.STORE:
       buffer, offset, gate = self._address(u.src[0])
-      statement = f"{buffer}[{offset}] = {self.store_value(self._name(u.src[1]), u.src[0].dtype)};"
+      staged = self._staged.get(u.src[1])
+      value = f"{staged}{self._array_index}" if staged is not None else self._name(u.src[1])
+      statement = f"{buffer}[{offset}] = {self.store_value(value, u.src[0].dtype)};"
       lines.append(f"{pad}if ({gate}) {statement}" if gate else f"{pad}{statement}")
       return
     if u.op is Ops.LOAD and (packed := self.packed_load(u)) is not None: expr = packed
