@@ -201,14 +201,21 @@ def test_padded_conv_packs_its_masked_input_and_drops_the_repeated_mask():
 @pytest.mark.parametrize("shape", [(2, 16, 12, 12, 32, 1), (1, 8, 28, 28, 16, 1), (2, 4, 9, 10, 8, 2),
                                    (1, 3, 8, 8, 4, 0)])
 def test_packed_conv_values(shape):
+  check_conv3x3(shape, seed=shape[1])
+
+
+def check_conv3x3(shape: tuple[int, ...], seed: int, strides: tuple[int, ...] = (1,)) -> None:
+  """conv2d of random (n, cin, h, w) images with (cout, cin, 3, 3) weights against numpy, at each stride."""
   n, cin, h, wd, cout, pad = shape
-  rng = np.random.default_rng(cin)
+  rng = np.random.default_rng(seed)
   x = rng.standard_normal((n, cin, h, wd)).astype(np.float32)
   w = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
   padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
   windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
-  expected = np.einsum("nchwij,ocij->nohw", windows, w)
-  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=pad).numpy(), expected, rtol=1e-4, atol=1e-4)
+  for stride in strides:
+    expected = np.einsum("nchwij,ocij->nohw", windows[:, :, ::stride, ::stride], w)
+    np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=pad, stride=stride).numpy(), expected,
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_where_of_a_load_under_the_same_gate_is_the_load():
@@ -316,17 +323,7 @@ def test_a_tile_stored_with_a_stride_is_staged_contiguously_first():
 
 @pytest.mark.parametrize("shape", [(2, 32, 14, 14, 32, 1), (3, 8, 7, 9, 16, 1), (2, 16, 14, 14, 32, 2)])
 def test_conv_with_a_gated_tile_load_values(shape):
-  n, cin, h, wd, cout, pad = shape
-  rng = np.random.default_rng(h * wd)
-  x = rng.standard_normal((n, cin, h, wd)).astype(np.float32)
-  w = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
-  padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-  windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
-  expected = np.einsum("nchwij,ocij->nohw", windows, w)
-  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=pad).numpy(), expected, rtol=1e-4, atol=1e-4)
-  strided = np.einsum("nchwij,ocij->nohw", windows[:, :, ::2, ::2], w)
-  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=pad, stride=2).numpy(), strided, rtol=1e-4,
-                             atol=1e-4)
+  check_conv3x3(shape, seed=shape[2] * shape[3], strides=(1, 2))
 
 
 def test_a_narrow_row_with_no_tile_rows_is_left_alone():
