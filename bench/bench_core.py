@@ -9,6 +9,13 @@ compiler used. Every time includes waiting for the device to finish, and is the 
 runs and half a second after a warm-up (on a shared machine the minimum is the least noisy statistic). Besides the
 kernels: the time to the first result of a kernel no process compiled before, and the per-iteration time of an eager
 loop of tiny ops (torch runs each op at once: it has no realize), as absolute times.
+
+The memory-bound rows (fused chain, sums) follow the machine's memory bandwidth, which on a shared VM moves between
+states: on the 2-core CI VM a hand-written 2-thread C sum of 64 MB (AVX-512, huge pages) took 0.39 ms in its fast
+state and 0.89-0.95 ms in its slow one, flipping within minutes, while numpy's single-thread column sum (1.6-1.9 ms)
+hardly moves. Our column-sum kernel alone takes 0.54 ms and 0.85-0.95 ms in those states (a realize adds ~0.1-0.2 ms
+of Python, slower after a big kernel has flushed the caches), so "sum over axis 0" reads 0.35-0.41x in a fast state
+and 0.56-0.66x in a slow one. Compare rows of one run only.
 """
 from __future__ import annotations
 import argparse
