@@ -61,6 +61,15 @@ def test_matmul_accumulates_with_fused_multiply_add():
   assert "tc_fmaf(" in source
 
 
+def test_sum_of_products_hoisted_out_of_the_reduce_loop():
+  """A product that does not depend on the inner reduced axis is computed once, in its own block, and accumulated
+  from that block's array (it is no fused multiply-add of factors out of scope there: that did not compile)."""
+  a = np.arange(8, dtype=np.float32).reshape(2, 4, 1) + 1
+  b = np.array([1, -2, 3, 0.5], np.float32).reshape(1, 4, 1)
+  out = (Tensor(a).expand(2, 4, 3) * Tensor(b).expand(2, 4, 3)).sum([0, 2]).numpy()
+  np.testing.assert_allclose(out, (np.broadcast_to(a, (2, 4, 3)) * b).sum((0, 2)), rtol=1e-6)
+
+
 @pytest.mark.parametrize("n", [256, 384])
 def test_matmul_values_with_the_machine_tile(n):
   rng = np.random.default_rng(n)

@@ -516,13 +516,17 @@ class CStyleRenderer:
     lines.append("  " * (depth + len(self._upcast)) + f"{acc}{self._array_index} = {identity};")
     lines.append(pad + "}" * len(self._upcast))
 
+  def read_from_block_array(self, u: UOp) -> bool:
+    """Whether value u is read here from the array its own (earlier, upcast) block stored it in: its sources'
+    names are out of scope here."""
+    return u in self._arrays and self._block_of.get(u) != self._current_block
+
   def _name(self, u: UOp) -> str:
     if u.op is Ops.CONST: return self.literal(u.arg, u.dtype)
     if u.op is Ops.PARAM: return f"data{u.arg}"
     if u.op is Ops.RANGE: return f"ridx{u.arg[0]}"
     if u.op is Ops.REDUCE and u in self._vector: return f"{self._names[u]}{self._array_index}"
-    if u in self._arrays and self._block_of.get(u) != self._current_block:
-      return f"{self._arrays[u]}{self._array_index}"
+    if self.read_from_block_array(u): return f"{self._arrays[u]}{self._array_index}"
     return self._names[u]
 
   def _fresh(self, prefix: str) -> str:

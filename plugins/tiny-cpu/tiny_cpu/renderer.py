@@ -203,7 +203,9 @@ class CPURenderer(CStyleRenderer):
       above = f"{acc}_above |= ({value} > {self.literal(-float('inf'), x.dtype)})"
       return f"({flag} |= ({value} != {value}), {above}, ({value} > {acc} ? {value} : {acc}))"
     product = x.src[0]
-    if x.arg is Ops.ADD and product.op is Ops.MUL and product.dtype in FMA_FUNCTIONS:
+    # (not when the product was computed in an earlier block: its factors' names are out of scope here)
+    if (x.arg is Ops.ADD and product.op is Ops.MUL and product.dtype in FMA_FUNCTIONS and
+        not self.read_from_block_array(product)):
       a, b = (self._name(s) for s in product.src)
       return f"{FMA_FUNCTIONS[product.dtype]}({a}, {b}, {self._name(x)})"
     return super().accumulate(x)
