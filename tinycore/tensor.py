@@ -909,9 +909,15 @@ class Tensor(TensorOps):
   def abs(self) -> Tensor:
     if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool: return self
     if not dtypes.is_float(self.dtype): return (self < 0).where(-self, self)
-    return (self > 0).logical_not().where(0.0 - self, self)  # 0.0 - x: both zeros become 0.0, like numpy
+    # x * sign(x): its gradient is sign(x), 0 at 0 (as torch's); + 0.0 makes -0.0 into 0.0, like numpy
+    return self * self.sign() + 0.0
   def relu(self) -> Tensor: return (self > 0)._or_nan(self).where(self, 0)  # NaN stays NaN, -0.0 becomes 0.0
-  def sigmoid(self) -> Tensor: return (1 + (-self).exp()).reciprocal()
+  def sigmoid(self) -> Tensor:
+    """1 / (1 + exp(-x)), from exp(-|x|) only (<= 1): no overflow, so no NaN in the gradient where it saturates."""
+    non_negative = self >= 0
+    small = non_negative.where(-self, self).exp()  # exp(-|x|), its gradient the right sign on each side of 0
+    positive = (1 + small).reciprocal()
+    return non_negative.where(positive, small * positive)
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self).sigmoid() - 1.0
   def square(self) -> Tensor: return self * self
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
@@ -938,9 +944,14 @@ class Tensor(TensorOps):
     return (a < b)._or_nan(a).where(a, b)
   def clip(self, min_=None, max_=None) -> Tensor:
     if min_ is None and max_ is None: raise ArgumentError("clip needs at least one of min_ or max_")
+    # selects (not maximum/minimum): a value at a bound passes its whole gradient, as torch's and tinygrad's clamp
     out = self
-    if min_ is not None: out = out.maximum(min_)
-    if max_ is not None: out = out.minimum(max_)
+    if min_ is not None:
+      a, low = out._broadcasted(min_)
+      out = (a < low).where(low, a)
+    if max_ is not None:
+      a, high = out._broadcasted(max_)
+      out = (a > high).where(high, a)
     return out
   clamp = clip
 

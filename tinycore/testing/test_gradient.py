@@ -127,8 +127,9 @@ def test_max_min_ties_split_equally(reduce):
   assert_close(grad, np.array([[0, 0.5, 0.5, 0], [1, 1, 1, 0]], dtype=np.float32))
 
 
-def test_maximum_minimum_clip_ties_split_in_halves():
-  # as tinygrad: maximum is a MAX whose tie gives each operand half; minimum and clip are built on it
+def test_maximum_minimum_ties_split_in_halves_clip_passes_bounds():
+  # as tinygrad: maximum is a MAX whose tie gives each operand half, minimum is built on it; clip selects, so a value
+  # at a bound gets its whole gradient (torch's and tinygrad's clamp)
   a, b = Tensor([1.0, 2.0, 3.0, -4.0]), Tensor([1.0, 5.0, 0.0, -4.0])
   for fn, want_a, want_b in ((Tensor.maximum, [0.5, 0, 1, 0.5], [0.5, 1, 0, 0.5]),
                              (Tensor.minimum, [0.5, 1, 0, 0.5], [0.5, 0, 1, 0.5])):
@@ -137,7 +138,7 @@ def test_maximum_minimum_clip_ties_split_in_halves():
     assert_close(grad_b, np.array(want_b, dtype=np.float32))
   x = Tensor([-1.0, 0.5, 0.2, 1.0, -3.0])
   (grad,) = x.clip(-1.0, 0.5).sum().gradient(x)
-  assert_close(grad, np.array([0.5, 0.5, 1, 0, 0], dtype=np.float32))
+  assert_close(grad, np.array([1, 1, 1, 0, 0], dtype=np.float32))
 
 
 MOVEMENT = {
@@ -217,3 +218,30 @@ def test_gradient_errors():
     (x * 2).gradient(x)
   with pytest.raises(RuntimeError, match="float"):
     Tensor([1, 2]).sum().gradient(Tensor([1, 2]))
+
+
+def test_saturated_activations_have_zero_gradient_not_nan():
+  # exp(-x) overflows for x << 0: a gradient built on it is inf * 0 = NaN there; torch gives 0 (as the math does)
+  x = Tensor(np.array([-400.0, -300.0, -90.0, 90.0, 300.0, 400.0], np.float32))
+  for name, fn in (("sigmoid", Tensor.sigmoid), ("tanh", Tensor.tanh), ("silu", Tensor.silu),
+                   ("gelu", Tensor.gelu), ("quick_gelu", Tensor.quick_gelu)):
+    (grad,) = fn(x).sum().gradient(x)
+    got = grad.numpy()
+    assert np.isfinite(got).all(), f"{name}: {got}"
+    want_slope = {"silu": [0, 0, 0, 1, 1, 1], "gelu": [0, 0, 0, 1, 1, 1], "quick_gelu": [0, 0, 0, 1, 1, 1]}
+    assert_close(got, np.array(want_slope.get(name, [0] * 6), np.float32), atol=1e-6)
+  s = np.array([-3.0, -0.5, -0.0, 0.0, 0.5, 3.0], np.float32)
+  t = Tensor(s)
+  (grad,) = t.sigmoid().sum().gradient(t)
+  assert_close(grad.numpy(), (_sigmoid(s) * (1 - _sigmoid(s))).astype(np.float32), atol=1e-7)
+
+
+def test_abs_gradient_is_sign_with_zero_at_zero():
+  # torch's and tinygrad's: d|x|/dx = sign(x), 0 at +-0; |-0.0| is +0.0 (numpy)
+  values = np.array([-2.0, -0.0, 0.0, 3.0, np.inf, -np.inf], np.float32)
+  x = Tensor(values)
+  out = x.abs().numpy()
+  assert_close(out, np.abs(values))
+  assert not np.signbit(out).any()
+  (grad,) = x.abs().sum().gradient(x)
+  assert_close(grad.numpy(), np.array([-1, 0, 0, 1, 1, -1], np.float32))
