@@ -247,8 +247,11 @@ class TensorNN:
     x = self._spread(stride)
     sides = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip(kernel, dilation, padding, output_padding)]
     x = x.pad(((0, 0), (0, 0), *sides))
+    # the spread input in its own buffer, the flipped kernel too: the convolution then reads plain dense arrays (read
+    # through the spreading and flipping views, its tiles were gathers: a (4,16,56,56) 7x7 stride-2 layer took 15 s)
+    if any(s > 1 for s in stride): x = x.contiguous()
     flipped = weight.reshape(groups, cin // groups, cout_group, *kernel).transpose(1, 2)
-    flipped = flipped.reshape(groups * cout_group, cin // groups, *kernel).flip(*range(2, 2 + dims))
+    flipped = flipped.reshape(groups * cout_group, cin // groups, *kernel).flip(*range(2, 2 + dims)).contiguous()
     return x.conv2d(flipped, bias, groups=groups, dilation=dilation)
 
   def _spread(self: Tensor, stride: tuple[int, ...]) -> Tensor:
