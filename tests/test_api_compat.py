@@ -34,6 +34,13 @@ def test_debug_and_timing(capsys):
   assert capsys.readouterr().out.startswith("step ") and timing.elapsed_ns > 0
 
 
+def test_tinygrad_tuning_settings_are_accepted_and_results_unchanged():
+  x = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+  with Context(NOOPT=1, BEAM=2, SPLIT_REDUCEOP=0):
+    np.testing.assert_allclose((x * 2).sum(1).numpy(), [6, 24])
+  with pytest.raises(KeyError, match="NOT_A_SETTING"): Context(NOT_A_SETTING=1)
+
+
 def _train_step(optimizer, loss_fn) -> None:
   with Tensor.train():
     optimizer.zero_grad()
