@@ -104,3 +104,10 @@ def test_layers_name_a_wrong_input_shape():
     nn.BatchNorm(3)(Tensor.ones(2, 4, 5))
   with pytest.raises(ValueError, match="InstanceNorm"): nn.InstanceNorm(3)(Tensor.ones(2, 4, 5))
   with pytest.raises(ValueError, match="GroupNorm"): nn.GroupNorm(1, 3)(Tensor.ones(2, 4, 5))
+
+
+def test_renderer_supported_dtypes_is_a_set_and_callable():
+  from tinycore import Device, dtypes
+  supported = Device[Device.DEFAULT].renderer.supported_dtypes
+  assert dtypes.float32 in supported and dtypes.float32 in supported()  # tinygrad calls it; plugins test membership
+  assert set(supported()) == set(supported)

@@ -156,6 +156,12 @@ PROMOTION_LATTICE: dict[DType, list[DType]] = {
 
 
 @lru_cache(None)
+class DTypeSet(frozenset):
+  """A renderer's supported dtypes: a frozenset (`dtypes.half in renderer.supported_dtypes`) that can also be called,
+  as tinygrad's `Renderer.supported_dtypes()` method is (`dtypes.half in renderer.supported_dtypes()`)."""
+  def __call__(self) -> DTypeSet: return self
+
+
 def _ancestors(d: DType) -> frozenset[DType]:
   return frozenset({d}).union(*[_ancestors(p) for p in PROMOTION_LATTICE.get(d, [])])
 

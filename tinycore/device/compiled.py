@@ -15,6 +15,7 @@ import threading
 import warnings
 from stat import S_ISDIR, S_ISREG
 from typing import Any, Callable, Protocol, Sequence
+from tinycore.dtype import DTypeSet
 from tinycore.device.allocator import Allocator
 
 
@@ -212,6 +213,8 @@ class Compiled:
                runtime: Callable[[str, bytes], Program] | None = None):
     self.device, self.allocator = device, allocator
     self.renderer, self.compiler, self.runtime = renderer, compiler, runtime
+    if renderer is not None and isinstance(dtype_set := getattr(renderer, "supported_dtypes", None), frozenset):
+      renderer.supported_dtypes = DTypeSet(dtype_set)  # also callable, as tinygrad's method
     if allocator.device is None: allocator.device = self
     prefix, _, idx = device.partition(":")
     self.device_id = int(idx) if idx.isdigit() else 0
