@@ -83,6 +83,24 @@ def _flatten_nested(data: Any) -> tuple[list[Any], tuple[int, ...]]:
   return [v for p in parts for v in p[0]], (len(data),) + parts[0][1]
 
 
+def _check_tensors(op: str, values: Sequence[Any]) -> None:
+  """cat/stack join tensors only: `a.cat(b, 1)` passes the dim as a tensor (it must be `dim=1`)."""
+  for v in values:
+    if isinstance(v, (list, tuple)): raise TypeError(f"{op} takes tensors as arguments, got a {type(v).__name__}: "
+                                                     f"unpack it, Tensor.{op}(*tensors)")
+    if not isinstance(v, Tensor):
+      raise TypeError(f"{op} joins tensors, got a {type(v).__name__} ({v!r}); pass the dim as a keyword (dim=...)")
+
+
+def _check_int_convertible(values: Sequence[Any], dtype: DType | None) -> None:
+  """Python data for an int dtype has no inf or NaN: it has no int value (tinygrad and torch raise too)."""
+  if dtype is None or not dtypes.is_int(dtype): return
+  for v in values:
+    if isinstance(v, float) and not math.isfinite(v):
+      error = ValueError if math.isnan(v) else OverflowError
+      raise error(f"cannot convert {v} to {dtype.name}: it has no integer value")
+
+
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   """numpy's broadcast of these shapes; shapes that do not broadcast are a ShapeError (a ValueError) naming them."""
   if len(shapes) == 2:  # the common cases of a binary op: equal shapes, or a scalar operand
@@ -145,6 +163,7 @@ class Tensor(TensorOps):
       if device is not None and data.device is not None and Device.canonicalize(device) != data.device:
         uop = UOp(Ops.COPY, data.dtype, (data,), Device.canonicalize(device))
     elif isinstance(data, (bool, int, float)):
+      _check_int_convertible([data], dtype)
       uop = UOp.const(dtype or dtypes.from_py(data), data, _canonical_device(device))
       dtype = None
     elif isinstance(data, (list, tuple)):
@@ -159,8 +178,9 @@ class Tensor(TensorOps):
       except OSError as e: raise FileNotFoundError(f"cannot make a Tensor from {path}: {e.strerror}") from e
       uop = Tensor.empty(size, dtype=dtypes.uint8, device=f"DISK:{path}").uop
       if device is not None: uop = Tensor(uop).to(device).uop
-    elif data is None:
-      raise ValueError("Tensor(None) is not supported; use Tensor.empty(shape)")
+    elif data is None:  # tinygrad's Tensor(None): the number 0.0 (in `dtype` when given)
+      uop = UOp.const(dtype or dtypes.default_float, 0.0, _canonical_device(device))
+      dtype = None
     else:
       try: import numpy as np
       except ImportError: np = None
@@ -181,6 +201,7 @@ class Tensor(TensorOps):
       bad = next(v for v in flat if not isinstance(v, (bool, int, float)))
       raise TypeError(f"Tensor data must be numbers, got {type(bad).__name__}")
     target = dtype or (dtypes.from_py(flat) if flat else dtypes.default_float)
+    _check_int_convertible(flat, target)
     # build the bytes in the inferred dtype's host form, then cast on the device (casts run on the target)
     host_dtype = target if target is not dtypes.bfloat16 else dtypes.float32
     values = [dtypes.as_const(v, host_dtype) if not dtypes.is_float(host_dtype) else float(v) for v in flat]
@@ -406,8 +427,11 @@ class Tensor(TensorOps):
 
   @staticmethod
   def randint(*shape, low: int = 0, high: int = 10, **kwargs) -> Tensor:
+    if not isinstance(low, int) or not isinstance(high, int):
+      raise TypeError(f"randint needs int low and high, got {low!r} and {high!r}")
     if high <= low: raise ValueError(f"randint needs low < high, got {low}, {high}")
     dtype = to_dtype(kwargs.pop("dtype", dtypes.int32))
+    if not dtypes.is_int(dtype): raise DTypeError(f"randint needs an integer dtype, got {dtype}")
     return (Tensor.rand(*shape, **kwargs) * (high - low) + low).floor().cast(dtype)
 
   @staticmethod
@@ -660,7 +684,8 @@ class Tensor(TensorOps):
     x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pairs) else self
     positive = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
     padded = x._view(x.uop.pad(positive))
-    is_plus_zero = value == 0 and math.copysign(1.0, value) > 0  # the PAD op fills with +0; -0.0 needs a where
+    # the PAD op fills with +0; -0.0 needs a where, unless the tensor has no -0.0 (an int or bool keeps its dtype)
+    is_plus_zero = value == 0 and (math.copysign(1.0, value) > 0 or not dtypes.is_float(self.dtype))
     if is_plus_zero or all(p == (0, 0) for p in positive): return padded
     inside = Tensor.full(x.shape, True, device=self.device, dtype=dtypes.bool)
     inside = inside._apply(inside.uop.pad(positive))
@@ -682,8 +707,9 @@ class Tensor(TensorOps):
 
   def __setitem__(self, indices, value) -> None:
     from tinycore.tensor_indexing import (advanced_setitem, boolean_mask, from_numpy_indices, is_advanced_index,
-                                          masked_setitem)
+                                          masked_setitem, scalar_value)
     indices = from_numpy_indices(indices)
+    value = scalar_value(self, value)
     if (mask := boolean_mask(indices)) is not None: return masked_setitem(self, mask, value)
     if any(is_advanced_index(i) for i in (indices if isinstance(indices, tuple) else (indices,))):
       value = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
@@ -718,6 +744,7 @@ class Tensor(TensorOps):
 
   def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
     tensors = [self, *others]
+    _check_tensors("cat", tensors)
     dim = _normalize_axis(dim, self.ndim)
     for t in tensors:
       if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != dim):
@@ -741,6 +768,7 @@ class Tensor(TensorOps):
       return Tensor.stack(*self, *others, dim=dim)
     if len(others) == 1 and isinstance(others[0], (list, tuple)): others = tuple(others[0])
     tensors = (self, *others)
+    _check_tensors("stack", tensors)
     if any(t.shape != self.shape for t in tensors):
       raise ShapeError(f"stack needs tensors of one shape, got {[t.shape for t in tensors]}")
     dim = _normalize_axis(dim, self.ndim + 1)
@@ -1293,7 +1321,7 @@ class Tensor(TensorOps):
   def one_hot(self, num_classes: int = -1) -> Tensor:
     """Integer class indices -> a one-hot int32 tensor with a new last axis of num_classes (-1: the largest index
     plus one, which reads the data, as in tinygrad)."""
-    if dtypes.is_float(self.dtype): raise DTypeError(f"one_hot needs integer class indices, got {self.dtype}")
+    if not dtypes.is_int(self.dtype): raise DTypeError(f"one_hot needs integer class indices, got {self.dtype}")
     if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
     classes = Tensor.arange(num_classes, device=self.device, dtype=self.dtype)
     return (self.unsqueeze(-1) == classes).cast(dtypes.int32)
