@@ -126,5 +126,6 @@ def test_cat_and_stack_name_a_dim_passed_positionally():
   with pytest.raises(TypeError, match="dim="): a.cat(b, 1)
   with pytest.raises(TypeError, match="dim="): a.stack(b, 1)
   with pytest.raises(TypeError, match="unpack"): Tensor.cat([a, b])
+  with pytest.raises(IndexError, match="use stack"): Tensor(1).cat(Tensor(2))
   np.testing.assert_array_equal(a.cat(b, dim=1).numpy(), [[1, 2, 3, 4]])
   np.testing.assert_array_equal(Tensor.stack([a, b], dim=1).numpy(), [[[1, 2], [3, 4]]])  # stack takes a list

@@ -745,6 +745,8 @@ class Tensor(TensorOps):
   def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
     tensors = [self, *others]
     _check_tensors("cat", tensors)
+    if any(t.ndim == 0 for t in tensors):  # (an IndexError, as tinygrad's: dim 0 does not exist)
+      raise IndexError(f"cat of 0-d tensors: they have no dim to join along, use stack ({[t.shape for t in tensors]})")
     dim = _normalize_axis(dim, self.ndim)
     for t in tensors:
       if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != dim):
