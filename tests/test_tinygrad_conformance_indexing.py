@@ -129,3 +129,10 @@ def test_cat_and_stack_name_a_dim_passed_positionally():
   with pytest.raises(IndexError, match="use stack"): Tensor(1).cat(Tensor(2))
   np.testing.assert_array_equal(a.cat(b, dim=1).numpy(), [[1, 2, 3, 4]])
   np.testing.assert_array_equal(Tensor.stack([a, b], dim=1).numpy(), [[[1, 2], [3, 4]]])  # stack takes a list
+
+
+def test_eye_takes_whole_floats_and_full_one_number():
+  np.testing.assert_array_equal(Tensor.eye(2.0, 3).numpy(), np.eye(2, 3, dtype=np.float32))
+  with pytest.raises(TypeError, match="int sizes"): Tensor.eye(2.5)
+  with pytest.raises(TypeError, match="one number"): Tensor.full((2,), (1, 2))
+  with pytest.raises(TypeError, match="one number"): Tensor.full((2,), Tensor(3.0))

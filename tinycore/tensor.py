@@ -291,6 +291,8 @@ class Tensor(TensorOps):
     device when passed positionally, as in tinygrad."""
     shape = Tensor._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
     kwargs.pop("buffer", None)  # tinygrad's storage hint: a filled tensor gets storage when an op needs it
+    if isinstance(fill_value, (list, tuple, str, Tensor)):  # (a tensor of values is `Tensor(data)` or `expand`)
+      raise TypeError(f"full needs one number as fill_value, got {type(fill_value).__name__} {fill_value!r}")
     dtype = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
     const = UOp.const(dtype, fill_value, _canonical_device(device))
     return Tensor(const.reshape((1,) * len(shape)).expand(shape), **kwargs)
@@ -365,6 +367,9 @@ class Tensor(TensorOps):
   @staticmethod
   def eye(n: int, m: int | None = None, **kwargs) -> Tensor:
     m = n if m is None else m
+    # a whole float (eye(2.0)) is its int, as tinygrad takes it; any other non-int is an error
+    n, m = (int(v) if isinstance(v, float) and v.is_integer() else v for v in (n, m))
+    if not isinstance(n, int) or not isinstance(m, int): raise TypeError(f"eye needs int sizes, got {n!r}, {m!r}")
     if n < 0 or m < 0: raise ValueError(f"eye needs non-negative sizes, got {n}, {m}")
     dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.default_float
     rows = Tensor.arange(n, **kwargs).reshape(n, 1)
