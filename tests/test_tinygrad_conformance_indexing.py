@@ -136,3 +136,10 @@ def test_eye_takes_whole_floats_and_full_one_number():
   with pytest.raises(TypeError, match="int sizes"): Tensor.eye(2.5)
   with pytest.raises(TypeError, match="one number"): Tensor.full((2,), (1, 2))
   with pytest.raises(TypeError, match="one number"): Tensor.full((2,), Tensor(3.0))
+
+
+def test_pad_names_mixed_padding_forms():
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  for padding in [(None, 1), ((1, 1), 2), ((1, 2, 3), None)]:
+    with pytest.raises(TypeError, match="mixes forms"): Tensor(x).pad(padding)
+  np.testing.assert_array_equal(Tensor(x).pad([[1, 0], None]).numpy(), np.pad(x, ((1, 0), (0, 0))))

@@ -678,6 +678,9 @@ class Tensor(TensorOps):
       pairs = [(0, 0)] * self.ndim
       for i in range(len(padding) // 2): pairs[self.ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
     else:
+      if any(p is not None and not (isinstance(p, (tuple, list)) and len(p) == 2) for p in padding):
+        raise TypeError(f"padding {padding} mixes forms: give ints (flat, last dim first) or one (before, after) "
+                            "pair or None per dim")
       if len(padding) != self.ndim: raise ShapeError(f"padding {padding} does not match {self.ndim} dims")
       pairs = [(0, 0) if p is None else tuple(p) for p in padding]
     if any(isinstance(x, UOp) for x in sizes):
