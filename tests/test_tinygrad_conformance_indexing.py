@@ -143,3 +143,12 @@ def test_pad_names_mixed_padding_forms():
   for padding in [(None, 1), ((1, 1), 2), ((1, 2, 3), None)]:
     with pytest.raises(TypeError, match="mixes forms"): Tensor(x).pad(padding)
   np.testing.assert_array_equal(Tensor(x).pad([[1, 0], None]).numpy(), np.pad(x, ((1, 0), (0, 0))))
+
+
+def test_movement_names_bad_arguments():
+  t = Tensor(np.ones((1, 3, 1), np.float32))
+  with pytest.raises(TypeError, match="one dim"): t.squeeze((0, 2))
+  assert t.squeeze(-1).shape == (1, 3) and t.squeeze().shape == (3,)
+  with pytest.raises(ValueError, match="repeat counts"): t.repeat(-1, 1, 1)
+  with pytest.raises(ValueError, match="split size"): t.split(0, dim=1)
+  assert [p.shape for p in Tensor.ones(0, 2).split(0)] == [(0, 2)]  # an empty dim splits into one empty piece

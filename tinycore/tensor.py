@@ -726,6 +726,7 @@ class Tensor(TensorOps):
 
   def squeeze(self, dim: int | None = None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    if not isinstance(dim, int): raise TypeError(f"squeeze takes one dim (an int) or None, as tinygrad, got {dim!r}")
     dim = _normalize_axis(dim, self.ndim)
     return self if self.ndim == 0 or self.shape[dim] != 1 else self.reshape(self.shape[:dim] + self.shape[dim + 1:])
 
@@ -745,6 +746,8 @@ class Tensor(TensorOps):
   def repeat(self, repeats, *args) -> Tensor:
     repeats = tuple(repeats) if isinstance(repeats, (tuple, list)) else (repeats,) + args
     if len(repeats) < self.ndim: raise ValueError(f"repeat needs at least {self.ndim} counts, got {repeats}")
+    if any(not isinstance(r, int) or r < 0 for r in repeats): raise ValueError(f"repeat counts must be ints >= 0, "
+                                                                               f"got {repeats}")
     base = (1,) * (len(repeats) - self.ndim) + self.shape
     interleaved = tuple(x for s in base for x in (1, s))
     expanded = tuple(x for r, s in zip(repeats, base) for x in (r, s))
@@ -787,6 +790,7 @@ class Tensor(TensorOps):
   def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
     dim = _normalize_axis(dim, self.ndim)
     if isinstance(sizes, int):
+      if sizes <= 0 and self.shape[dim]: raise ValueError(f"split size must be > 0, got {sizes}")
       sizes = [min(sizes, self.shape[dim] - i) for i in range(0, max(self.shape[dim], 1), max(sizes, 1))]
     if sum(sizes) != self.shape[dim]: raise ShapeError(f"split sizes {sizes} do not add up to {self.shape[dim]}")
     out, offset = [], 0
