@@ -47,6 +47,7 @@ def test_setitem_tensor_value_needs_the_tensor_dtype():
   with pytest.raises(TypeError, match="dtype mismatch"): ints[0] = Tensor(1.5)
   ints[Tensor([1])] = 2.9  # a Python number is converted
   ints[0, Tensor([2])] = Tensor(7)  # a 0-d tensor of a Python int takes the int dtype, as tinygrad's weak ones
+  with pytest.raises(TypeError, match="dtype mismatch"): ints[0] = Tensor(True)  # a bool tensor is not weak
   np.testing.assert_array_equal(ints.numpy(), [[0, 0, 7], [2, 2, 2]])
   half = Tensor(np.zeros((2, 2), np.float16)).contiguous().realize()
   half[0] = Tensor(1.5)

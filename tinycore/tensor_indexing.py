@@ -72,7 +72,10 @@ def scalar_value(t: Tensor, value: Any) -> Any:
   number takes t's dtype, as tinygrad's weak 0-d tensors do (`half[0] = Tensor(1.0)` works; a float into an int
   tensor is still a dtype mismatch); anything else as it is."""
   from tinycore.tensor import Tensor
-  if not isinstance(value, Tensor) or value.uop.op is not Ops.CONST or value.dtype is t.dtype: return value
+  from tinycore.dtype import dtypes
+  # (tinygrad's Tensor(True) is a plain bool, not weak)
+  if not isinstance(value, Tensor) or value.uop.op is not Ops.CONST or value.dtype in (t.dtype, dtypes.bool):
+    return value
   number = value.uop.arg
   return number if t._scalar_dtype(number) is t.dtype else value
 
