@@ -453,7 +453,8 @@ class TensorOps(TensorMath, TensorNN):
       raise RuntimeError(f"scatter index of shape {index.shape} is larger than the tensor {self.shape} off dim {dim}")
     if isinstance(src, Tensor):
       if src.dtype is not self.dtype:  # as tinygrad and torch: no silent cast of the values written
-        raise DTypeError(f"scatter src dtype {src.dtype.name} must match the tensor's {self.dtype.name} (cast it first)")
+        raise DTypeError(f"scatter src dtype {src.dtype.name} must match the tensor's {self.dtype.name} "
+                         "(cast it first)")
       if any(i > s for i, s in zip(index.shape, src.shape)) or src.ndim != index.ndim:
         raise RuntimeError(f"scatter src of shape {src.shape} is smaller than the index {index.shape}")
       src = src.shrink([(0, i) for i in index.shape])
