@@ -83,6 +83,24 @@ def _flatten_nested(data: Any) -> tuple[list[Any], tuple[int, ...]]:
   return [v for p in parts for v in p[0]], (len(data),) + parts[0][1]
 
 
+def _check_tensors(op: str, values: Sequence[Any]) -> None:
+  """cat/stack join tensors only: `a.cat(b, 1)` passes the dim as a tensor (it must be `dim=1`)."""
+  for v in values:
+    if isinstance(v, (list, tuple)): raise TypeError(f"{op} takes tensors as arguments, got a {type(v).__name__}: "
+                                                     f"unpack it, Tensor.{op}(*tensors)")
+    if not isinstance(v, Tensor):
+      raise TypeError(f"{op} joins tensors, got a {type(v).__name__} ({v!r}); pass the dim as a keyword (dim=...)")
+
+
+def _check_int_convertible(values: Sequence[Any], dtype: DType | None) -> None:
+  """Python data for an int dtype has no inf or NaN: it has no int value (tinygrad and torch raise too)."""
+  if dtype is None or not dtypes.is_int(dtype): return
+  for v in values:
+    if isinstance(v, float) and not math.isfinite(v):
+      error = ValueError if math.isnan(v) else OverflowError
+      raise error(f"cannot convert {v} to {dtype.name}: it has no integer value")
+
+
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   """numpy's broadcast of these shapes; shapes that do not broadcast are a ShapeError (a ValueError) naming them."""
   if len(shapes) == 2:  # the common cases of a binary op: equal shapes, or a scalar operand
@@ -145,6 +163,7 @@ class Tensor(TensorOps):
       if device is not None and data.device is not None and Device.canonicalize(device) != data.device:
         uop = UOp(Ops.COPY, data.dtype, (data,), Device.canonicalize(device))
     elif isinstance(data, (bool, int, float)):
+      _check_int_convertible([data], dtype)
       uop = UOp.const(dtype or dtypes.from_py(data), data, _canonical_device(device))
       dtype = None
     elif isinstance(data, (list, tuple)):
@@ -159,8 +178,9 @@ class Tensor(TensorOps):
       except OSError as e: raise FileNotFoundError(f"cannot make a Tensor from {path}: {e.strerror}") from e
       uop = Tensor.empty(size, dtype=dtypes.uint8, device=f"DISK:{path}").uop
       if device is not None: uop = Tensor(uop).to(device).uop
-    elif data is None:
-      raise ValueError("Tensor(None) is not supported; use Tensor.empty(shape)")
+    elif data is None:  # tinygrad's Tensor(None): the number 0.0 (in `dtype` when given)
+      uop = UOp.const(dtype or dtypes.default_float, 0.0, _canonical_device(device))
+      dtype = None
     else:
       try: import numpy as np
       except ImportError: np = None
@@ -181,6 +201,7 @@ class Tensor(TensorOps):
       bad = next(v for v in flat if not isinstance(v, (bool, int, float)))
       raise TypeError(f"Tensor data must be numbers, got {type(bad).__name__}")
     target = dtype or (dtypes.from_py(flat) if flat else dtypes.default_float)
+    _check_int_convertible(flat, target)
     # build the bytes in the inferred dtype's host form, then cast on the device (casts run on the target)
     host_dtype = target if target is not dtypes.bfloat16 else dtypes.float32
     values = [dtypes.as_const(v, host_dtype) if not dtypes.is_float(host_dtype) else float(v) for v in flat]
@@ -270,6 +291,8 @@ class Tensor(TensorOps):
     device when passed positionally, as in tinygrad."""
     shape = Tensor._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
     kwargs.pop("buffer", None)  # tinygrad's storage hint: a filled tensor gets storage when an op needs it
+    if isinstance(fill_value, (list, tuple, str, Tensor)):  # (a tensor of values is `Tensor(data)` or `expand`)
+      raise TypeError(f"full needs one number as fill_value, got {type(fill_value).__name__} {fill_value!r}")
     dtype = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
     const = UOp.const(dtype, fill_value, _canonical_device(device))
     return Tensor(const.reshape((1,) * len(shape)).expand(shape), **kwargs)
@@ -344,6 +367,9 @@ class Tensor(TensorOps):
   @staticmethod
   def eye(n: int, m: int | None = None, **kwargs) -> Tensor:
     m = n if m is None else m
+    # a whole float (eye(2.0)) is its int, as tinygrad takes it; any other non-int is an error
+    n, m = (int(v) if isinstance(v, float) and v.is_integer() else v for v in (n, m))
+    if not isinstance(n, int) or not isinstance(m, int): raise TypeError(f"eye needs int sizes, got {n!r}, {m!r}")
     if n < 0 or m < 0: raise ValueError(f"eye needs non-negative sizes, got {n}, {m}")
     dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.default_float
     rows = Tensor.arange(n, **kwargs).reshape(n, 1)
@@ -406,8 +432,11 @@ class Tensor(TensorOps):
 
   @staticmethod
   def randint(*shape, low: int = 0, high: int = 10, **kwargs) -> Tensor:
+    if not isinstance(low, int) or not isinstance(high, int):
+      raise TypeError(f"randint needs int low and high, got {low!r} and {high!r}")
     if high <= low: raise ValueError(f"randint needs low < high, got {low}, {high}")
     dtype = to_dtype(kwargs.pop("dtype", dtypes.int32))
+    if not dtypes.is_int(dtype): raise DTypeError(f"randint needs an integer dtype, got {dtype}")
     return (Tensor.rand(*shape, **kwargs) * (high - low) + low).floor().cast(dtype)
 
   @staticmethod
@@ -649,6 +678,9 @@ class Tensor(TensorOps):
       pairs = [(0, 0)] * self.ndim
       for i in range(len(padding) // 2): pairs[self.ndim - 1 - i] = (padding[2 * i], padding[2 * i + 1])
     else:
+      if any(p is not None and not (isinstance(p, (tuple, list)) and len(p) == 2) for p in padding):
+        raise TypeError(f"padding {padding} mixes forms: give ints (flat, last dim first) or one (before, after) "
+                            "pair or None per dim")
       if len(padding) != self.ndim: raise ShapeError(f"padding {padding} does not match {self.ndim} dims")
       pairs = [(0, 0) if p is None else tuple(p) for p in padding]
     if any(isinstance(x, UOp) for x in sizes):
@@ -660,7 +692,8 @@ class Tensor(TensorOps):
     x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pairs) else self
     positive = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
     padded = x._view(x.uop.pad(positive))
-    is_plus_zero = value == 0 and math.copysign(1.0, value) > 0  # the PAD op fills with +0; -0.0 needs a where
+    # the PAD op fills with +0; -0.0 needs a where, unless the tensor has no -0.0 (an int or bool keeps its dtype)
+    is_plus_zero = value == 0 and (math.copysign(1.0, value) > 0 or not dtypes.is_float(self.dtype))
     if is_plus_zero or all(p == (0, 0) for p in positive): return padded
     inside = Tensor.full(x.shape, True, device=self.device, dtype=dtypes.bool)
     inside = inside._apply(inside.uop.pad(positive))
@@ -682,8 +715,9 @@ class Tensor(TensorOps):
 
   def __setitem__(self, indices, value) -> None:
     from tinycore.tensor_indexing import (advanced_setitem, boolean_mask, from_numpy_indices, is_advanced_index,
-                                          masked_setitem)
+                                          masked_setitem, scalar_value)
     indices = from_numpy_indices(indices)
+    value = scalar_value(self, value)
     if (mask := boolean_mask(indices)) is not None: return masked_setitem(self, mask, value)
     if any(is_advanced_index(i) for i in (indices if isinstance(indices, tuple) else (indices,))):
       value = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
@@ -692,6 +726,7 @@ class Tensor(TensorOps):
 
   def squeeze(self, dim: int | None = None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    if not isinstance(dim, int): raise TypeError(f"squeeze takes one dim (an int) or None, as tinygrad, got {dim!r}")
     dim = _normalize_axis(dim, self.ndim)
     return self if self.ndim == 0 or self.shape[dim] != 1 else self.reshape(self.shape[:dim] + self.shape[dim + 1:])
 
@@ -711,6 +746,8 @@ class Tensor(TensorOps):
   def repeat(self, repeats, *args) -> Tensor:
     repeats = tuple(repeats) if isinstance(repeats, (tuple, list)) else (repeats,) + args
     if len(repeats) < self.ndim: raise ValueError(f"repeat needs at least {self.ndim} counts, got {repeats}")
+    if any(not isinstance(r, int) or r < 0 for r in repeats): raise ValueError(f"repeat counts must be ints >= 0, "
+                                                                               f"got {repeats}")
     base = (1,) * (len(repeats) - self.ndim) + self.shape
     interleaved = tuple(x for s in base for x in (1, s))
     expanded = tuple(x for r, s in zip(repeats, base) for x in (r, s))
@@ -718,6 +755,9 @@ class Tensor(TensorOps):
 
   def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
     tensors = [self, *others]
+    _check_tensors("cat", tensors)
+    if any(t.ndim == 0 for t in tensors):  # (an IndexError, as tinygrad's: dim 0 does not exist)
+      raise IndexError(f"cat of 0-d tensors: they have no dim to join along, use stack ({[t.shape for t in tensors]})")
     dim = _normalize_axis(dim, self.ndim)
     for t in tensors:
       if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != dim):
@@ -741,6 +781,7 @@ class Tensor(TensorOps):
       return Tensor.stack(*self, *others, dim=dim)
     if len(others) == 1 and isinstance(others[0], (list, tuple)): others = tuple(others[0])
     tensors = (self, *others)
+    _check_tensors("stack", tensors)
     if any(t.shape != self.shape for t in tensors):
       raise ShapeError(f"stack needs tensors of one shape, got {[t.shape for t in tensors]}")
     dim = _normalize_axis(dim, self.ndim + 1)
@@ -749,6 +790,7 @@ class Tensor(TensorOps):
   def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
     dim = _normalize_axis(dim, self.ndim)
     if isinstance(sizes, int):
+      if sizes <= 0 and self.shape[dim]: raise ValueError(f"split size must be > 0, got {sizes}")
       sizes = [min(sizes, self.shape[dim] - i) for i in range(0, max(self.shape[dim], 1), max(sizes, 1))]
     if sum(sizes) != self.shape[dim]: raise ShapeError(f"split sizes {sizes} do not add up to {self.shape[dim]}")
     out, offset = [], 0
@@ -1304,7 +1346,7 @@ class Tensor(TensorOps):
   def one_hot(self, num_classes: int = -1) -> Tensor:
     """Integer class indices -> a one-hot int32 tensor with a new last axis of num_classes (-1: the largest index
     plus one, which reads the data, as in tinygrad)."""
-    if dtypes.is_float(self.dtype): raise DTypeError(f"one_hot needs integer class indices, got {self.dtype}")
+    if not dtypes.is_int(self.dtype): raise DTypeError(f"one_hot needs integer class indices, got {self.dtype}")
     if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
     classes = Tensor.arange(num_classes, device=self.device, dtype=self.dtype)
     return (self.unsqueeze(-1) == classes).cast(dtypes.int32)

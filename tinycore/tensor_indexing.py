@@ -1,9 +1,11 @@
 """Indexing (`t[...]`): ints, slices with steps, None and Ellipsis as movement ops (no copies); integer tensors and
-lists (advanced indexing, numpy's rules) as a one-hot select-and-sum that fuses into one kernel."""
+lists (advanced indexing, numpy's rules except where tinygrad and torch differ: an int index is applied first, and
+a list of lists is a tuple) as a one-hot select-and-sum that fuses into one kernel."""
 from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
-from tinycore.uop.ops import UOp
+from tinycore.errors import DTypeError
+from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.symbolic_shapes import evaluate
 
 if TYPE_CHECKING:
@@ -37,13 +39,18 @@ def _take_every(t: Tensor, dim: int, step: int) -> Tensor:
 
 def from_numpy_indices(indices: Any) -> Any:
   """numpy index values as their Python/Tensor equivalents (an np.int64 is an int, an int array an index tensor), so
-  indices computed with numpy work as they do in numpy."""
+  indices computed with numpy work as they do in numpy. A list holding anything but ints (`t[[[0, 1], [2, 0]]]`,
+  `t[[0, slice(None)]]`) is a tuple of indices, one per dim, as in tinygrad and torch; a list of ints is one index,
+  and a nested list of bools stays a mask."""
   import numpy as np
   from tinycore.tensor import Tensor
   def convert(index: Any) -> Any:
     if isinstance(index, np.generic): return index.item()
     if isinstance(index, np.ndarray): return Tensor(index) if index.dtype != np.bool_ else index.tolist()
     return index
+  if isinstance(indices, list) and not all(isinstance(i, (int, np.integer)) for i in indices) and \
+     not (indices and all(isinstance(v, bool) for v in _leaves(indices))):
+    indices = tuple(indices)
   return tuple(convert(i) for i in indices) if isinstance(indices, tuple) else convert(indices)
 
 
@@ -60,6 +67,26 @@ def _leaves(nested: list) -> list:
   return [leaf for item in nested for leaf in (_leaves(item) if isinstance(item, list) else [item])]
 
 
+def scalar_value(t: Tensor, value: Any) -> Any:
+  """A value for `t[...] = value`: a 0-d tensor made from a Python number (`Tensor(1.0)`) as that number when the
+  number takes t's dtype, as tinygrad's weak 0-d tensors do (`half[0] = Tensor(1.0)` works; a float into an int
+  tensor is still a dtype mismatch); anything else as it is."""
+  from tinycore.tensor import Tensor
+  from tinycore.dtype import dtypes
+  # (tinygrad's Tensor(True) is a plain bool, not weak)
+  if not isinstance(value, Tensor) or value.uop.op is not Ops.CONST or value.dtype in (t.dtype, dtypes.bool):
+    return value
+  number = value.uop.arg
+  return number if t._scalar_dtype(number) is t.dtype else value
+
+
+def check_value_dtype(t: Tensor, value: Tensor) -> None:
+  """A tensor stored into t through an index has t's dtype: as assign, and tinygrad's setitem (a Python number is
+  converted instead)."""
+  if value.dtype is not t.dtype:
+    raise DTypeError(f"setitem dtype mismatch: cannot store {value.dtype.name} into {t.dtype.name} (cast it first)")
+
+
 def masked_setitem(t: Tensor, mask: Tensor, value: Any) -> None:
   """`t[mask] = value` for a boolean mask over t's leading dims and one value (a scalar or a one-element tensor):
   where the mask holds, t becomes value (torch's `x[x < 0] = 0`). The selection's size depends on the data, so a
@@ -68,6 +95,7 @@ def masked_setitem(t: Tensor, mask: Tensor, value: Any) -> None:
   if mask.shape != t.shape[:mask.ndim]:
     raise IndexError(f"boolean mask of shape {mask.shape} does not match the tensor's shape {t.shape}")
   if isinstance(value, Tensor):
+    check_value_dtype(t, value)
     if value.numel() != 1: raise NotImplementedError(
       f"t[mask] = value needs one value (a scalar), got shape {value.shape}: use t.assign(mask.where(value, t))")
     value = value.reshape(()).cast(t.dtype)
@@ -199,9 +227,10 @@ class _AdvancedIndex:
       positions = Tensor.arange(n, device=t.device, dtype=index.dtype).reshape((1,) * (nb + j) + (n,) + (1,) * (k-j-1))
       hit = index == positions
       self.mask = hit if self.mask is None else self.mask & hit
-    # the batch dims go in place of the indexed ones when those (and any ints) are adjacent in the index, else first
-    advanced_at = [p for p, (i, tensor) in enumerate(zip(entries, tensors)) if tensor is not None or isinstance(i, int)]
-    adjacent = advanced_at == list(range(advanced_at[0], advanced_at[-1] + 1))
+    # the batch dims go in place of the indexed ones when those are adjacent dims of the view, else first; an int
+    # has already removed its dim, so it does not count (as in tinygrad and torch: t[1, :, idx] keeps idx's dims last,
+    # where numpy would put them first)
+    adjacent = self.indexed == list(range(self.indexed[0], self.indexed[-1] + 1))
     front = sum(1 for d in self.others if d < self.indexed[0]) if adjacent else 0
     no = len(self.others)
     self.placement = list(range(front)) + list(range(no, no + nb)) + list(range(front, no))
@@ -250,13 +279,14 @@ def advanced_setitem(t: Tensor, indices: tuple, value: Tensor) -> None:
   """`t[indices] = value` with index tensors: every element an index names gets its value (of several writes to
   one element the last wins), as a where over the basic view, assigned into it."""
   from tinycore.tensor import Tensor
+  check_value_dtype(t, value)
   ix = _AdvancedIndex(t, indices)
   no, nb, k = len(ix.others), len(ix.batch), len(ix.indexed)
   result_shape = tuple([ix.view.shape[d] for d in ix.others] + list(ix.batch))
   result_shape = tuple(result_shape[p] for p in ix.placement)
   if value.ndim > len(result_shape): raise ValueError(f"cannot assign shape {value.shape} to an index of shape "
                                                       f"{result_shape}")
-  value = value.cast(t.dtype).reshape((1,) * (len(result_shape) - value.ndim) + value.shape).expand(result_shape)
+  value = value.reshape((1,) * (len(result_shape) - value.ndim) + value.shape).expand(result_shape)
   inverse = sorted(range(len(ix.placement)), key=lambda i: ix.placement[i])
   value = value.permute(inverse)  # others + batch
   value = value.reshape(value.shape + (1,) * k)

@@ -452,9 +452,12 @@ class TensorOps(TensorMath, TensorNN):
     if any(i > s for d, (i, s) in enumerate(zip(index.shape, self.shape)) if d != dim):
       raise RuntimeError(f"scatter index of shape {index.shape} is larger than the tensor {self.shape} off dim {dim}")
     if isinstance(src, Tensor):
+      if src.dtype is not self.dtype:  # as tinygrad and torch: no silent cast of the values written
+        raise DTypeError(f"scatter src dtype {src.dtype.name} must match the tensor's {self.dtype.name} "
+                         "(cast it first)")
       if any(i > s for i, s in zip(index.shape, src.shape)) or src.ndim != index.ndim:
         raise RuntimeError(f"scatter src of shape {src.shape} is smaller than the index {index.shape}")
-      src = src.shrink([(0, i) for i in index.shape]).cast(self.dtype)
+      src = src.shrink([(0, i) for i in index.shape])
     else: src = Tensor.full(index.shape, src, device=self.device, dtype=self.dtype)
     hits = self._index_hits(dim, index)
     return hits, src.unsqueeze(-1)
@@ -577,17 +580,20 @@ def _compare_exchange(values: Tensor, positions: Tensor, merge: int, half: int,
   return exchanged(value_lo, value_hi), exchanged(position_lo, position_hi)
 
 
-def _rearrange_groups(side: str) -> list[list[str]]:
-  """"a (b c) ..." -> [["a"], ["b", "c"], ["..."]]."""
+def _rearrange_groups(side: str) -> list[list[str] | tuple[str, ...]]:
+  """"a (b c) ... 1 (...)" -> [["a"], ("b", "c"), ["..."], (), ("...",)]: a group in parentheses is a tuple (so "(...)",
+  the ellipsis dims merged into one, differs from "..."); "1" is an empty group, a dim of size 1, as in einops."""
   groups, current = [], None
-  for token in side.replace("(", " ( ").replace(")", " ) ").split():
+  for token in side.replace("…", "...").replace("(", " ( ").replace(")", " ) ").split():
     if token == "(":
       if current is not None: raise ArgumentError(f"rearrange: nested parentheses in {side!r}")
       current = []
     elif token == ")":
       if current is None: raise ArgumentError(f"rearrange: unbalanced parentheses in {side!r}")
-      groups.append(current)
+      groups.append(tuple(current))
       current = None
+    elif token == "1":
+      if current is None: groups.append(())  # (inside a group a factor of 1 changes nothing)
     elif token != "..." and not token.isidentifier(): raise ArgumentError(f"rearrange: bad axis name {token!r}")
     elif current is not None: current.append(token)
     else: groups.append([token])
