@@ -111,3 +111,18 @@ def test_renderer_supported_dtypes_is_a_set_and_callable():
   supported = Device[Device.DEFAULT].renderer.supported_dtypes
   assert dtypes.float32 in supported and dtypes.float32 in supported()  # tinygrad calls it; plugins test membership
   assert set(supported()) == set(supported)
+
+
+def test_errors_are_the_classes_tinygrad_code_catches():
+  # tinygrad raises these classes (tinycore's are subclasses of both the Python-natural one and tinygrad's)
+  a, ints = Tensor.ones(10, 11, 12), Tensor([1, 2, 3], dtype="uint32")
+  with pytest.raises(ValueError): Tensor([1, 2]).one_hot(-1)
+  with pytest.raises(ValueError): Tensor.stack((Tensor([1, 2]), Tensor([3, 4])), Tensor([5, 6]))
+  with pytest.raises(RuntimeError): Tensor([0.0, 1.0]).meshgrid(indexing="bad")
+  with pytest.raises(RuntimeError): Tensor.ones(1, 1, 6, 7).conv2d(Tensor.ones(6, 1, 3, 3), dilation=3)
+  for shift in (lambda: Tensor([1.0]) << 2, lambda: ints << Tensor([1.0]), lambda: ints << 1.0, lambda: ints & 1.5):
+    with pytest.raises(RuntimeError): shift()
+  with pytest.raises(IndexError, match="single ellipsis"): a[..., ...]
+  with pytest.raises(IndexError): a[[1.1]]
+  with pytest.raises(IndexError): a[Tensor([True, False])]
+  np.testing.assert_equal((ints << 2).numpy(), [4, 8, 12])

@@ -19,3 +19,13 @@ class ArgumentError(ValueError, RuntimeError):
 class DTypeError(TypeError, RuntimeError):
   """A tensor of a dtype the op does not take (one_hot of floats), where tinygrad raises RuntimeError and numpy or
   torch TypeError."""
+
+
+class IndexKindError(IndexError, TypeError):
+  """An index of a kind a tensor cannot be indexed with (a float, a string), where numpy, torch and tinygrad raise
+  IndexError and Python's own sequences TypeError."""
+
+
+class MaskIndexError(IndexError, NotImplementedError):
+  """Reading through a boolean mask index (`t[mask]`): its result's shape would depend on the data, which a lazy
+  tensor's shape cannot (tinygrad raises IndexError)."""

@@ -778,7 +778,8 @@ class Tensor(TensorOps):
     """Join tensors of one shape along a new dim: `a.stack(b, c)`, `Tensor.stack(a, b)` or `Tensor.stack([a, b])`."""
     if isinstance(self, (list, tuple)):
       if not self: raise ValueError("stack needs at least one tensor")
-      return Tensor.stack(*self, *others, dim=dim)
+      if others: raise ArgumentError("stack takes tensors, or one list of them, not a list and more tensors")
+      return Tensor.stack(*self, dim=dim)
     if len(others) == 1 and isinstance(others[0], (list, tuple)): others = tuple(others[0])
     tensors = (self, *others)
     _check_tensors("stack", tensors)
@@ -1047,26 +1048,28 @@ class Tensor(TensorOps):
   def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
 
   # --- bitwise
-  def _check_bitwise(self, name: str) -> None:
-    if dtypes.is_float(self.dtype): raise TypeError(f"{name} needs integer or bool tensors, got {self.dtype}")
+  def _check_bitwise(self, name: str, x: Any = None) -> None:
+    if dtypes.is_float(self.dtype): raise DTypeError(f"{name} needs integer or bool tensors, got {self.dtype}")
+    if isinstance(x, float) or (isinstance(x, Tensor) and dtypes.is_float(x.dtype)):
+      raise DTypeError(f"{name} needs an integer or bool operand, got {x.dtype if isinstance(x, Tensor) else x!r}")
   def bitwise_and(self, x, reverse: bool = False) -> Tensor:
-    self._check_bitwise("&")
+    self._check_bitwise("&", x)
     return self._binary(Ops.AND, x, reverse)
   def bitwise_or(self, x, reverse: bool = False) -> Tensor:
-    self._check_bitwise("|")
+    self._check_bitwise("|", x)
     return self._binary(Ops.OR, x, reverse)
   def bitwise_xor(self, x, reverse: bool = False) -> Tensor:
-    self._check_bitwise("^")
+    self._check_bitwise("^", x)
     return self._binary(Ops.XOR, x, reverse)
   def bitwise_not(self) -> Tensor:
     self._check_bitwise("~")
     if self.dtype is dtypes.bool: return self.logical_not()
     return self.bitwise_xor(-1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype))
   def lshift(self, x, reverse: bool = False) -> Tensor:
-    self._check_bitwise("<<")
+    self._check_bitwise("<<", x)
     return self._binary(Ops.SHL, x, reverse)
   def rshift(self, x, reverse: bool = False) -> Tensor:
-    self._check_bitwise(">>")
+    self._check_bitwise(">>", x)
     return self._binary(Ops.SHR, x, reverse)
 
   # --- operators
@@ -1343,11 +1346,13 @@ class Tensor(TensorOps):
     out = self * weight if weight.ndim == 1 else self @ weight
     return out if bias is None else out + bias
 
-  def one_hot(self, num_classes: int = -1) -> Tensor:
-    """Integer class indices -> a one-hot int32 tensor with a new last axis of num_classes (-1: the largest index
-    plus one, which reads the data, as in tinygrad)."""
+  def one_hot(self, num_classes: int | None = None) -> Tensor:
+    """Integer class indices -> a one-hot int32 tensor with a new last axis of num_classes (left out: the largest
+    index plus one, which reads the data; a negative count raises, as tinygrad's)."""
     if not dtypes.is_int(self.dtype): raise DTypeError(f"one_hot needs integer class indices, got {self.dtype}")
-    if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
+    if num_classes is not None and num_classes < 0:
+      raise ArgumentError(f"one_hot num_classes must be non-negative, got {num_classes}")
+    if num_classes is None: num_classes = int(self.max().item()) + 1 if self.numel() else 0
     classes = Tensor.arange(num_classes, device=self.device, dtype=self.dtype)
     return (self.unsqueeze(-1) == classes).cast(dtypes.int32)
 
@@ -1369,7 +1374,7 @@ class Tensor(TensorOps):
     length of n + dilation, so row k starts k*dilation further on."""
     n = self.shape[axis]
     span = dilation * (kernel - 1) + 1
-    if n < span: raise ValueError(f"kernel {kernel} (dilation {dilation}) is larger than the input size {n}")
+    if n < span: raise ShapeError(f"kernel {kernel} (dilation {dilation}) is larger than the input size {n}")
     x = self.transpose(axis, -1)
     lead = x.shape[:-1]
     x = x.unsqueeze(-2).expand(*lead, kernel, n).reshape(*lead, kernel * n).pad(((0, 0),) * len(lead) + (

@@ -4,7 +4,7 @@ a list of lists is a tuple) as a one-hot select-and-sum that fuses into one kern
 from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
-from tinycore.errors import DTypeError
+from tinycore.errors import DTypeError, IndexKindError, MaskIndexError
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.symbolic_shapes import evaluate
 
@@ -16,7 +16,7 @@ def _expand_ellipsis(indices: tuple, ndim: int) -> tuple:
   consumed = sum(1 for i in indices if i is not None and i is not Ellipsis)
   if consumed > ndim: raise IndexError(f"too many indices ({consumed}) for a tensor with {ndim} dims")
   ellipses = [k for k, i in enumerate(indices) if i is Ellipsis]
-  if len(ellipses) > 1: raise IndexError("an index can only have one Ellipsis")
+  if len(ellipses) > 1: raise IndexError("an index can only have a single ellipsis (...)")
   fill = (slice(None),) * (ndim - consumed)
   if ellipses: return indices[:ellipses[0]] + fill + indices[ellipses[0] + 1:]
   return indices + fill
@@ -110,7 +110,7 @@ def getitem(t: Tensor, indices: Any) -> Tensor:
   if any(is_advanced_index(i) for i in indices): return _advanced_getitem(t, indices)
   for i in indices:
     if not (i is None or i is Ellipsis or isinstance(i, (int, slice))) or isinstance(i, bool):
-      raise TypeError(f"invalid index {i!r} of type {type(i).__name__}")
+      raise IndexKindError(f"invalid index {i!r} of type {type(i).__name__}")
   indices = _expand_ellipsis(indices, t.ndim)
   out, dim, final_shape = t, 0, []
   drop_dims = []
@@ -188,7 +188,7 @@ def _index_tensor(index: Any, device: str) -> Tensor:
     if index.dtype is not dtypes.bool and (index.numel() == 0 or not dtypes.is_float(index.dtype)):
       index = index.cast(dtypes.int32)
   if index.dtype is dtypes.bool:
-    raise NotImplementedError("boolean mask indexing has a data-dependent shape; use where(), masked_fill() or "
+    raise MaskIndexError("boolean mask indexing has a data-dependent shape; use where(), masked_fill() or "
                               "masked_select() (setting, t[mask] = scalar, works)")
   if dtypes.is_float(index.dtype): raise IndexError(f"tensors used as indices must be integers, got {index.dtype}")
   # an index into a tensor on a device tuple is replicated onto those devices

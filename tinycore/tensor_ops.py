@@ -274,7 +274,7 @@ class TensorOps(TensorMath, TensorNN):
 
   def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
     """Coordinate grids of 1-d tensors: with "ij" output dim i follows tensor i; "xy" swaps the first two."""
-    if indexing not in ("ij", "xy"): raise ValueError(f"indexing must be 'ij' or 'xy', got {indexing!r}")
+    if indexing not in ("ij", "xy"): raise ArgumentError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
     tensors = [t.flatten() for t in (self, *args)]
     sizes = [t.shape[0] for t in tensors]
     places = list(range(len(tensors)))
