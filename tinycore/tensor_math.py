@@ -147,7 +147,12 @@ class TensorMath:
     x = self._as_float()
     moderate = x.clip(1, HYPERBOLIC_LARGE)
     value = (moderate + ((moderate - 1) * (moderate + 1)).sqrt()).log()
-    return (x < 1).where(math.nan, (x > HYPERBOLIC_LARGE).where(x._log_of_twice(), value))
+    # below 1: NaN, with torch's gradient there, 1/sqrt(x^2 - 1) (finite below -1): a NaN plus (x - x) times that
+    # slope taken as a constant (computed on the detached input, 0 from 1 up so nothing leaks when not selected)
+    xd = x.detach()
+    slope = (xd < 1).where(((xd - 1) * (xd + 1)).sqrt().reciprocal(), 0.0)
+    below = (x - xd) * slope + math.nan
+    return (x < 1).where(below, (x > HYPERBOLIC_LARGE).where(x._log_of_twice(), value))
 
   def atanh(self: Tensor) -> Tensor:
     """The inverse hyperbolic tangent: a series near 0, +-inf at +-1, NaN outside [-1, 1]."""

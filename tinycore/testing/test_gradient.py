@@ -245,3 +245,12 @@ def test_abs_gradient_is_sign_with_zero_at_zero():
   assert not np.signbit(out).any()
   (grad,) = x.abs().sum().gradient(x)
   assert_close(grad.numpy(), np.array([-1, 0, 0, 1, 1, -1], np.float32))
+
+
+def test_acosh_gradient_below_one_is_torchs():
+  # torch differentiates acosh's formula everywhere: 1/sqrt(x^2 - 1), finite below -1 though the value is NaN
+  values = np.array([-300.0, -2.0, 1.5, 2.0, 300.0], np.float32)
+  x = Tensor(values)
+  assert np.isnan(x.acosh().numpy()[:2]).all()
+  (grad,) = x.acosh().sum().gradient(x)
+  assert_close(grad.numpy(), (1 / np.sqrt(values.astype(np.float64) ** 2 - 1)).astype(np.float32), rtol=1e-5)
