@@ -7,9 +7,11 @@ from __future__ import annotations
 import heapq
 from typing import Union
 import attrs
+from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
 
 INLINE_OPS = frozenset({Ops.CONST, Ops.PARAM, Ops.RANGE, Ops.INDEX, Ops.SINK})
+ADDRESS_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.SHL, Ops.SUB})
 
 
 @attrs.define
@@ -56,6 +58,7 @@ def linearize(sink: UOp) -> LinearKernel:
   vector = {n for n in nodes if n.op not in INLINE_OPS and free[n] & frozenset(upcast)}
   if upcast: free = {n: f - frozenset(upcast) for n, f in free.items()}
   nest = LoopNest(nodes, free)
+  nest.sink_vector_addresses(nodes, vector)
   body = StatementOrder(nodes, nest, vector).build(None)
   params = sorted((n for n in nodes if n.op is Ops.PARAM), key=lambda p: p.arg)
   return LinearKernel(body, params, [n for n in nodes if n.op is Ops.RANGE], upcast, vector)
@@ -93,6 +96,22 @@ class LoopNest:
     for n in nodes:
       if n not in self.scope: self.scope[n] = self.deepest(free[n]) if n.op is not Ops.RANGE else self.parent.get(n)
     self.ancestors = {r: self.chain(r) for r in self.parent} | {None: [None]}
+
+  def sink_vector_addresses(self, nodes: list[UOp], vector: set[UOp]) -> None:
+    """Address arithmetic over the upcast ranges (`row * 256` of a tile) moves to the scope of its users when they
+    share one: hoisted above them it would be a value of another block, kept in a per-lane array and read back as an
+    indirect index in the hot loop (which compilers do not vectorize); at its use it is an affine expression that
+    the C compiler hoists and strength-reduces itself."""
+    users: dict[UOp, list[UOp]] = {}
+    for n in nodes:
+      for s in n.src: users.setdefault(s, []).append(n)
+    for n in reversed(nodes):  # users first, so a chain of address arithmetic moves down together
+      if n not in vector or n.op not in ADDRESS_OPS or n.dtype is None or not dtypes.is_int(n.dtype): continue
+      # the statements using it (an INDEX is rendered inline in its loads and stores)
+      using = [u for x in users.get(n, []) for u in (users.get(x, []) if x.op is Ops.INDEX else [x])]
+      scopes = {self.scope[u] for u in using}
+      scopes.discard(self.scope[n])
+      if len(scopes) == 1 and self.scope[n] in self.ancestors[(target := scopes.pop())]: self.scope[n] = target
 
   def deepest(self, ranges: frozenset[UOp]) -> UOp | None:
     return max(ranges, key=lambda r: self.depth[r]) if ranges else None
