@@ -21,7 +21,10 @@ class NeedsRealize(Exception):
 
   - a reduce read with indices that are not a prefix of the kernel's loops would be recomputed per element;
   - a reduce read by two kernels would be computed twice;
-  - a store whose value reads its own destination at other indices would read bytes it already overwrote.
+  - a store whose value reads its own destination at other indices would read bytes it already overwrote;
+  - a value computed from a reduce (a softmax, a layernorm) read inside another reduction but broadcast along one of
+    the kernel's output loops (attention's probabilities @ V: the same row for every output column) would be
+    recomputed for each element of that loop (the exps of a softmax, dv times over).
   """
   def __init__(self, node: UOp, reason: str):
     super().__init__(reason)
@@ -40,6 +43,8 @@ class KernelBuilder:
     self.range_count = 0
     self.memo: dict[tuple, UOp] = {}
     self.loads_of_output: list[tuple[UOp, UOp | None]] = []
+    self.enclosing: list[tuple[set[UOp], set[UOp]]] = []  # per reduce being lowered: (its free loops, its own)
+    self.holds_reduce: dict[UOp, bool] = {}     # node -> whether it computes a reduce in this kernel
 
   # --- parameters and ranges
   def param(self, buf: UOp) -> UOp:
@@ -103,8 +108,28 @@ class KernelBuilder:
     if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize:
       return self.lower_resizing_bitcast(u, idx, valid)
     if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
+      if self.recomputed_per_output(u, idx):
+        raise NeedsRealize(u, "a value computed from a reduce, broadcast into another reduction along an output loop, "
+                              "would be recomputed for every element of that loop")
       return UOp(op, u.dtype, tuple(self.lower(s, idx, valid) for s in u.src))
     raise NotImplementedError(f"cannot lower {op} into a kernel")
+
+  def recomputed_per_output(self, u: UOp, idx: Index) -> bool:
+    """Whether u, computed from a reduce, is read inside the loop of the reduction being lowered at an index that
+    leaves out one of the loops that reduction runs in: it would be recomputed for each of that loop's iterations
+    (see NeedsRealize)."""
+    if not self.enclosing or not self.computes_reduce(u): return False
+    free, own = self.enclosing[-1]
+    used = ranges_in(idx)
+    return bool(used & own) and not free <= used
+
+  def computes_reduce(self, u: UOp) -> bool:
+    """Whether u's value, as this kernel computes it, includes a reduction (realized nodes are loads here)."""
+    if (known := self.holds_reduce.get(u)) is not None: return known
+    if u.op is Ops.BUFFER or u in self.ctx.realized: result = False
+    else: result = u.op is Ops.REDUCE_AXIS or any(self.computes_reduce(s) for s in u.src)
+    self.holds_reduce[u] = result
+    return result
 
   def load(self, u: UOp, idx: Index, valid: UOp | None) -> UOp:
     buf = self.ctx.buffer_for(u)
@@ -136,7 +161,9 @@ class KernelBuilder:
       if rng.op is Ops.RANGE: reduce_ranges.append(rng)
     if any(max_int(src.shape[axis]) == 0 for axis in axes):
       return UOp.const(u.dtype, identity_element(reduce_op, u.dtype))
-    inner = self.lower(src, tuple(new_idx), and_valid(valid, gate))
+    self.enclosing.append((used, set(reduce_ranges)))
+    try: inner = self.lower(src, tuple(new_idx), and_valid(valid, gate))
+    finally: self.enclosing.pop()
     # iterations past a symbolic size add the reduction's identity
     if gate is not None: inner = UOp(Ops.WHERE, u.dtype, (gate, inner, UOp.const(u.dtype, identity_element(reduce_op,
                                                                                                           u.dtype))))
@@ -165,6 +192,11 @@ class KernelBuilder:
       piece = UOp(Ops.SHL, out_bits, (UOp(Ops.CAST, out_bits, (word,)), UOp.const(out_bits, k * in_size * 8)))
       total = piece if total is None else UOp(Ops.OR, out_bits, (total, piece))
     return total if u.dtype is out_bits else UOp(Ops.BITCAST, u.dtype, (total,))
+
+
+def ranges_in(idx: Index) -> set[UOp]:
+  """The loops an index depends on."""
+  return {r for i in idx for r in i.toposort() if r.op is Ops.RANGE}
 
 
 def _uint_of(size: int):
