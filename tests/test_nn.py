@@ -1,7 +1,7 @@
 """tinycore.nn layers and tinycore.nn.optim optimizers against numpy references; state dicts by attribute path."""
 import numpy as np
 import pytest
-from tinycore import Context, Tensor, nn
+from tinycore import Context, Tensor, dtypes, nn
 from tinycore.nn import optim
 from tinycore.nn.state import get_parameters, get_state_dict, load_state_dict
 
@@ -21,6 +21,23 @@ def test_conv2d_layer_shapes():
   layer = nn.Conv2d(3, 8, 3, padding=1, stride=2)
   assert layer.weight.shape == (8, 3, 3, 3) and layer.bias.shape == (8,)
   assert layer(Tensor.rand(2, 3, 9, 9)).shape == (2, 8, 5, 5)
+
+
+def test_batchnorm_counts_batches_in_a_0d_int64():
+  # torch and tinygrad keep num_batches_tracked as a 0-d int64, so their state dicts load into it unchanged
+  bn = nn.BatchNorm2d(2)
+  assert bn.num_batches_tracked.shape == () and bn.num_batches_tracked.dtype == dtypes.int64
+  with Tensor.train():
+    for _ in range(3): bn(Tensor.ones(2, 2, 3, 3)).realize()
+  assert bn.num_batches_tracked.item() == 3
+  torch_style = {"weight": Tensor([2.0, 3.0]), "bias": Tensor([0.5, -0.5]), "running_mean": Tensor([1.0, 2.0]),
+                 "running_var": Tensor([4.0, 9.0]), "num_batches_tracked": Tensor(np.array(7, dtype=np.int64))}
+  load_state_dict(bn, torch_style)
+  assert bn.num_batches_tracked.item() == 7
+  x = np.arange(8, dtype=np.float32).reshape(1, 2, 2, 2)
+  expected = (x - np.array([1, 2]).reshape(1, 2, 1, 1)) / np.sqrt(np.array([4, 9]).reshape(1, 2, 1, 1) + 1e-5)
+  expected = expected * np.array([2, 3]).reshape(1, 2, 1, 1) + np.array([0.5, -0.5]).reshape(1, 2, 1, 1)
+  np.testing.assert_allclose(bn(Tensor(x)).numpy(), expected, **TOL)
 
 
 def test_batchnorm_train_and_eval():
