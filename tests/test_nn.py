@@ -167,3 +167,31 @@ def test_training_reduces_loss_and_changing_lr_reuses_kernels():
       losses.append(loss.item())
   assert CodegenStats.compiled == compiled  # a new lr is a buffer value, not a new kernel
   assert losses[-1] < 0.5 * losses[0]
+
+
+def test_setting_lr_to_a_number_stores_into_the_lr_buffer():
+  # `opt.lr = 0.25` (tinygrad users write it) must keep working, and a jitted step must see the new value
+  from tinycore import TinyJit
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  opt = optim.SGD([w], lr=0.1)
+
+  @TinyJit
+  def step() -> Tensor:
+    opt.zero_grad()
+    loss = (w * w).sum()
+    loss.backward()
+    opt.step()
+    return loss.realize()
+
+  expected = np.array([1.0, 2.0])
+  with Tensor.train():
+    for i in range(6):
+      if i == 3: opt.lr = 0.25
+      if i == 5: opt.lr *= 0.5
+      lr = 0.1 if i < 3 else 0.25 if i < 5 else 0.125
+      step()
+      expected = expected - lr * 2 * expected  # d(sum(w^2))/dw = 2w
+      np.testing.assert_allclose(w.numpy(), expected, **TOL)
+  assert opt.lr.shape == (1,) and abs(opt.lr.item() - 0.125) < 1e-7
+  with pytest.raises(ValueError, match="learning rate"): opt.lr = -0.5
+  with pytest.raises(ValueError, match="one number"): opt.lr = Tensor([0.1, 0.2])
