@@ -7,6 +7,8 @@
           "bool": [True, False, True], "scalar": 3.25 (0-d float64), "param": nn.Parameter([[1.0, 2.0]])}
     torch.save({"model": sd, "epoch": 7, "name": "fixture", "lrs": [0.1, 0.01]}, "torch_checkpoint.pt")
     torch.save({"w": torch.ones(2)}, "torch_legacy.pt", _use_new_zipfile_serialization=False)
+    torch.save({"expanded": torch.tensor([1.5, -2.0]).reshape(2, 1).expand(2, 3), "device": torch.device("cpu"),
+                "config": Config(), "dtype": torch.float16}, "torch_objects.pt")  # Config(): hidden=16, name="tiny"
 """
 import pathlib
 import numpy as np
@@ -62,3 +64,11 @@ def test_torch_load_names_what_it_cannot_read(tmp_path):
     torch_load(tmp_path / "missing.pt")
   with pytest.raises(TorchFormatError, match="1-d uint8 tensor"):
     torch_load(Tensor([1.0, 2.0]))
+
+
+def test_torch_load_keeps_unknown_objects_inert_and_reads_expanded_tensors():
+  ckpt = torch_load(DATA / "torch_objects.pt")
+  np.testing.assert_array_equal(ckpt["expanded"].numpy(), [[1.5, 1.5, 1.5], [-2.0, -2.0, -2.0]])  # stride 0
+  assert ckpt["config"].pickled_name == "__main__.Config" and ckpt["config"].state == {"hidden": 16, "name": "tiny"}
+  assert ckpt["device"].pickled_name == "torch.device" and ckpt["device"].args == ("cpu",)
+  assert ckpt["dtype"].pickled_name == "torch.float16"

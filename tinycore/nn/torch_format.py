@@ -36,12 +36,20 @@ class TorchFormatError(ValueError):
 
 class UnknownObject:
   """Stands in for a pickled object of a class this reader does not know (an optimizer, a custom config): it keeps
-  the arguments and state it was built from, and is never called."""
+  the arguments and state it was built from. `pickled_name` is the class's "module.name" in the pickle."""
+  pickled_name = "?"
+  args: tuple = ()
+  kwargs: dict = {}
+  state: Any = None
 
-  def __init__(self, *args: Any, **kwargs: Any):
-    self.args, self.kwargs, self.state = args, kwargs, None
-
+  def __init__(self, *args: Any, **kwargs: Any): self.args, self.kwargs = args, kwargs
   def __setstate__(self, state: Any) -> None: self.state = state
+  def __repr__(self) -> str: return f"<unknown {self.pickled_name} args={self.args!r} state={self.state!r}>"
+
+
+def unknown_class(module: str, name: str) -> type:
+  """An UnknownObject subclass named after the pickled class (nothing is imported)."""
+  return type(name, (UnknownObject,), {"pickled_name": f"{module}.{name}"})
 
 
 def torch_load(fn: str | os.PathLike | Tensor) -> Any:
@@ -80,7 +88,7 @@ class CheckpointUnpickler(pickle.Unpickler):
     if module == "torch" and name in storage_dtypes: return storage_dtypes[name]
     if module == "torch._utils" and name == "_rebuild_tensor_v2": return rebuild_tensor
     if module == "torch._utils" and name == "_rebuild_parameter": return lambda data, *_: data
-    return UnknownObject
+    return unknown_class(module, name)
 
   def persistent_load(self, pid: Any) -> Tensor:
     # ("storage", storage class, key, location, numel): the storage's bytes are the archive member data/KEY
