@@ -919,7 +919,8 @@ class Tensor(TensorOps):
   def abs(self) -> Tensor:
     if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool: return self
     if not dtypes.is_float(self.dtype): return (self < 0).where(-self, self)
-    return (self > 0).logical_not().where(0.0 - self, self)  # 0.0 - x: both zeros become 0.0, like numpy
+    # 0.0 - x: both zeros become 0.0, like numpy; a zero (or NaN) passes no gradient, as torch's and tinygrad's abs
+    return (self > 0).where(self, (self < 0).where(0.0 - self, 0.0 - self.detach()))
   def relu(self) -> Tensor: return (self > 0)._or_nan(self).where(self, 0)  # NaN stays NaN, -0.0 becomes 0.0
   def sigmoid(self) -> Tensor: return (1 + (-self).exp()).reciprocal()
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self).sigmoid() - 1.0
@@ -948,6 +949,10 @@ class Tensor(TensorOps):
     return (a < b)._or_nan(a).where(a, b)
   def clip(self, min_=None, max_=None) -> Tensor:
     if min_ is None and max_ is None: raise ArgumentError("clip needs at least one of min_ or max_")
+    if dtypes.is_float(self.dtype):
+      # a value on a bound keeps its whole gradient, as torch's and tinygrad's clamp (maximum would split the tie)
+      low = self if min_ is None else (self < min_).where(min_, self)
+      return low if max_ is None else (low > max_).where(max_, low)
     out = self
     if min_ is not None: out = out.maximum(min_)
     if max_ is not None: out = out.minimum(max_)
