@@ -73,13 +73,6 @@ def _concrete(x: Any) -> Any:
   return evaluate(x) if isinstance(x, UOp) else x
 
 
-def _check_int_storable(value: Any, dtype: DType) -> None:
-  """An integer dtype has no inf or NaN: storing one is the user's mistake, not a silent 0 (as int() raises)."""
-  if dtypes.is_int(dtype) and isinstance(value, float) and not math.isfinite(value):
-    error = ValueError if math.isnan(value) else OverflowError
-    raise error(f"cannot store {value} in {dtype}: an integer dtype has no inf or nan")
-
-
 def _flatten_nested(data: Any) -> tuple[list[Any], tuple[int, ...]]:
   """A nested list as a flat list plus its shape; ragged nesting is an error."""
   if not isinstance(data, (list, tuple)): return [data], ()
@@ -152,7 +145,6 @@ class Tensor(TensorOps):
       if device is not None and data.device is not None and Device.canonicalize(device) != data.device:
         uop = UOp(Ops.COPY, data.dtype, (data,), Device.canonicalize(device))
     elif isinstance(data, (bool, int, float)):
-      _check_int_storable(data, dtype or dtypes.from_py(data))
       uop = UOp.const(dtype or dtypes.from_py(data), data, _canonical_device(device))
       dtype = None
     elif isinstance(data, (list, tuple)):
@@ -191,7 +183,6 @@ class Tensor(TensorOps):
     target = dtype or (dtypes.from_py(flat) if flat else dtypes.default_float)
     # build the bytes in the inferred dtype's host form, then cast on the device (casts run on the target)
     host_dtype = target if target is not dtypes.bfloat16 else dtypes.float32
-    for v in flat: _check_int_storable(v, target)
     values = [dtypes.as_const(v, host_dtype) if not dtypes.is_float(host_dtype) else float(v) for v in flat]
     arr = np.array(values, dtype=to_np_dtype(host_dtype)).reshape(shape)
     uop = Tensor._from_numpy(arr, device)
@@ -280,7 +271,6 @@ class Tensor(TensorOps):
     shape = Tensor._shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
     kwargs.pop("buffer", None)  # tinygrad's storage hint: a filled tensor gets storage when an op needs it
     dtype = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
-    _check_int_storable(fill_value, dtype)
     const = UOp.const(dtype, fill_value, _canonical_device(device))
     return Tensor(const.reshape((1,) * len(shape)).expand(shape), **kwargs)
 
