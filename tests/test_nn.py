@@ -195,3 +195,14 @@ def test_setting_lr_to_a_number_stores_into_the_lr_buffer():
   assert opt.lr.shape == (1,) and abs(opt.lr.item() - 0.125) < 1e-7
   with pytest.raises(ValueError, match="learning rate"): opt.lr = -0.5
   with pytest.raises(ValueError, match="one number"): opt.lr = Tensor([0.1, 0.2])
+
+
+def test_batchnorm_training_on_one_value_per_channel_raises():
+  bn = nn.BatchNorm(3)
+  with Tensor.train(), pytest.raises(ValueError, match=r"more than one value per channel, got shape \(1, 3\)"):
+    bn(Tensor([[1.0, 2.0, 3.0]]))
+  with Tensor.train(): out = bn(Tensor([[[1.0, 3.0], [2.0, 2.0], [0.0, 4.0]]])).numpy()  # two values per channel
+  np.testing.assert_allclose(out, [[[-1, 1], [0, 0], [-1, 1]]], atol=1e-4)
+  running_var = 0.9 + 0.1 * np.array([2.0, 0.0, 8.0])  # unbiased variances of the batch above
+  expected = (np.array([1.0, 2.0, 3.0]) - 0.1 * 2.0) / np.sqrt(running_var + 1e-5)
+  np.testing.assert_allclose(bn(Tensor([[1.0, 2.0, 3.0]])).numpy(), [expected], atol=1e-4)  # eval: one row is fine

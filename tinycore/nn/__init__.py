@@ -117,6 +117,8 @@ class BatchNorm:
     channels = next((t.shape[0] for t in (self.weight, getattr(self, "running_mean", None)) if t is not None), None)
     if x.ndim < 2 or (channels is not None and x.shape[1] != channels):
       raise ValueError(f"BatchNorm({channels}) needs an input (N, {channels}, ...), got shape {x.shape}")
+    if TRAINING and x.numel() == x.shape[1]:  # (torch raises too; tinygrad divides by zero)
+      raise ValueError(f"BatchNorm in training mode needs more than one value per channel, got shape {x.shape}")
     mean, var = self.calc_stats(x)
     if self.track_running_stats and TRAINING:
       count = x.numel() // x.shape[1]
