@@ -127,10 +127,21 @@ def _broadcast_uop(uop: UOp, shape: tuple[int, ...]) -> UOp:
   return uop.reshape((1,) * (len(shape) - len(uop.shape)) + uop.shape).expand(shape)
 
 
-class Tensor(TensorOps):
+class TensorType(type):
+  """Tensor's class. `Tensor.training` is the TRAINING setting itself: `Tensor.training = True` (classic tinygrad
+  scripts) turns training mode on for BatchNorm, dropout and the optimizers, and reads True inside
+  `Context(TRAINING=1)`."""
+
+  @property
+  def training(cls) -> bool: return bool(TRAINING)
+
+  @training.setter
+  def training(cls, mode: bool) -> None: TRAINING.value = int(mode)
+
+
+class Tensor(TensorOps, metaclass=TensorType):
   """A lazily evaluated multi-dimensional array on a device."""
   __slots__ = ("uop", "requires_grad", "grad", "view_of", "__weakref__")
-  training: bool = False
   _seed: int = 0
   _rng_counter: int = 0
 
@@ -1271,15 +1282,6 @@ class Tensor(TensorOps):
     def __init__(self, mode: bool = True):
       super().__init__(TRAINING=int(mode))
       self.mode = mode
-
-    def __enter__(self) -> Context:
-      self.previous_flag = Tensor.training
-      Tensor.training = self.mode
-      return super().__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-      Tensor.training = self.previous_flag
-      super().__exit__(*exc)
 
   class test(train):
     """`with Tensor.test():` training mode off for the block."""
