@@ -68,8 +68,24 @@ def test_train_and_test_context_managers():
     assert TRAINING
   assert not TRAINING and not Tensor.training
   with Context(TRAINING=1):
-    assert TRAINING.value == 1
+    assert TRAINING.value == 1 and Tensor.training
   assert TRAINING.value == 0
+
+
+def test_setting_tensor_training_turns_training_mode_on():
+  # classic tinygrad scripts start with `Tensor.training = True`: BatchNorm must then use (and update) batch stats
+  from tinycore import nn
+  bn = nn.BatchNorm(2)
+  x = np.array([[1.0, 2.0], [3.0, 6.0]], dtype=np.float32)
+  try:
+    Tensor.training = True
+    assert TRAINING and Tensor.training
+    out = bn(Tensor(x)).numpy()
+  finally:
+    Tensor.training = False
+  assert not TRAINING
+  np.testing.assert_allclose(out, (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5), atol=1e-4)
+  np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * x.mean(0), atol=1e-6)
 
 
 def test_context_decorates_and_rejects_unknown_settings():

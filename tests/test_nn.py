@@ -1,7 +1,7 @@
 """tinycore.nn layers and tinycore.nn.optim optimizers against numpy references; state dicts by attribute path."""
 import numpy as np
 import pytest
-from tinycore import Context, Tensor, nn
+from tinycore import Context, Tensor, dtypes, nn
 from tinycore.nn import optim
 from tinycore.nn.state import get_parameters, get_state_dict, load_state_dict
 
@@ -21,6 +21,23 @@ def test_conv2d_layer_shapes():
   layer = nn.Conv2d(3, 8, 3, padding=1, stride=2)
   assert layer.weight.shape == (8, 3, 3, 3) and layer.bias.shape == (8,)
   assert layer(Tensor.rand(2, 3, 9, 9)).shape == (2, 8, 5, 5)
+
+
+def test_batchnorm_counts_batches_in_a_0d_int64():
+  # torch and tinygrad keep num_batches_tracked as a 0-d int64, so their state dicts load into it unchanged
+  bn = nn.BatchNorm2d(2)
+  assert bn.num_batches_tracked.shape == () and bn.num_batches_tracked.dtype == dtypes.int64
+  with Tensor.train():
+    for _ in range(3): bn(Tensor.ones(2, 2, 3, 3)).realize()
+  assert bn.num_batches_tracked.item() == 3
+  torch_style = {"weight": Tensor([2.0, 3.0]), "bias": Tensor([0.5, -0.5]), "running_mean": Tensor([1.0, 2.0]),
+                 "running_var": Tensor([4.0, 9.0]), "num_batches_tracked": Tensor(np.array(7, dtype=np.int64))}
+  load_state_dict(bn, torch_style)
+  assert bn.num_batches_tracked.item() == 7
+  x = np.arange(8, dtype=np.float32).reshape(1, 2, 2, 2)
+  expected = (x - np.array([1, 2]).reshape(1, 2, 1, 1)) / np.sqrt(np.array([4, 9]).reshape(1, 2, 1, 1) + 1e-5)
+  expected = expected * np.array([2, 3]).reshape(1, 2, 1, 1) + np.array([0.5, -0.5]).reshape(1, 2, 1, 1)
+  np.testing.assert_allclose(bn(Tensor(x)).numpy(), expected, **TOL)
 
 
 def test_batchnorm_train_and_eval():
@@ -150,3 +167,42 @@ def test_training_reduces_loss_and_changing_lr_reuses_kernels():
       losses.append(loss.item())
   assert CodegenStats.compiled == compiled  # a new lr is a buffer value, not a new kernel
   assert losses[-1] < 0.5 * losses[0]
+
+
+def test_setting_lr_to_a_number_stores_into_the_lr_buffer():
+  # `opt.lr = 0.25` (tinygrad users write it) must keep working, and a jitted step must see the new value
+  from tinycore import TinyJit
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  opt = optim.SGD([w], lr=0.1)
+
+  @TinyJit
+  def step() -> Tensor:
+    opt.zero_grad()
+    loss = (w * w).sum()
+    loss.backward()
+    opt.step()
+    return loss.realize()
+
+  expected = np.array([1.0, 2.0])
+  with Tensor.train():
+    for i in range(6):
+      if i == 3: opt.lr = 0.25
+      if i == 5: opt.lr *= 0.5
+      lr = 0.1 if i < 3 else 0.25 if i < 5 else 0.125
+      step()
+      expected = expected - lr * 2 * expected  # d(sum(w^2))/dw = 2w
+      np.testing.assert_allclose(w.numpy(), expected, **TOL)
+  assert opt.lr.shape == (1,) and abs(opt.lr.item() - 0.125) < 1e-7
+  with pytest.raises(ValueError, match="learning rate"): opt.lr = -0.5
+  with pytest.raises(ValueError, match="one number"): opt.lr = Tensor([0.1, 0.2])
+
+
+def test_batchnorm_training_on_one_value_per_channel_raises():
+  bn = nn.BatchNorm(3)
+  with Tensor.train(), pytest.raises(ValueError, match=r"more than one value per channel, got shape \(1, 3\)"):
+    bn(Tensor([[1.0, 2.0, 3.0]]))
+  with Tensor.train(): out = bn(Tensor([[[1.0, 3.0], [2.0, 2.0], [0.0, 4.0]]])).numpy()  # two values per channel
+  np.testing.assert_allclose(out, [[[-1, 1], [0, 0], [-1, 1]]], atol=1e-4)
+  running_var = 0.9 + 0.1 * np.array([2.0, 0.0, 8.0])  # unbiased variances of the batch above
+  expected = (np.array([1.0, 2.0, 3.0]) - 0.1 * 2.0) / np.sqrt(running_var + 1e-5)
+  np.testing.assert_allclose(bn(Tensor([[1.0, 2.0, 3.0]])).numpy(), [expected], atol=1e-4)  # eval: one row is fine

@@ -145,10 +145,21 @@ def _broadcast_uop(uop: UOp, shape: tuple[int, ...]) -> UOp:
   return uop.reshape((1,) * (len(shape) - len(uop.shape)) + uop.shape).expand(shape)
 
 
-class Tensor(TensorOps):
+class TensorType(type):
+  """Tensor's class. `Tensor.training` is the TRAINING setting itself: `Tensor.training = True` (classic tinygrad
+  scripts) turns training mode on for BatchNorm, dropout and the optimizers, and reads True inside
+  `Context(TRAINING=1)`."""
+
+  @property
+  def training(cls) -> bool: return bool(TRAINING)
+
+  @training.setter
+  def training(cls, mode: bool) -> None: TRAINING.value = int(mode)
+
+
+class Tensor(TensorOps, metaclass=TensorType):
   """A lazily evaluated multi-dimensional array on a device."""
   __slots__ = ("uop", "requires_grad", "grad", "view_of", "__weakref__")
-  training: bool = False
   _seed: int = 0
   _rng_counter: int = 0
 
@@ -952,8 +963,8 @@ class Tensor(TensorOps):
   def abs(self) -> Tensor:
     if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool: return self
     if not dtypes.is_float(self.dtype): return (self < 0).where(-self, self)
-    # x * sign(x): its gradient is sign(x), 0 at 0 (as torch's); + 0.0 makes -0.0 into 0.0, like numpy
-    return self * self.sign() + 0.0
+    # 0.0 - x: both zeros become 0.0, like numpy; a zero (or NaN) passes no gradient, as torch's and tinygrad's abs
+    return (self > 0).where(self, (self < 0).where(0.0 - self, 0.0 - self.detach()))
   def relu(self) -> Tensor: return (self > 0)._or_nan(self).where(self, 0)  # NaN stays NaN, -0.0 becomes 0.0
   def sigmoid(self) -> Tensor:
     """1 / (1 + exp(-x)), from exp(-|x|) only (<= 1): no overflow, so no NaN in the gradient where it saturates."""
@@ -987,14 +998,13 @@ class Tensor(TensorOps):
     return (a < b)._or_nan(a).where(a, b)
   def clip(self, min_=None, max_=None) -> Tensor:
     if min_ is None and max_ is None: raise ArgumentError("clip needs at least one of min_ or max_")
-    # selects (not maximum/minimum): a value at a bound passes its whole gradient, as torch's and tinygrad's clamp
+    if dtypes.is_float(self.dtype):
+      # a value on a bound keeps its whole gradient, as torch's and tinygrad's clamp (maximum would split the tie)
+      low = self if min_ is None else (self < min_).where(min_, self)
+      return low if max_ is None else (low > max_).where(max_, low)
     out = self
-    if min_ is not None:
-      a, low = out._broadcasted(min_)
-      out = (a < low).where(low, a)
-    if max_ is not None:
-      a, high = out._broadcasted(max_)
-      out = (a > high).where(high, a)
+    if min_ is not None: out = out.maximum(min_)
+    if max_ is not None: out = out.minimum(max_)
     return out
   clamp = clip
 
@@ -1322,15 +1332,6 @@ class Tensor(TensorOps):
     def __init__(self, mode: bool = True):
       super().__init__(TRAINING=int(mode))
       self.mode = mode
-
-    def __enter__(self) -> Context:
-      self.previous_flag = Tensor.training
-      Tensor.training = self.mode
-      return super().__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-      Tensor.training = self.previous_flag
-      super().__exit__(*exc)
 
   class test(train):
     """`with Tensor.test():` training mode off for the block."""

@@ -1,6 +1,8 @@
 """Realize: schedule tensor graphs into a LINEAR and run its calls (the tensor layer rebinds tensors to the results)."""
 from __future__ import annotations
-from typing import Any, Sequence
+import functools
+import sys
+from typing import Any, Callable, Sequence, TypeVar
 import tinycore.profiler as profiler
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import GroupOp, Ops, UOp
@@ -91,12 +93,36 @@ def timed_host_kernel(kernel: Any, sink: UOp, buffers: Sequence[Any], handles: S
   return elapsed
 
 
+# The scheduler and code generator walk a graph recursively (about three frames per op of a chain), so a lazy chain
+# of a few hundred ops would pass Python's default limit of 1000 frames. 20000 frames (chains of ~3000 ops) stays
+# well inside an 8 MiB thread stack: a 10000-op chain crashed the interpreter only with the limit above ~60000.
+GRAPH_RECURSION_LIMIT = 20000
+Result = TypeVar("Result")
+
+
+def with_graph_recursion_limit(fn: Callable[..., Result]) -> Callable[..., Result]:
+  """Run fn with the recursion limit raised to GRAPH_RECURSION_LIMIT; a graph deeper still is a RecursionError
+  that says what to do."""
+  @functools.wraps(fn)
+  def run(*args: Any, **kwargs: Any) -> Result:
+    previous = sys.getrecursionlimit()
+    if previous < GRAPH_RECURSION_LIMIT: sys.setrecursionlimit(GRAPH_RECURSION_LIMIT)
+    try: return fn(*args, **kwargs)
+    except RecursionError as e:
+      raise RecursionError("this tensor graph is too deep to schedule (a chain of thousands of lazy ops): realize() "
+                           "an intermediate result every thousand ops or so") from e
+    finally: sys.setrecursionlimit(previous)
+  return run
+
+
+@with_graph_recursion_limit
 @holding_runtime_lock
 def schedule_roots(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   """The LINEAR that would realize these tensor graphs, and what each realized node becomes."""
   return cached_schedule(roots)
 
 
+@with_graph_recursion_limit
 @holding_runtime_lock
 def realize_roots(roots: list[UOp]) -> dict[UOp, UOp]:
   """Schedule (cached by graph shape), compile queue batches once per cached schedule, bind this call's buffers

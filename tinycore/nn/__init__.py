@@ -11,15 +11,16 @@ A layer is a plain object holding tensors as attributes; ``nn.state.get_paramete
 from __future__ import annotations
 import math
 from typing import Sequence
+from tinycore.dtype import DType, dtypes
 from tinycore.helpers import TRAINING
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import prod
 
 
-def filled(*shape: int, value: float, requires_grad: bool | None = None) -> Tensor:
+def filled(*shape: int, value: float, requires_grad: bool | None = None, dtype: DType | None = None) -> Tensor:
   """A tensor of `value` in its own (lazy) storage. Distinct from every other tensor even when equal to it: a
   constant tensor is a shared graph node, and assigning into one must not touch another."""
-  return Tensor.empty(*shape, requires_grad=requires_grad).assign(Tensor.full(shape, value))
+  return Tensor.empty(*shape, dtype=dtype, requires_grad=requires_grad).assign(Tensor.full(shape, value, dtype=dtype))
 
 
 class Linear:
@@ -98,7 +99,8 @@ class BatchNorm:
     self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
     self.weight: Tensor | None = filled(sz, value=1.0) if affine else None
     self.bias: Tensor | None = filled(sz, value=0.0) if affine else None
-    self.num_batches_tracked = filled(1, value=0.0, requires_grad=False)
+    # a 0-d int64 counter, as tinygrad's and torch's (a torch state dict loads into it unchanged)
+    self.num_batches_tracked = filled(value=0, requires_grad=False, dtype=dtypes.int64)
     if track_running_stats:
       self.running_mean = filled(sz, value=0.0, requires_grad=False)
       self.running_var = filled(sz, value=1.0, requires_grad=False)
@@ -115,6 +117,8 @@ class BatchNorm:
     channels = next((t.shape[0] for t in (self.weight, getattr(self, "running_mean", None)) if t is not None), None)
     if x.ndim < 2 or (channels is not None and x.shape[1] != channels):
       raise ValueError(f"BatchNorm({channels}) needs an input (N, {channels}, ...), got shape {x.shape}")
+    if TRAINING and x.numel() == x.shape[1]:  # (torch raises too; tinygrad divides by zero)
+      raise ValueError(f"BatchNorm in training mode needs more than one value per channel, got shape {x.shape}")
     mean, var = self.calc_stats(x)
     if self.track_running_stats and TRAINING:
       count = x.numel() // x.shape[1]

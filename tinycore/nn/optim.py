@@ -47,7 +47,22 @@ class Optimizer:
     if not self.params: raise ValueError("the optimizer got no parameters (every tensor has requires_grad=False)")
     self.buffers = _dedup([t for t in params if not t.requires_grad])
     self.device = device or self.params[0].device
-    self.lr = _own_buffer(Tensor([lr], device=self.device, dtype=dtypes.float32))
+    self._lr = _own_buffer(Tensor([lr], device=self.device, dtype=dtypes.float32))
+
+  @property
+  def lr(self) -> Tensor:
+    """The learning rate: a (1,) float32 tensor on `device`. Assigning a number or a tensor (`opt.lr = 0.01`,
+    `opt.lr *= 0.5`) stores into it, so every later step, a jitted one included, reads the new value."""
+    return self._lr
+
+  @lr.setter
+  def lr(self, value: float | Tensor) -> None:
+    if not isinstance(value, Tensor):
+      if value < 0: raise ValueError(f"invalid learning rate {value}: it must be >= 0")
+      value = Tensor([value], device=self.device, dtype=dtypes.float32)
+    if value.numel() != 1:
+      raise ValueError(f"the learning rate must be one number, got a tensor of shape {value.shape}")
+    self._lr.assign(value.reshape(1).cast(dtypes.float32).to(self._lr.device)).realize()  # a jitted step reads it
 
   def zero_grad(self) -> None:
     """Forget the parameters' gradients (the next backward() starts from zero)."""

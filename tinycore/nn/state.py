@@ -26,6 +26,7 @@ from typing import Any
 from tinycore.dtype import DType, dtypes
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import prod
+from tinycore.nn.torch_format import torch_load  # noqa: F401  (tinygrad's nn.state.torch_load)
 
 # the safetensors dtype names (https://github.com/huggingface/safetensors)
 safe_dtypes: dict[str, DType] = {

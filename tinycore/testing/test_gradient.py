@@ -127,9 +127,9 @@ def test_max_min_ties_split_equally(reduce):
   assert_close(grad, np.array([[0, 0.5, 0.5, 0], [1, 1, 1, 0]], dtype=np.float32))
 
 
-def test_maximum_minimum_ties_split_in_halves_clip_passes_bounds():
-  # as tinygrad: maximum is a MAX whose tie gives each operand half, minimum is built on it; clip selects, so a value
-  # at a bound gets its whole gradient (torch's and tinygrad's clamp)
+def test_maximum_minimum_ties_split_in_halves_clip_and_abs_do_not():
+  # as tinygrad: maximum is a MAX whose tie gives each operand half, minimum is built on it; clip (clamp) passes
+  # the whole gradient at a bound, and abs none at zero, as tinygrad's and torch's
   a, b = Tensor([1.0, 2.0, 3.0, -4.0]), Tensor([1.0, 5.0, 0.0, -4.0])
   for fn, want_a, want_b in ((Tensor.maximum, [0.5, 0, 1, 0.5], [0.5, 1, 0, 0.5]),
                              (Tensor.minimum, [0.5, 1, 0, 0.5], [0.5, 0, 1, 0.5])):
@@ -139,6 +139,11 @@ def test_maximum_minimum_ties_split_in_halves_clip_passes_bounds():
   x = Tensor([-1.0, 0.5, 0.2, 1.0, -3.0])
   (grad,) = x.clip(-1.0, 0.5).sum().gradient(x)
   assert_close(grad, np.array([1, 1, 1, 0, 0], dtype=np.float32))
+  (grad,) = x.clip(max_=0.2).sum().gradient(x)
+  assert_close(grad, np.array([1, 0, 1, 0, 1], dtype=np.float32))
+  z = Tensor([0.0, -0.0, -2.0, 3.0])
+  (grad,) = z.abs().sum().gradient(z)
+  assert_close(grad, np.array([0, 0, -1, 1], dtype=np.float32))
 
 
 MOVEMENT = {

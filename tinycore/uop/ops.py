@@ -212,6 +212,9 @@ class UOp(metaclass=_UOpCache):
 
   @cached_property
   def device(self) -> str | tuple[str, ...] | None:
+    if any("device" not in s.__dict__ for s in self.src):
+      # the sources' devices first, bottom-up: a chain of thousands of new lazy ops would recurse once per node
+      for node in toposort_roots(self.src, gate=lambda n: "device" not in n.__dict__): node.device  # noqa: B018
     if (rule := _DEVICE_RULES.get(self.op)) is not None: return rule(self)  # (a table: see _infer_shape)
     for s in self.src:
       if (d := s.device) is not None: return d

@@ -1,0 +1,30 @@
+"""A careless user's long lazy chains: thousands of ops before the first realize."""
+import sys
+import numpy as np
+import pytest
+from tinycore import Tensor
+
+
+def chain(t: Tensor, n: int) -> Tensor:
+  for _ in range(n): t = t * 1.0001 + 0.0001
+  return t
+
+
+def test_a_chain_of_thousands_of_lazy_ops_computes():
+  limit = sys.getrecursionlimit()
+  start = np.array([1.0, -2.0, 0.5], np.float32)
+  expected = start.copy()
+  for _ in range(2500): expected = expected * np.float32(1.0001) + np.float32(0.0001)
+  np.testing.assert_allclose(chain(Tensor(start), 2500).numpy(), expected, rtol=1e-5)
+  assert sys.getrecursionlimit() == limit  # raised only while scheduling
+
+
+def test_a_graph_too_deep_to_schedule_says_what_to_do():
+  with pytest.raises(RecursionError, match=r"realize\(\) an intermediate result"):
+    chain(Tensor([1.0, 2.0]), 12000).numpy()
+  # realizing along the way works
+  t = Tensor([1.0, 2.0])
+  for _ in range(6): t = chain(t, 2000).realize()
+  expected = np.array([1.0, 2.0], np.float32)
+  for _ in range(12000): expected = expected * np.float32(1.0001) + np.float32(0.0001)
+  np.testing.assert_allclose(t.numpy(), expected, rtol=1e-4)
