@@ -87,6 +87,8 @@ def test_int_data_has_no_inf_or_nan():
   with pytest.raises(OverflowError, match="int32"): Tensor([1.0, math.inf], dtype=dtypes.int32)
   with pytest.raises(OverflowError): Tensor(-math.inf, dtype=dtypes.uint8)
   with pytest.raises(ValueError, match="int8"): Tensor([math.nan], dtype=dtypes.int8)
+  with pytest.raises(OverflowError, match="int32"): Tensor.full((2,), math.inf, dtype=dtypes.int32)
+  with pytest.raises(ValueError): Tensor.full((2,), math.nan, dtype=dtypes.int8)
   assert Tensor([math.inf, 0.0], dtype=dtypes.bool).tolist() == [True, False]
   assert Tensor([math.inf, -2.5], dtype=dtypes.float16).tolist() == [math.inf, -2.5]
   assert Tensor([1.9, -1.9], dtype=dtypes.int32).tolist() == [1, -1]

@@ -305,6 +305,7 @@ class Tensor(TensorOps, metaclass=TensorType):
     if isinstance(fill_value, (list, tuple, str, Tensor)):  # (a tensor of values is `Tensor(data)` or `expand`)
       raise TypeError(f"full needs one number as fill_value, got {type(fill_value).__name__} {fill_value!r}")
     dtype = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+    _check_int_convertible([fill_value], dtype)
     const = UOp.const(dtype, fill_value, _canonical_device(device))
     return Tensor(const.reshape((1,) * len(shape)).expand(shape), **kwargs)
 
