@@ -4,6 +4,8 @@ import pytest
 from tinycore import Tensor
 from tinycore.device.kernels import compile_kernel
 from tinycore.device.registry import Device
+from tinycore.codegen.optimize import optimize_kernel
+from tinycore.uop.ops import Ops
 
 
 def kernel_of(t: Tensor):
@@ -125,3 +127,25 @@ def test_renderer_holds_no_per_kernel_state_and_linearizes_once(monkeypatch):
   renderer.render("k", reduce_sink)
   assert vars(renderer) == before  # nothing of either kernel stayed on the renderer
   assert renderer.render("k", grid_sink) == first  # and the next render of the same kernel is the same
+
+
+def test_index_tensor_reads_one_element_per_output_not_every_row():
+  # t[idx] lowers to a sum over the rows of where(idx == row, t[row], 0); the code generator reads t[idx] directly
+  # (a gated load), so the kernel has no loop over the table's rows, and NaN/inf in rows not picked stay out
+  from tinycore import nn
+  rng = np.random.default_rng(3)
+  table = rng.standard_normal((1000, 8)).astype(np.float32)
+  table[5, 2], table[7, 0] = np.nan, np.inf
+  idx = np.array([[3, 999, -1], [0, 42, 3]], np.int32)
+  t, i = Tensor(table), Tensor(idx)
+  np.testing.assert_array_equal(t[i].numpy(), table[idx])
+  linear = t[i].schedule_linear()
+  kernels = [call.src[0] for call in linear.src if call.src[0].op is Ops.SINK]
+  assert not any(u.op is Ops.REDUCE for k in kernels for u in optimize_kernel(k).toposort())
+  emb = nn.Embedding(1000, 8)
+  emb.weight = t
+  out = emb(Tensor(np.array([[3, 1000], [0, 42]], np.int32))).numpy()  # an index past the table reads zeros
+  np.testing.assert_array_equal(out, np.stack([np.stack([table[3], np.zeros(8, np.float32)]), table[[0, 42]]]))
+  grid = rng.standard_normal((6, 7)).astype(np.float32)
+  rows, cols = np.array([0, 5, 2], np.int32), np.array([6, 0, 3], np.int32)
+  np.testing.assert_array_equal(Tensor(grid)[Tensor(rows), Tensor(cols)].numpy(), grid[rows, cols])

@@ -301,7 +301,67 @@ gated_loads = PatternMatcher([
 ])
 
 
+def _conjuncts(cond: UOp) -> list[UOp]:
+  return [t for s in cond.src for t in _conjuncts(s)] if cond.op is Ops.AND else [cond]
+
+
+def _range_under_casts(u: UOp) -> UOp:
+  while u.op is Ops.CAST: u = u.src[0]
+  return u
+
+
+def gathered_reduce(x: UOp) -> UOp | None:
+  """A sum over a range r of `where(e == r, v(r), 0)` (how an index tensor picks elements: t[idx], a gather) is
+  v(e): the element e names, read directly (a load at a computed address, gated to 0 <= e < size as the sum of
+  none is 0), instead of size(r) compares per element (an embedding lookup into a 50000-row table read every row).
+  e must not depend on r. Exact: the sum adds zeros to one element (NaNs and infs in other rows stay out)."""
+  value, ranges = x.src[0], x.src[1:]
+  if x.arg is not Ops.ADD or value.op is not Ops.WHERE or value.src[2].op is not Ops.CONST or value.src[2].arg != 0:
+    return None
+  picked_at: dict[UOp, UOp] = {}
+  kept: list[UOp] = []
+  for term in _conjuncts(value.src[0]):
+    found = None
+    if term.op is Ops.CMPEQ:
+      for a, b in (term.src, term.src[::-1]):
+        rng = _range_under_casts(b)
+        if (rng in ranges and rng not in picked_at and dtypes.is_int(a.dtype) and len(rng.src) == 1 and
+            rng.src[0].op is Ops.CONST and rng not in a.toposort()):
+          found = (rng, a)
+          break
+    if found is None: kept.append(term)
+    else: picked_at[found[0]] = found[1]
+  if not picked_at: return None
+  inside = None
+  substitute: dict[UOp, UOp] = {}
+  for rng, e in picked_at.items():
+    at = e.cast(dtypes.index) if e.dtype is not dtypes.index else e
+    bound = UOp(Ops.AND, dtypes.bool, (UOp(Ops.CMPLT, dtypes.bool, (UOp.const(dtypes.index, -1), at)),
+                                       UOp(Ops.CMPLT, dtypes.bool, (at, rng.src[0]))))
+    inside = bound if inside is None else UOp(Ops.AND, dtypes.bool, (inside, bound))
+    substitute[rng] = at
+  assert inside is not None
+  # every load whose address used a picked range reads only inside the bounds (an index out of range reads 0)
+  loads = {u: u for u in value.src[1].toposort() if u.op is Ops.INDEX and any(r in u.toposort() for r in picked_at)}
+  for index in loads:
+    gate = inside if len(index.src) < 3 else UOp(Ops.AND, dtypes.bool, (index.src[2], inside))
+    loads[index] = UOp(Ops.INDEX, index.dtype, (index.src[0], index.src[1], gate), index.arg)
+  picked = value.src[1].substitute(loads).substitute(substitute)
+  cond = inside
+  for term in kept: cond = UOp(Ops.AND, dtypes.bool, (cond, term.substitute(substitute)))
+  out = UOp(Ops.WHERE, value.dtype, (cond, picked, value.src[2]))
+  rest = tuple(r for r in ranges if r not in picked_at)
+  return UOp(Ops.REDUCE, x.dtype, (out, *rest), x.arg) if rest else out
+
+
+gathers = PatternMatcher([
+  # a sum over r of where(e == r, v(r), 0) is v(e) (a gather: t[idx] reads one element, not every row)
+  (UPat(Ops.REDUCE, name="x"), gathered_reduce),
+])
+
+
 def optimize_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
-  """The kernel with contiguous loops merged, register tiles for strided reductions and several rows per pass for
-  column-sum strips, shaped for `target`."""
-  return strip_rows_per_pass(upcast_reduce_kernel(merge_ranges(graph_rewrite(sink, gated_loads)), target), target)
+  """The kernel with gathers read directly, contiguous loops merged, register tiles for strided reductions and
+  several rows per pass for column-sum strips, shaped for `target`."""
+  sink = graph_rewrite(graph_rewrite(sink, gathers), gated_loads)
+  return strip_rows_per_pass(upcast_reduce_kernel(merge_ranges(sink), target), target)

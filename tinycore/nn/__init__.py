@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 from tinycore.dtype import DType, dtypes
+from tinycore.errors import DTypeError
 from tinycore.helpers import TRAINING
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import prod
@@ -233,8 +234,12 @@ class Embedding:
     self.weight = Tensor.glorot_uniform(vocab_size, embed_size)
 
   def __call__(self, idx: Tensor) -> Tensor:
-    # a one-hot matmul: gathers the rows, and its gradient scatters back into them
-    return idx.one_hot(self.vocab_size).cast(self.weight.dtype) @ self.weight
+    # the row of each index: a sum over the vocabulary of where(idx == row, weight[row], 0), which the code generator
+    # turns into one gated load per element (codegen.optimize.gathered_reduce); its gradient scatters back into the
+    # rows. An index outside the table reads zeros, as tinygrad's one-hot lookup does.
+    if not dtypes.is_int(idx.dtype): raise DTypeError(f"Embedding needs integer indices, got {idx.dtype}")
+    rows = Tensor.arange(self.vocab_size, device=idx.device).reshape(self.vocab_size, 1)
+    return (idx.reshape(*idx.shape, 1, 1) == rows).where(self.weight, 0).sum(-2)
 
 
 class LSTMCell:
