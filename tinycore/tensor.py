@@ -911,7 +911,9 @@ class Tensor(TensorOps):
     if not dtypes.is_float(self.dtype): return (self < 0).where(-self, self)
     return (self > 0).logical_not().where(0.0 - self, self)  # 0.0 - x: both zeros become 0.0, like numpy
   def relu(self) -> Tensor: return (self > 0)._or_nan(self).where(self, 0)  # NaN stays NaN, -0.0 becomes 0.0
-  def sigmoid(self) -> Tensor: return (1 + (-self).exp()).reciprocal()
+  def sigmoid(self) -> Tensor:
+    x = self._as_float()  # -x of a bool is its logical not, of an unsigned int a wrap
+    return (1 + (-x).exp()).reciprocal()
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self).sigmoid() - 1.0
   def square(self) -> Tensor: return self * self
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
@@ -1152,21 +1154,33 @@ class Tensor(TensorOps):
     """Index of the first minimum. Ints flip their order with ~x, which (unlike -x) has no overflowing value."""
     return (~self if dtypes.is_int(self.dtype) else self._inverse()).argmax(axis, keepdim)
 
+  def _shift_for_exp(self, axis) -> Tensor:
+    """The max over axis (keepdim), by which exp-sums shift their inputs; 0 where that axis is empty (the sum of no
+    exps is 0 whatever the shift) or the max is infinite (-inf - -inf would be NaN)."""
+    if any(self.shape[a] == 0 for a in self._axes(axis)): return self.sum(axis, keepdim=True)
+    peak = self.max(axis, keepdim=True)
+    return peak.isinf().where(0, peak)
+
   def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
-    m = self.max(axis, keepdim=True)
-    return (self - m).exp().sum(axis, keepdim=True).log().add(m).reshape(self.sum(axis, keepdim).shape)
+    """log(sum(exp(x))) over axis, shifted by the max (ints and bools in float; -inf over an empty axis)."""
+    x = self._as_float()
+    m = x._shift_for_exp(axis)
+    return (x - m).exp().sum(axis, keepdim=True).log().add(m).reshape(x.sum(axis, keepdim).shape)
+
+  def _softmax_input(self, dtype: DType | str | None) -> Tensor:
+    return self.cast(dtype) if dtype is not None else self._as_float()
 
   def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
-    """exp(x) / sum(exp(x)) over `axis`, computed in `dtype` when given."""
-    x = self.cast(dtype) if dtype is not None else self
-    shifted = x - x.max(axis, keepdim=True)
+    """exp(x) / sum(exp(x)) over `axis`, computed in `dtype` when given (ints and bools in float)."""
+    x = self._softmax_input(dtype)
+    shifted = x - x.max(axis, keepdim=True) if x.numel() else x
     e = shifted.exp()
     return e / e.sum(axis, keepdim=True)
 
   def log_softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
-    """x - logsumexp(x) over `axis`, computed in `dtype` when given."""
-    x = self.cast(dtype) if dtype is not None else self
-    shifted = x - x.max(axis, keepdim=True)
+    """x - logsumexp(x) over `axis`, computed in `dtype` when given (ints and bools in float)."""
+    x = self._softmax_input(dtype)
+    shifted = x - x.max(axis, keepdim=True) if x.numel() else x
     return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
   # ------------------------------------------------------------------ linear algebra

@@ -188,7 +188,7 @@ class TensorMath:
 
   def logsigmoid(self: Tensor) -> Tensor:
     """log(sigmoid(x)) = -softplus(-x), finite for large negative x."""
-    return -(-self).softplus()
+    return -(-self._as_float()).softplus()
 
   def mish(self: Tensor) -> Tensor:
     """x * tanh(softplus(x))."""
@@ -207,11 +207,13 @@ class TensorMath:
 
   def relu6(self: Tensor) -> Tensor:
     """min(max(x, 0), 6)."""
+    if not dtypes.is_float(self.dtype): return self.relu().minimum(6)  # (x - 6 of an unsigned int wraps)
     return self.relu() - (self - 6).relu()
 
   def hardswish(self: Tensor) -> Tensor:
-    """x * relu6(x + 3) / 6."""
-    return self * (self + 3).relu6() * (1 / 6)
+    """x * relu6(x + 3) / 6 (ints and bools in float)."""
+    x = self._as_float()
+    return x * (x + 3).relu6() * (1 / 6)
 
   def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
     """clip(alpha x + beta, 0, 1) (torch's defaults)."""
@@ -231,8 +233,9 @@ class TensorMath:
     return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
 
   def softsign(self: Tensor) -> Tensor:
-    """x / (1 + |x|)."""
-    return self / (1 + self.abs())
+    """x / (1 + |x|) (ints and bools in float: 1 + |x| may not fit their dtype)."""
+    x = self._as_float()
+    return x / (1 + x.abs())
 
   # ------------------------------------------------------------------ statistics
   def var_mean(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,

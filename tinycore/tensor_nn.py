@@ -47,8 +47,8 @@ class TensorNN:
 
   # ------------------------------------------------------------------ normalization
   def softmin(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
-    """softmax of -self (computed in `dtype` when given)."""
-    return (-self).softmax(axis, dtype)
+    """softmax of -self (computed in `dtype` when given; ints and bools in float, where -x does not wrap)."""
+    return (-self._softmax_input(dtype)).softmax(axis)
 
   def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """self divided by its L`p` norm along dim (at least eps), as torch.nn.functional.normalize."""
