@@ -930,12 +930,26 @@ class Tensor(TensorOps):
     return self | x.isnan() if dtypes.is_float(x.dtype) else self
   # NaN in either operand gives NaN, and of two equal values (0.0 and -0.0) the second, as numpy's do on x86
   # floats use the MAX op, whose gradient splits a tie in halves (as tinygrad's); min(a, b) is -max(-a, -b)
+  def _int_in_range(self, value: Any) -> Any:
+    """A Python int meeting an int tensor in maximum/minimum, clamped into the tensor's dtype: beyond it, it would
+    wrap (u8.maximum(-1) is u8, not 255); the clamped bound gives the same result. Anything else as is."""
+    if type(value) is not int or not dtypes.is_int(self.dtype): return value
+    return min(max(value, dtypes.min(self.dtype)), dtypes.max(self.dtype))
+
+  def _compare(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
+    """A comparison; a Python int outside an int tensor's dtype compares by its value (int8 < 1000 is all True, as
+    in tinygrad), not wrapped into the dtype."""
+    if type(other) is int and dtypes.is_int(self.dtype) and self._int_in_range(other) != other:
+      wide = dtypes.int64 if dtypes.min(dtypes.int64) <= other <= dtypes.max(dtypes.int64) else dtypes.float64
+      return self.cast(wide)._binary(op, other, reverse)
+    return self._binary(op, other, reverse)
+
   def maximum(self, x) -> Tensor:
-    a, b = self._broadcasted(x)
+    a, b = self._broadcasted(self._int_in_range(x))
     if dtypes.is_float(a.dtype): return a._apply(a.uop.alu(Ops.MAX, b.uop))
     return (a > b)._or_nan(a).where(a, b)
   def minimum(self, x) -> Tensor:
-    a, b = self._broadcasted(x)
+    a, b = self._broadcasted(self._int_in_range(x))
     if dtypes.is_float(a.dtype): return -((-a).maximum(-b))
     return (a < b)._or_nan(a).where(a, b)
   def clip(self, min_=None, max_=None) -> Tensor:
@@ -1045,12 +1059,12 @@ class Tensor(TensorOps):
   def __rshift__(self, x) -> Tensor: return self.rshift(x)
   def __rlshift__(self, x) -> Tensor: return self.lshift(x, True)
   def __rrshift__(self, x) -> Tensor: return self.rshift(x, True)
-  def __lt__(self, x) -> Tensor: return self._binary(Ops.CMPLT, x)
-  def __gt__(self, x) -> Tensor: return self._binary(Ops.CMPLT, x, True)
+  def __lt__(self, x) -> Tensor: return self._compare(Ops.CMPLT, x)
+  def __gt__(self, x) -> Tensor: return self._compare(Ops.CMPLT, x, True)
   def __le__(self, x) -> Tensor: return (self > x).logical_not()
   def __ge__(self, x) -> Tensor: return (self < x).logical_not()
-  def __eq__(self, x) -> Tensor: return self._binary(Ops.CMPEQ, x)  # type: ignore[override]
-  def __ne__(self, x) -> Tensor: return self._binary(Ops.CMPNE, x)  # type: ignore[override]
+  def __eq__(self, x) -> Tensor: return self._compare(Ops.CMPEQ, x)  # type: ignore[override]
+  def __ne__(self, x) -> Tensor: return self._compare(Ops.CMPNE, x)  # type: ignore[override]
   def __iadd__(self, x) -> Tensor: return self.assign(self + x)
   def __isub__(self, x) -> Tensor: return self.assign(self - x)
   def __imul__(self, x) -> Tensor: return self.assign(self * x)
