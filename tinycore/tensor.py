@@ -1025,11 +1025,16 @@ class Tensor(TensorOps):
     self._check_bitwise("~")
     if self.dtype is dtypes.bool: return self.logical_not()
     return self.bitwise_xor(-1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype))
+  def _check_shift(self, name: str, x) -> None:
+    """Shifts need ints: a bool shifted by a bool has no int dtype to shift in (tinygrad raises too)."""
+    self._check_bitwise(name)
+    if self.dtype is dtypes.bool and (type(x) is bool or (isinstance(x, Tensor) and x.dtype is dtypes.bool)):
+      raise TypeError(f"{name} needs integer tensors, got bool and bool (cast to an int dtype first)")
   def lshift(self, x, reverse: bool = False) -> Tensor:
-    self._check_bitwise("<<")
+    self._check_shift("<<", x)
     return self._binary(Ops.SHL, x, reverse)
   def rshift(self, x, reverse: bool = False) -> Tensor:
-    self._check_bitwise(">>")
+    self._check_shift(">>", x)
     return self._binary(Ops.SHR, x, reverse)
 
   # --- operators
