@@ -170,9 +170,9 @@ class TensorMath:
     return finite | same_infinity | both_nan
 
   def allclose(self: Tensor, other: Tensor | Any, rtol: float = 1e-05, atol: float = 1e-08,
-               equal_nan: bool = False) -> bool:
-    """Whether every element is close (isclose); reads the answer back."""
-    return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+               equal_nan: bool = False) -> Tensor:
+    """Whether every element is close (isclose), as a 0-d bool tensor (as tinygrad; `if a.allclose(b):` reads it)."""
+    return self.isclose(other, rtol, atol, equal_nan).all()
 
   def copysign(self: Tensor, other: Tensor | Any) -> Tensor:
     """|self| with the sign of other, -0.0 counting as negative (in the dtype the two broadcast to)."""

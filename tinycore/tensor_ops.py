@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 from typing import TYPE_CHECKING, Any, Sequence
-from tinycore.dtype import DType, dtypes, least_upper_dtype, to_dtype
+from tinycore.dtype import DType, dtypes
 from tinycore.errors import ArgumentError, DTypeError, ShapeError
 from tinycore.uop.ops import Ops, identity_element
 from tinycore.tensor_math import TensorMath
@@ -147,9 +147,9 @@ class TensorOps(TensorMath, TensorNN):
     return out.cast(self.dtype) if self.dtype in (dtypes.float16, dtypes.bfloat16) else out
 
   def cumprod(self: Tensor, axis: int = 0) -> Tensor:
-    """The running product along axis."""
-    acc = self.dtype if dtypes.is_float(self.dtype) else type(self)._sum_dtype(self.dtype)
-    return self.cast(acc)._cumulative(Ops.MUL, axis)
+    """The running product along axis, in self's dtype as prod (ints wrap; bools: the running logical and)."""
+    if self.dtype is dtypes.bool: return self.logical_not().cumsum(axis).cast(dtypes.bool).logical_not()
+    return self._cumulative(Ops.MUL, axis)
 
   def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
     """The running maximum along axis and, as tinygrad, where it is: (values, int32 indices of the first element
@@ -356,9 +356,9 @@ class TensorOps(TensorMath, TensorNN):
       view = [t.shape[letters.index(c)] if c in letters else 1 for c in every]
       term = t.permute(order).reshape(view)
       product = term if product is None else product * term
-    result_dtype = to_dtype(dtype) if dtype is not None else least_upper_dtype(*[t.dtype for t in operands])
-    summed = product.sum(tuple(range(len(output), len(every)))) if len(every) > len(output) else product
-    return summed.expand([sizes[c] for c in output]).cast(result_dtype)
+    # the sum decides the dtype, as tinygrad's einsum: bools and small ints widen, halves stay
+    summed = product.sum(tuple(range(len(output), len(every))), dtype=dtype)
+    return summed.expand([sizes[c] for c in output])
 
   # ------------------------------------------------------------------ sorting
   def _sort_last(self: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
