@@ -875,7 +875,9 @@ class Tensor(TensorOps):
   def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._binary(Ops.CMPNE, True)
   def exp(self) -> Tensor:
     x = self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
-    return x.mul(1 / math.log(2))._unary(Ops.EXP2)
+    # halves scale in float32: x / ln 2 rounded to a half is off by up to 0.3% after the exp2 for |x| near 10
+    scaled = x.cast(least_upper_dtype(x.dtype, dtypes.float32)).mul(1 / math.log(2))
+    return scaled._unary(Ops.EXP2).cast(x.dtype)
   def exp2(self) -> Tensor: return self._float_unary(Ops.EXP2)
   def log(self) -> Tensor: return self._float_unary(Ops.LOG2).mul(math.log(2))
   def log2(self) -> Tensor: return self._float_unary(Ops.LOG2)
@@ -884,7 +886,8 @@ class Tensor(TensorOps):
   def sin(self) -> Tensor: return self._float_unary(Ops.SIN)
   def cos(self) -> Tensor:
     x = self.cast(least_upper_float(self.dtype))
-    return ((math.pi / 2) - x).sin()
+    # sin(pi/2 - x), the subtraction in at least float32 (in a half it would lose the low bits of x, as tinygrad)
+    return ((math.pi / 2) - x.cast(least_upper_dtype(x.dtype, dtypes.float32))).sin().cast(x.dtype)
   def tan(self) -> Tensor: return self.sin() / self.cos()
   def reciprocal(self) -> Tensor: return self._float_unary(Ops.RECIPROCAL)
   def trunc(self) -> Tensor: return self if not dtypes.is_float(self.dtype) else self._unary(Ops.TRUNC)
@@ -1211,6 +1214,10 @@ class Tensor(TensorOps):
     k_self, k_w = x_shape[-1], w_shape[-min(len(w_shape), 2)]
     if k_self != k_w: raise ShapeError(f"matmul shape mismatch: {x_shape} @ {w_shape} ({k_self} != {k_w})")
     x = self
+    common = least_upper_dtype(self.dtype, w.dtype)
+    acc = to_dtype(dtype) if dtype is not None else Tensor._sum_dtype(common)
+    if dtypes.is_float(acc) and dtypes.is_float(common) and acc.itemsize > common.itemsize:
+      x, w = x.cast(acc), w.cast(acc)  # halves multiply in the accumulation dtype: exact products, one rounding
     if len(w_shape) == 1:
       out = (x * w).sum(-1, dtype=dtype)
     elif UOp not in map(type, (*x_shape, *w_shape)):  # concrete sizes (a symbolic one is a UOp)
@@ -1220,7 +1227,7 @@ class Tensor(TensorOps):
       xe = x.reshape(x.shape[:-1] + (1, k_self))
       we = w.transpose(-1, -2).reshape(w.shape[:-2] + (1,) + (w.shape[-1], k_w)) if x.ndim > 1 else w.transpose(-1, -2)
       out = (xe * we).sum(-1, dtype=dtype)
-    return out.cast(least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype))
+    return out.cast(common if dtype is None else to_dtype(dtype))
 
   def _matmul_product(self, w: Tensor) -> Tensor:
     """The elementwise product whose sum over the last axis is `self @ w` (w at least 2-d, concrete shapes):
