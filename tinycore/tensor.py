@@ -1493,13 +1493,14 @@ class Tensor(TensorOps):
   def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                       reduction: str = "mean") -> Tensor:
     """Cross-entropy of logits self (..., classes) against integer labels Y (...); labels equal to ignore_index
-    count for nothing (and not in the mean)."""
+    count for nothing (and not in the mean). ignore_index=-1 (the default) ignores nothing, as tinygrad: a label -1
+    picks no class but its smoothing term and its place in the mean stay."""
     if Y.shape != self.shape[:-1]: raise ValueError(f"labels of shape {Y.shape} for logits of shape {self.shape}")
     log_probs = self.log_softmax(-1)
     classes = self.shape[-1]
     picked = (log_probs * Y.one_hot(classes).cast(log_probs.dtype)).sum(-1)
     loss = -(1 - label_smoothing) * picked - label_smoothing * log_probs.mean(-1)
-    valid = Y != ignore_index
+    valid = Y != ignore_index if ignore_index != -1 else Y.ones_like(dtype=dtypes.bool)
     loss = valid.where(loss, 0)
     return Tensor._reduce_loss(loss, reduction, valid.sum().cast(loss.dtype) if reduction == "mean" else None)
 
