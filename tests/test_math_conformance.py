@@ -162,3 +162,26 @@ def test_sparse_categorical_crossentropy_default_ignores_nothing():
   np.testing.assert_allclose(out.numpy(), -(logp[0, 0] + logp[2, 2]) / 3, rtol=1e-6)
   out = Tensor(logits).sparse_categorical_crossentropy(Tensor(labels), ignore_index=2)
   np.testing.assert_allclose(out.numpy(), -logp[0, 0] / 2, rtol=1e-6)
+
+
+class TestPoolingAndResampling:
+  def test_int_max_pool_with_padding_stays_int(self):
+    x = np.arange(-8, 8, dtype=np.int32).reshape(1, 1, 4, 4)
+    out = Tensor(x).max_pool2d(3, 2, padding=1)
+    assert out.dtype is dtypes.int32
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=np.iinfo(np.int32).min)
+    expected = np.array([[padded[0, 0, i:i + 3, j:j + 3].max() for j in (0, 2)] for i in (0, 2)])
+    np.testing.assert_equal(out.numpy()[0, 0], expected)
+
+  def test_conv_transpose2d_takes_conv2d_padding_forms(self):
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 2, 3, 4)).astype(np.float32), rng.standard_normal((2, 3, 2, 2)).astype(np.float32)
+    full = np.zeros((1, 3, 3 * 2, 4 * 2))  # stride 2, no padding: each input spreads its kernel at (2i, 2j)
+    for i in range(3):
+      for j in range(4): full[0, :, 2 * i:2 * i + 2, 2 * j:2 * j + 2] += np.einsum("c,cokl->okl", x[0, :, i, j], w)
+    # torch's flat order, last dim first: (left, right, top, bottom) crops the full output
+    out = Tensor(x).conv_transpose2d(Tensor(w), stride=2, padding=(1, 0, 0, 2))
+    np.testing.assert_allclose(out.numpy(), full[:, :, 0:6 - 2, 1:8], rtol=1e-5, atol=1e-5)
+
+  def test_interpolate_to_an_empty_size(self):
+    assert Tensor(np.ones((1, 1, 3, 4), np.float32)).interpolate((0, 5)).shape == (1, 1, 0, 5)

@@ -1452,10 +1452,11 @@ class Tensor(TensorOps):
                  dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
                  return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """The max of each window of the last len(kernel_size) dims (an int kernel: two dims; stride defaults to the
-    kernel size; padding is -inf); return_indices (2-d only): also where each max is, as an int32 index into the
-    flattened (H*W) plane (the first, on ties)."""
+    kernel size; padding is the dtype's lowest value, -inf for floats, so ints pool in their own dtype);
+    return_indices (2-d only): also where each max is, as an int32 index into the flattened (H*W) plane (the first,
+    on ties)."""
     kernel = Tensor._pair(kernel_size)
-    windows, sides = self._pool_windows(kernel, stride, dilation, padding, ceil_mode, -math.inf)
+    windows, sides = self._pool_windows(kernel, stride, dilation, padding, ceil_mode, dtypes.min(self.dtype))
     reduced = tuple(range(-len(kernel), 0))
     if not return_indices: return windows.max(reduced)
     if len(kernel) != 2 or ceil_mode:
