@@ -51,6 +51,11 @@ class TestPythonIntsOutsideTheDtype:
     np.testing.assert_equal((Tensor(U8) == 256).numpy(), np.zeros(8, bool))
     np.testing.assert_equal((Tensor(U8) != -1).numpy(), np.ones(8, bool))
     np.testing.assert_equal((Tensor(U8) > -1).numpy(), np.ones(8, bool))
+    # the widest dtypes too: no cast can hold both sides, the answer is a constant
+    big = np.array([0, 2 ** 63 + 5, 2 ** 64 - 1], np.uint64)
+    np.testing.assert_equal((Tensor(big) > -1).numpy(), np.ones(3, bool))
+    np.testing.assert_equal((Tensor(big.view(np.int64)) < 2 ** 63).numpy(), np.ones(3, bool))
+    np.testing.assert_equal((2 ** 63 <= Tensor(big.view(np.int64))).numpy(), np.zeros(3, bool))
 
   def test_clip_and_maximum_bounds_do_not_wrap(self):
     np.testing.assert_equal(Tensor(U8).clip(-1, 1).numpy(), np.clip(U8, 0, 1))

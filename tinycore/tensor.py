@@ -941,10 +941,11 @@ class Tensor(TensorOps):
 
   def _compare(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
     """A comparison; a Python int outside an int tensor's dtype compares by its value (int8 < 1000 is all True, as
-    in tinygrad), not wrapped into the dtype."""
+    in tinygrad), not wrapped into the dtype: every element is below it (or above it), so the answer is a constant."""
     if type(other) is int and dtypes.is_int(self.dtype) and self._int_in_range(other) != other:
-      wide = dtypes.int64 if dtypes.min(dtypes.int64) <= other <= dtypes.max(dtypes.int64) else dtypes.float64
-      return self.cast(wide)._binary(op, other, reverse)
+      above = other > dtypes.max(self.dtype)
+      truth = {Ops.CMPLT: above != reverse, Ops.CMPEQ: False, Ops.CMPNE: True}[op]
+      return self._const_like(truth, dtypes.bool)
     return self._binary(op, other, reverse)
 
   def maximum(self, x) -> Tensor:
