@@ -167,10 +167,17 @@ def _ancestors(d: DType) -> frozenset[DType]:
 
 
 @lru_cache(None)  # every binary op and reduction asks; the lattice is small and fixed
-def least_upper_dtype(*ds: DType) -> DType:
-  """The smallest dtype every one of `ds` promotes to."""
+def _least_common_ancestor(*ds: DType) -> DType:
   common = frozenset.intersection(*[_ancestors(d) for d in ds])
   return min(common) if common else dtypes.float64
+
+
+def least_upper_dtype(*ds: DType) -> DType:
+  """The smallest dtype every one of `ds` promotes to. Ints with no common int (uint64 and a signed int) meet in
+  the default float, as tinygrad's, whose lattice has its weak float between them and the halves."""
+  out = _least_common_ancestor(*ds)
+  if dtypes.is_float(out) and not any(dtypes.is_float(d) for d in ds): return dtypes.default_float
+  return out
 
 
 def least_upper_float(d: DType) -> DType:

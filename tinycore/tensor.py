@@ -930,7 +930,9 @@ class Tensor(TensorOps, metaclass=TensorType):
   def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._binary(Ops.CMPNE, True)
   def exp(self) -> Tensor:
     x = self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
-    return x.mul(1 / math.log(2))._unary(Ops.EXP2)
+    # halves scale in float32: x / ln 2 rounded to a half is off by up to 0.3% after the exp2 for |x| near 10
+    scaled = x.cast(least_upper_dtype(x.dtype, dtypes.float32)).mul(1 / math.log(2))
+    return scaled._unary(Ops.EXP2).cast(x.dtype)
   def exp2(self) -> Tensor: return self._float_unary(Ops.EXP2)
   def log(self) -> Tensor: return self._float_unary(Ops.LOG2).mul(math.log(2))
   def log2(self) -> Tensor: return self._float_unary(Ops.LOG2)
@@ -939,7 +941,8 @@ class Tensor(TensorOps, metaclass=TensorType):
   def sin(self) -> Tensor: return self._float_unary(Ops.SIN)
   def cos(self) -> Tensor:
     x = self.cast(least_upper_float(self.dtype))
-    return ((math.pi / 2) - x).sin()
+    # sin(pi/2 - x), the subtraction in at least float32 (in a half it would lose the low bits of x, as tinygrad)
+    return ((math.pi / 2) - x.cast(least_upper_dtype(x.dtype, dtypes.float32))).sin().cast(x.dtype)
   def tan(self) -> Tensor: return self.sin() / self.cos()
   def reciprocal(self) -> Tensor: return self._float_unary(Ops.RECIPROCAL)
   def trunc(self) -> Tensor: return self if not dtypes.is_float(self.dtype) else self._unary(Ops.TRUNC)
@@ -969,8 +972,9 @@ class Tensor(TensorOps, metaclass=TensorType):
   def relu(self) -> Tensor: return (self > 0)._or_nan(self).where(self, 0)  # NaN stays NaN, -0.0 becomes 0.0
   def sigmoid(self) -> Tensor:
     """1 / (1 + exp(-x)), from exp(-|x|) only (<= 1): no overflow, so no NaN in the gradient where it saturates."""
-    non_negative = self >= 0
-    small = non_negative.where(-self, self).exp()  # exp(-|x|), its gradient the right sign on each side of 0
+    x = self._as_float()  # -x of a bool is its logical not, of an unsigned int a wrap
+    non_negative = x >= 0
+    small = non_negative.where(-x, x).exp()  # exp(-|x|), its gradient the right sign on each side of 0
     positive = (1 + small).reciprocal()
     return non_negative.where(positive, small * positive)
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self).sigmoid() - 1.0
@@ -989,12 +993,27 @@ class Tensor(TensorOps, metaclass=TensorType):
     return self | x.isnan() if dtypes.is_float(x.dtype) else self
   # NaN in either operand gives NaN, and of two equal values (0.0 and -0.0) the second, as numpy's do on x86
   # floats use the MAX op, whose gradient splits a tie in halves (as tinygrad's); min(a, b) is -max(-a, -b)
+  def _int_in_range(self, value: Any) -> Any:
+    """A Python int meeting an int tensor in maximum/minimum, clamped into the tensor's dtype: beyond it, it would
+    wrap (u8.maximum(-1) is u8, not 255); the clamped bound gives the same result. Anything else as is."""
+    if type(value) is not int or not dtypes.is_int(self.dtype): return value
+    return min(max(value, dtypes.min(self.dtype)), dtypes.max(self.dtype))
+
+  def _compare(self, op: Ops, other: Any, reverse: bool = False) -> Tensor:
+    """A comparison; a Python int outside an int tensor's dtype compares by its value (int8 < 1000 is all True, as
+    in tinygrad), not wrapped into the dtype: every element is below it (or above it), so the answer is a constant."""
+    if type(other) is int and dtypes.is_int(self.dtype) and self._int_in_range(other) != other:
+      above = other > dtypes.max(self.dtype)
+      truth = {Ops.CMPLT: above != reverse, Ops.CMPEQ: False, Ops.CMPNE: True}[op]
+      return self._const_like(truth, dtypes.bool)
+    return self._binary(op, other, reverse)
+
   def maximum(self, x) -> Tensor:
-    a, b = self._broadcasted(x)
+    a, b = self._broadcasted(self._int_in_range(x))
     if dtypes.is_float(a.dtype): return a._apply(a.uop.alu(Ops.MAX, b.uop))
     return (a > b)._or_nan(a).where(a, b)
   def minimum(self, x) -> Tensor:
-    a, b = self._broadcasted(x)
+    a, b = self._broadcasted(self._int_in_range(x))
     if dtypes.is_float(a.dtype): return -((-a).maximum(-b))
     return (a < b)._or_nan(a).where(a, b)
   def clip(self, min_=None, max_=None) -> Tensor:
@@ -1076,11 +1095,16 @@ class Tensor(TensorOps, metaclass=TensorType):
     self._check_bitwise("~")
     if self.dtype is dtypes.bool: return self.logical_not()
     return self.bitwise_xor(-1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype))
+  def _check_shift(self, name: str, x) -> None:
+    """Shifts need ints: a bool shifted by a bool has no int dtype to shift in (tinygrad raises too)."""
+    self._check_bitwise(name, x)
+    if self.dtype is dtypes.bool and (type(x) is bool or (isinstance(x, Tensor) and x.dtype is dtypes.bool)):
+      raise TypeError(f"{name} needs integer tensors, got bool and bool (cast to an int dtype first)")
   def lshift(self, x, reverse: bool = False) -> Tensor:
-    self._check_bitwise("<<", x)
+    self._check_shift("<<", x)
     return self._binary(Ops.SHL, x, reverse)
   def rshift(self, x, reverse: bool = False) -> Tensor:
-    self._check_bitwise(">>", x)
+    self._check_shift(">>", x)
     return self._binary(Ops.SHR, x, reverse)
 
   # --- operators
@@ -1110,12 +1134,12 @@ class Tensor(TensorOps, metaclass=TensorType):
   def __rshift__(self, x) -> Tensor: return self.rshift(x)
   def __rlshift__(self, x) -> Tensor: return self.lshift(x, True)
   def __rrshift__(self, x) -> Tensor: return self.rshift(x, True)
-  def __lt__(self, x) -> Tensor: return self._binary(Ops.CMPLT, x)
-  def __gt__(self, x) -> Tensor: return self._binary(Ops.CMPLT, x, True)
+  def __lt__(self, x) -> Tensor: return self._compare(Ops.CMPLT, x)
+  def __gt__(self, x) -> Tensor: return self._compare(Ops.CMPLT, x, True)
   def __le__(self, x) -> Tensor: return (self > x).logical_not()
   def __ge__(self, x) -> Tensor: return (self < x).logical_not()
-  def __eq__(self, x) -> Tensor: return self._binary(Ops.CMPEQ, x)  # type: ignore[override]
-  def __ne__(self, x) -> Tensor: return self._binary(Ops.CMPNE, x)  # type: ignore[override]
+  def __eq__(self, x) -> Tensor: return self._compare(Ops.CMPEQ, x)  # type: ignore[override]
+  def __ne__(self, x) -> Tensor: return self._compare(Ops.CMPNE, x)  # type: ignore[override]
   def __iadd__(self, x) -> Tensor: return self.assign(self + x)
   def __isub__(self, x) -> Tensor: return self.assign(self - x)
   def __imul__(self, x) -> Tensor: return self.assign(self * x)
@@ -1219,21 +1243,33 @@ class Tensor(TensorOps, metaclass=TensorType):
     """Index of the first minimum. Ints flip their order with ~x, which (unlike -x) has no overflowing value."""
     return (~self if dtypes.is_int(self.dtype) else self._inverse()).argmax(axis, keepdim)
 
+  def _shift_for_exp(self, axis) -> Tensor:
+    """The max over axis (keepdim), by which exp-sums shift their inputs; 0 where that axis is empty (the sum of no
+    exps is 0 whatever the shift) or the max is infinite (-inf - -inf would be NaN)."""
+    if any(self.shape[a] == 0 for a in self._axes(axis)): return self.sum(axis, keepdim=True)
+    peak = self.max(axis, keepdim=True)
+    return peak.isinf().where(0, peak)
+
   def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
-    m = self.max(axis, keepdim=True)
-    return (self - m).exp().sum(axis, keepdim=True).log().add(m).reshape(self.sum(axis, keepdim).shape)
+    """log(sum(exp(x))) over axis, shifted by the max (ints and bools in float; -inf over an empty axis)."""
+    x = self._as_float()
+    m = x._shift_for_exp(axis)
+    return (x - m).exp().sum(axis, keepdim=True).log().add(m).reshape(x.sum(axis, keepdim).shape)
+
+  def _softmax_input(self, dtype: DType | str | None) -> Tensor:
+    return self.cast(dtype) if dtype is not None else self._as_float()
 
   def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
-    """exp(x) / sum(exp(x)) over `axis`, computed in `dtype` when given."""
-    x = self.cast(dtype) if dtype is not None else self
-    shifted = x - x.max(axis, keepdim=True)
+    """exp(x) / sum(exp(x)) over `axis`, computed in `dtype` when given (ints and bools in float)."""
+    x = self._softmax_input(dtype)
+    shifted = x - x.max(axis, keepdim=True) if x.numel() else x
     e = shifted.exp()
     return e / e.sum(axis, keepdim=True)
 
   def log_softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
-    """x - logsumexp(x) over `axis`, computed in `dtype` when given."""
-    x = self.cast(dtype) if dtype is not None else self
-    shifted = x - x.max(axis, keepdim=True)
+    """x - logsumexp(x) over `axis`, computed in `dtype` when given (ints and bools in float)."""
+    x = self._softmax_input(dtype)
+    shifted = x - x.max(axis, keepdim=True) if x.numel() else x
     return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
   # ------------------------------------------------------------------ linear algebra
@@ -1245,6 +1281,10 @@ class Tensor(TensorOps, metaclass=TensorType):
     k_self, k_w = x_shape[-1], w_shape[-min(len(w_shape), 2)]
     if k_self != k_w: raise ShapeError(f"matmul shape mismatch: {x_shape} @ {w_shape} ({k_self} != {k_w})")
     x = self
+    common = least_upper_dtype(self.dtype, w.dtype)
+    acc = to_dtype(dtype) if dtype is not None else Tensor._sum_dtype(common)
+    if dtypes.is_float(acc) and dtypes.is_float(common) and acc.itemsize > common.itemsize:
+      x, w = x.cast(acc), w.cast(acc)  # halves multiply in the accumulation dtype: exact products, one rounding
     if len(w_shape) == 1:
       out = (x * w).sum(-1, dtype=dtype)
     elif UOp not in map(type, (*x_shape, *w_shape)):  # concrete sizes (a symbolic one is a UOp)
@@ -1254,7 +1294,7 @@ class Tensor(TensorOps, metaclass=TensorType):
       xe = x.reshape(x.shape[:-1] + (1, k_self))
       we = w.transpose(-1, -2).reshape(w.shape[:-2] + (1,) + (w.shape[-1], k_w)) if x.ndim > 1 else w.transpose(-1, -2)
       out = (xe * we).sum(-1, dtype=dtype)
-    return out.cast(least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype))
+    return out.cast(common if dtype is None else to_dtype(dtype))
 
   def _matmul_product(self, w: Tensor) -> Tensor:
     """The elementwise product whose sum over the last axis is `self @ w` (w at least 2-d, concrete shapes):
@@ -1472,10 +1512,11 @@ class Tensor(TensorOps, metaclass=TensorType):
                  dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
                  return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """The max of each window of the last len(kernel_size) dims (an int kernel: two dims; stride defaults to the
-    kernel size; padding is -inf); return_indices (2-d only): also where each max is, as an int32 index into the
-    flattened (H*W) plane (the first, on ties)."""
+    kernel size; padding is the dtype's lowest value, -inf for floats, so ints pool in their own dtype);
+    return_indices (2-d only): also where each max is, as an int32 index into the flattened (H*W) plane (the first,
+    on ties)."""
     kernel = Tensor._pair(kernel_size)
-    windows, sides = self._pool_windows(kernel, stride, dilation, padding, ceil_mode, -math.inf)
+    windows, sides = self._pool_windows(kernel, stride, dilation, padding, ceil_mode, dtypes.min(self.dtype))
     reduced = tuple(range(-len(kernel), 0))
     if not return_indices: return windows.max(reduced)
     if len(kernel) != 2 or ceil_mode:
@@ -1513,13 +1554,14 @@ class Tensor(TensorOps, metaclass=TensorType):
   def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                       reduction: str = "mean") -> Tensor:
     """Cross-entropy of logits self (..., classes) against integer labels Y (...); labels equal to ignore_index
-    count for nothing (and not in the mean)."""
+    count for nothing (and not in the mean). ignore_index=-1 (the default) ignores nothing, as tinygrad: a label -1
+    picks no class but its smoothing term and its place in the mean stay."""
     if Y.shape != self.shape[:-1]: raise ValueError(f"labels of shape {Y.shape} for logits of shape {self.shape}")
     log_probs = self.log_softmax(-1)
     classes = self.shape[-1]
     picked = (log_probs * Y.one_hot(classes).cast(log_probs.dtype)).sum(-1)
     loss = -(1 - label_smoothing) * picked - label_smoothing * log_probs.mean(-1)
-    valid = Y != ignore_index
+    valid = Y != ignore_index if ignore_index != -1 else Y.ones_like(dtype=dtypes.bool)
     loss = valid.where(loss, 0)
     return Tensor._reduce_loss(loss, reduction, valid.sum().cast(loss.dtype) if reduction == "mean" else None)
 

@@ -175,9 +175,9 @@ class TensorMath:
     return finite | same_infinity | both_nan
 
   def allclose(self: Tensor, other: Tensor | Any, rtol: float = 1e-05, atol: float = 1e-08,
-               equal_nan: bool = False) -> bool:
-    """Whether every element is close (isclose); reads the answer back."""
-    return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+               equal_nan: bool = False) -> Tensor:
+    """Whether every element is close (isclose), as a 0-d bool tensor (as tinygrad; `if a.allclose(b):` reads it)."""
+    return self.isclose(other, rtol, atol, equal_nan).all()
 
   def copysign(self: Tensor, other: Tensor | Any) -> Tensor:
     """|self| with the sign of other, -0.0 counting as negative (in the dtype the two broadcast to)."""
@@ -193,7 +193,7 @@ class TensorMath:
 
   def logsigmoid(self: Tensor) -> Tensor:
     """log(sigmoid(x)) = -softplus(-x), finite for large negative x."""
-    return -(-self).softplus()
+    return -(-self._as_float()).softplus()
 
   def mish(self: Tensor) -> Tensor:
     """x * tanh(softplus(x))."""
@@ -212,11 +212,13 @@ class TensorMath:
 
   def relu6(self: Tensor) -> Tensor:
     """min(max(x, 0), 6)."""
+    if not dtypes.is_float(self.dtype): return self.relu().minimum(6)  # (x - 6 of an unsigned int wraps)
     return self.relu() - (self - 6).relu()
 
   def hardswish(self: Tensor) -> Tensor:
-    """x * relu6(x + 3) / 6."""
-    return self * (self + 3).relu6() * (1 / 6)
+    """x * relu6(x + 3) / 6 (ints and bools in float)."""
+    x = self._as_float()
+    return x * (x + 3).relu6() * (1 / 6)
 
   def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
     """clip(alpha x + beta, 0, 1) (torch's defaults)."""
@@ -236,8 +238,9 @@ class TensorMath:
     return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
 
   def softsign(self: Tensor) -> Tensor:
-    """x / (1 + |x|)."""
-    return self / (1 + self.abs())
+    """x / (1 + |x|) (ints and bools in float: 1 + |x| may not fit their dtype)."""
+    x = self._as_float()
+    return x / (1 + x.abs())
 
   # ------------------------------------------------------------------ statistics
   def var_mean(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,

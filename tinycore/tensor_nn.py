@@ -47,8 +47,8 @@ class TensorNN:
 
   # ------------------------------------------------------------------ normalization
   def softmin(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
-    """softmax of -self (computed in `dtype` when given)."""
-    return (-self).softmax(axis, dtype)
+    """softmax of -self (computed in `dtype` when given; ints and bools in float, where -x does not wrap)."""
+    return (-self._softmax_input(dtype)).softmax(axis)
 
   def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """self divided by its L`p` norm along dim (at least eps), as torch.nn.functional.normalize."""
@@ -153,7 +153,7 @@ class TensorNN:
       source = ((out + 0.5) * scale if mode == "nearest-exact" else out * scale).floor().minimum(old - 1)
       return inputs == source
     if align_corners: source = out * ((old - 1) / (new - 1) if new > 1 else 0.0)
-    else: source = ((out + 0.5) * (old / new) - 0.5).maximum(0)
+    else: source = ((out + 0.5) * (old / new if new else 0.0) - 0.5).maximum(0)
     low = source.floor().minimum(old - 1)
     high = (low + 1).minimum(old - 1)
     frac = source - low
@@ -240,12 +240,14 @@ class TensorNN:
     if self.shape[1] != cin or cin % groups:
       raise ShapeError(f"conv_transpose2d channels: input {self.shape}, weight {weight.shape}, groups={groups}")
     stride, dilation = _tuple_of(stride, dims, "stride"), _tuple_of(dilation, dims, "dilation")
-    padding, output_padding = _tuple_of(padding, dims, "padding"), _tuple_of(output_padding, dims, "output_padding")
+    output_padding = _tuple_of(output_padding, dims, "output_padding")
+    padding = type(self)._spatial_padding(padding, dims)  # (before, after) per dim, as conv2d's padding forms
     if any(o >= max(s, d) for o, s, d in zip(output_padding, stride, dilation)):
       raise ArgumentError(f"output_padding {output_padding} must be smaller than stride {stride} or dilation "
                           f"{dilation}")
     x = self._spread(stride)
-    sides = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip(kernel, dilation, padding, output_padding)]
+    sides = [(d * (k - 1) - before, d * (k - 1) - after + o)
+             for k, d, (before, after), o in zip(kernel, dilation, padding, output_padding)]
     x = x.pad(((0, 0), (0, 0), *sides))
     # the spread input in its own buffer, the flipped kernel too: the convolution then reads plain dense arrays (read
     # through the spreading and flipping views, its tiles were gathers: a (4,16,56,56) 7x7 stride-2 layer took 15 s)

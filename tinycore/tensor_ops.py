@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 from typing import TYPE_CHECKING, Any, Sequence
-from tinycore.dtype import DType, dtypes, least_upper_dtype, to_dtype
+from tinycore.dtype import DType, dtypes
 from tinycore.errors import ArgumentError, DTypeError, ShapeError
 from tinycore.uop.ops import Ops, identity_element
 from tinycore.tensor_math import TensorMath
@@ -147,9 +147,9 @@ class TensorOps(TensorMath, TensorNN):
     return out.cast(self.dtype) if self.dtype in (dtypes.float16, dtypes.bfloat16) else out
 
   def cumprod(self: Tensor, axis: int = 0) -> Tensor:
-    """The running product along axis."""
-    acc = self.dtype if dtypes.is_float(self.dtype) else type(self)._sum_dtype(self.dtype)
-    return self.cast(acc)._cumulative(Ops.MUL, axis)
+    """The running product along axis, in self's dtype as prod (ints wrap; bools: the running logical and)."""
+    if self.dtype is dtypes.bool: return self.logical_not().cumsum(axis).cast(dtypes.bool).logical_not()
+    return self._cumulative(Ops.MUL, axis)
 
   def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
     """The running maximum along axis and, as tinygrad, where it is: (values, int32 indices of the first element
@@ -356,9 +356,9 @@ class TensorOps(TensorMath, TensorNN):
       view = [t.shape[letters.index(c)] if c in letters else 1 for c in every]
       term = t.permute(order).reshape(view)
       product = term if product is None else product * term
-    result_dtype = to_dtype(dtype) if dtype is not None else least_upper_dtype(*[t.dtype for t in operands])
-    summed = product.sum(tuple(range(len(output), len(every)))) if len(every) > len(output) else product
-    return summed.expand([sizes[c] for c in output]).cast(result_dtype)
+    # the sum decides the dtype, as tinygrad's einsum: bools and small ints widen, halves stay
+    summed = product.sum(tuple(range(len(output), len(every))), dtype=dtype)
+    return summed.expand([sizes[c] for c in output])
 
   # ------------------------------------------------------------------ sorting
   def _sort_last(self: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
@@ -369,8 +369,7 @@ class TensorOps(TensorMath, TensorNN):
     n = self.shape[-1]
     mine, theirs = self.unsqueeze(-1), self.unsqueeze(-2)
     earlier = Tensor.arange(n, device=self.device).reshape(1, n) < Tensor.arange(n, device=self.device).reshape(n, 1)
-    ahead = (theirs > mine) if descending else (theirs < mine)
-    rank = (ahead | ((theirs == mine) & earlier)).sum(-1)
+    rank = (_sorts_before(theirs, mine, descending) | (_same_key(theirs, mine) & earlier)).sum(-1)
     place = rank.unsqueeze(-1) == Tensor.arange(n, device=self.device, dtype=rank.dtype)  # (..., i, rank)
     values = place.where(mine, 0).sum(-2).cast(self.dtype)
     positions = Tensor.arange(n, device=self.device, dtype=dtypes.int32).reshape(n, 1)
@@ -384,6 +383,7 @@ class TensorOps(TensorMath, TensorNN):
     n, lead = self.shape[-1], self.shape[:-1]
     size = 1 << (n - 1).bit_length()
     last = dtypes.min(self.dtype) if descending else dtypes.max(self.dtype)
+    if dtypes.is_float(self.dtype) and not descending: last = math.nan  # NaN sorts after +inf
     values = self.pad(((0, 0),) * len(lead) + ((0, size - n),), value=last)
     positions = Tensor.arange(size, device=self.device, dtype=dtypes.int32).expand(*lead, size)
     merge = 2
@@ -396,7 +396,8 @@ class TensorOps(TensorMath, TensorNN):
     return values[..., :n], positions[..., :n]
 
   def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
-    """(values, indices) of self sorted along dim (stable: equal values keep their order). Rows shorter than
+    """(values, indices) of self sorted along dim (stable: equal values keep their order; NaN is the largest value,
+    as torch). Rows shorter than
     SORT_NETWORK_MIN by rank counting (one kernel, O(n**2)), longer ones by a bitonic network (O(n log(n)**2))."""
     dim = _axis(dim, self.ndim)
     if self.ndim == 0: return self, type(self)(0, device=self.device, dtype=dtypes.int32)
@@ -553,6 +554,19 @@ class TensorOps(TensorMath, TensorNN):
     return (flat.unsqueeze(-1) < 0).where(fill_value, out).cast(dtypes.int32)
 
 
+def _sorts_before(a: Tensor, b: Tensor, descending: bool) -> Tensor:
+  """a strictly before b in sorted order, NaN the largest value (last ascending, first descending), as torch."""
+  strict = (a > b) if descending else (a < b)
+  if not dtypes.is_float(a.dtype): return strict
+  larger, smaller = (a, b) if descending else (b, a)
+  return strict | (larger.isnan() & smaller.isnan().logical_not())
+
+
+def _same_key(a: Tensor, b: Tensor) -> Tensor:
+  """a and b tie in sorted order (NaN ties NaN)."""
+  return (a == b) | (a.isnan() & b.isnan()) if dtypes.is_float(a.dtype) else a == b
+
+
 def _compare_exchange(values: Tensor, positions: Tensor, merge: int, half: int,
                       descending: bool) -> tuple[Tensor, Tensor]:
   """One bitonic stage over rows of a power-of-two length: element i pairs with i ^ half and the pair is put in
@@ -570,7 +584,7 @@ def _compare_exchange(values: Tensor, positions: Tensor, merge: int, half: int,
 
   def before(va: Tensor, pa: Tensor, vb: Tensor, pb: Tensor) -> Tensor:
     """a comes before b in the requested order (equal values by position)."""
-    return ((va > vb) if descending else (va < vb)) | ((va == vb) & (pa < pb))
+    return _sorts_before(va, vb, descending) | (_same_key(va, vb) & (pa < pb))
   reversed_block = Tensor.arange(directions, device=values.device).reshape(directions, 1, 1) == 1
   swap = reversed_block.where(before(value_lo, position_lo, value_hi, position_hi),
                               before(value_hi, position_hi, value_lo, position_lo))

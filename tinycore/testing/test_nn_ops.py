@@ -95,12 +95,16 @@ def test_sparse_categorical_crossentropy(rng):
   logits = random_array(rng, (6, 5), "float32")
   labels = np.array([0, 4, 2, -1, 1, 3], dtype=np.int32)
   logp = _np_log_softmax(logits.astype(np.float64))
+  # ignore_index=-1 (the default) ignores nothing, as tinygrad: the label -1 picks no class but counts in the mean
   valid = labels != -1
-  expected = -logp[np.arange(6)[valid], labels[valid]].mean()
-  assert_close(Tensor(logits).sparse_categorical_crossentropy(Tensor(labels)), np.float32(expected), **TOL)
+  picked = np.where(valid, logp[np.arange(6), labels], 0)
+  assert_close(Tensor(logits).sparse_categorical_crossentropy(Tensor(labels)), np.float32(-picked.mean()), **TOL)
   smoothed = Tensor(logits).sparse_categorical_crossentropy(Tensor(labels), label_smoothing=0.1, reduction="sum")
-  per_row = -(0.9 * logp[np.arange(6), labels] + 0.1 * logp.mean(-1))
-  assert_close(smoothed, np.float32(per_row[valid].sum()), **TOL)
+  assert_close(smoothed, np.float32(-(0.9 * picked + 0.1 * logp.mean(-1)).sum()), **TOL)
+  # another ignore_index: those labels count for nothing, not even in the mean
+  kept = labels != 2
+  ignored = Tensor(logits).sparse_categorical_crossentropy(Tensor(labels), ignore_index=2)
+  assert_close(ignored, np.float32(-picked[kept].sum() / kept.sum()), **TOL)
 
 
 def test_sparse_categorical_crossentropy_gradient(rng):
