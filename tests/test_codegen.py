@@ -149,3 +149,14 @@ def test_index_tensor_reads_one_element_per_output_not_every_row():
   grid = rng.standard_normal((6, 7)).astype(np.float32)
   rows, cols = np.array([0, 5, 2], np.int32), np.array([6, 0, 3], np.int32)
   np.testing.assert_array_equal(Tensor(grid)[Tensor(rows), Tensor(cols)].numpy(), grid[rows, cols])
+
+
+def test_tile_address_used_inside_and_after_a_strip_loop_stays_in_scope():
+  # the gradient of a global average pool: address arithmetic of the upcast tile used by loads in the row loop and
+  # by the left-over rows after it (moving it into the loop left the after-loop reads without it: no compile)
+  a = np.random.default_rng(0).uniform(-2, 2, (32, 2, 11, 28)).astype(np.float32)
+  x = Tensor(a)
+  pooled = x.avg_pool2d(kernel_size=(11, 28))
+  np.testing.assert_allclose(pooled.numpy()[..., 0, 0], a.mean((2, 3)), atol=1e-6)
+  (grad,) = pooled.sum().gradient(x)
+  np.testing.assert_allclose(grad.numpy(), np.full(a.shape, 1 / (11 * 28), np.float32), rtol=1e-6)

@@ -110,8 +110,8 @@ class LoopNest:
       # the statements using it (an INDEX is rendered inline in its loads and stores)
       using = [u for x in users.get(n, []) for u in (users.get(x, []) if x.op is Ops.INDEX else [x])]
       scopes = {self.scope[u] for u in using}
-      scopes.discard(self.scope[n])
-      if len(scopes) == 1 and self.scope[n] in self.ancestors[(target := scopes.pop())]: self.scope[n] = target
+      if len(scopes) != 1 or (target := scopes.pop()) is self.scope[n]: continue  # (users in its own scope: stays)
+      if self.scope[n] in self.ancestors[target]: self.scope[n] = target
 
   def deepest(self, ranges: frozenset[UOp]) -> UOp | None:
     return max(ranges, key=lambda r: self.depth[r]) if ranges else None
