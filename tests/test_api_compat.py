@@ -78,9 +78,17 @@ def test_load_state_dict_consume_and_scalar_shapes():
   assert len(loaded) == 3 and state == {}
   assert model.scale.shape == (1,) and model.scale.tolist() == [4.0]  # () and (1,) are interchangeable
   assert model.layer(Tensor([[1.0, 2.0]])).tolist() == [[3.0, 3.0, 3.0]]
-  with pytest.raises(ValueError, match="shape mismatch"):
+  with pytest.raises(ValueError, match=r"Shape mismatch in layer `layer.weight`: Expected shape \(3, 2\)"):
     nn.state.load_state_dict(model, {"layer.weight": Tensor.ones(2, 3), "layer.bias": Tensor.zeros(3),
                                      "scale": Tensor([1.0])})
+  # another dtype is cast into the model's (torch's copy_): the model stays float32, a BatchNorm count int64
+  nn.state.load_state_dict(model, {"layer.weight": Tensor([[1, 2], [3, 4], [5, 6]]), "layer.bias": Tensor.zeros(3),
+                                   "scale": Tensor([2.0], dtype="float16")}, verbose=False)
+  assert model.layer.weight.dtype.name == "float32" and model.layer.weight.tolist()[2] == [5.0, 6.0]
+  bn = nn.BatchNorm(1)
+  nn.state.load_state_dict(bn, {"weight": Tensor.ones(1), "bias": Tensor.ones(1), "running_mean": Tensor.zeros(1),
+                                "running_var": Tensor.ones(1), "num_batches_tracked": Tensor.ones(1)})
+  assert bn.num_batches_tracked.dtype.name == "int64" and bn.num_batches_tracked.item() == 1
 
 
 def test_is_param_and_to_():

@@ -321,7 +321,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
                     consume: bool = False, realize: bool = True) -> list[Tensor]:
   """Load ``state_dict`` into the tensors of ``model`` (matched by ``get_state_dict`` names): each model tensor is
   replaced by the loaded value moved to its device. ``strict``: a name missing from ``state_dict`` is a KeyError.
-  A shape or dtype mismatch is a ValueError (shapes () and (1,) are interchangeable, as in tinygrad). ``consume``
+  A shape mismatch is a ValueError (shapes () and (1,) are interchangeable, as in tinygrad); a value of another
+  dtype is cast to the model's (as torch's load_state_dict copies it). ``consume``
   deletes each loaded entry from ``state_dict``; ``verbose`` (tinygrad's progress bar) is accepted and prints
   nothing. Returns the model's tensors (realized unless ``realize=False``)."""
   loaded = []
@@ -331,10 +332,10 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
       continue
     value = state_dict[key]
     if {value.shape, target.shape} == {(), (1,)}: value = value.reshape(target.shape)
-    if value.shape != target.shape:
-      raise ValueError(f"{key}: shape mismatch: the model has {target.shape}, the state dict {value.shape}")
-    if value.dtype is not target.dtype:
-      raise ValueError(f"{key}: dtype mismatch: the model has {target.dtype}, the state dict {value.dtype}")
+    if value.shape != target.shape:  # (tinygrad's wording: code matches on it)
+      raise ValueError(f"Shape mismatch in layer `{key}`: Expected shape {target.shape}, but found {value.shape} in "
+                       f"state dict.")
+    if value.dtype is not target.dtype: value = value.cast(target.dtype)  # the model keeps its dtype (torch's copy_)
     target.replace(value.to(target.device))
     if consume: del state_dict[key]
     loaded.append(target)
