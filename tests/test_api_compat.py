@@ -134,3 +134,10 @@ def test_errors_are_the_classes_tinygrad_code_catches():
   with pytest.raises(IndexError): a[[1.1]]
   with pytest.raises(IndexError): a[Tensor([True, False])]
   np.testing.assert_equal((ints << 2).numpy(), [4, 8, 12])
+
+
+def test_normalize_zero_and_infinite_orders():
+  x = np.array([[3.0, 0.0, -4.0], [0.0, 0.0, 2.0]], np.float32)
+  np.testing.assert_allclose(Tensor(x).normalize(p=0).numpy(), x / np.array([[2], [1]], np.float32))
+  np.testing.assert_allclose(Tensor(x).normalize(p=float("inf")).numpy(), x / np.array([[4], [2]], np.float32))
+  np.testing.assert_allclose(Tensor(x).normalize(p=1, dim=0).numpy(), x / np.abs(x).sum(0).clip(1e-12, None))

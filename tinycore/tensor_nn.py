@@ -53,6 +53,8 @@ class TensorNN:
   def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """self divided by its L`p` norm along dim (at least eps), as torch.nn.functional.normalize."""
     if p == 2.0: norm = self.square().sum(dim, keepdim=True).sqrt()
+    elif p == 0: norm = (self != 0).sum(dim, keepdim=True).cast(self.dtype)  # the count of nonzeros, as torch
+    elif math.isinf(p): norm = self.abs().max(dim, keepdim=True) if p > 0 else self.abs().min(dim, keepdim=True)
     else: norm = (self.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
     return self / norm.maximum(eps)
 
