@@ -141,3 +141,8 @@ def test_normalize_zero_and_infinite_orders():
   np.testing.assert_allclose(Tensor(x).normalize(p=0).numpy(), x / np.array([[2], [1]], np.float32))
   np.testing.assert_allclose(Tensor(x).normalize(p=float("inf")).numpy(), x / np.array([[4], [2]], np.float32))
   np.testing.assert_allclose(Tensor(x).normalize(p=1, dim=0).numpy(), x / np.abs(x).sum(0).clip(1e-12, None))
+
+
+def test_unknown_dtype_name_is_a_type_and_attribute_error():
+  for error in (TypeError, AttributeError):
+    with pytest.raises(error, match="unknown dtype"): Tensor([1.0, 2.0]).sum(dtype="")

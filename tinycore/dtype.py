@@ -184,6 +184,10 @@ def least_upper_float(d: DType) -> DType:
   return d if dtypes.is_float(d) else least_upper_dtype(d, dtypes.default_float)
 
 
+class UnknownDTypeError(TypeError, AttributeError):
+  """A dtype name that names none (tinygrad looks names up as attributes of `dtypes`: an AttributeError there)."""
+
+
 def to_dtype(x: DType | str) -> DType:
   """Accept a DType, a name ("float32", "half", ...) or a numpy dtype."""
   if isinstance(x, DType): return x
@@ -193,7 +197,7 @@ def to_dtype(x: DType | str) -> DType:
     if name in DTYPES_BY_NAME: return DTYPES_BY_NAME[name]
     alias = getattr(dtypes, name, None)
     if isinstance(alias, DType): return alias
-  raise TypeError(f"unknown dtype {x!r}; known: {', '.join(DTYPES_BY_NAME)}")
+  raise UnknownDTypeError(f"unknown dtype {x!r}; known: {', '.join(DTYPES_BY_NAME)}")
 
 
 def to_np_dtype(d: DType):
