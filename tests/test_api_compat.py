@@ -146,3 +146,10 @@ def test_normalize_zero_and_infinite_orders():
 def test_unknown_dtype_name_is_a_type_and_attribute_error():
   for error in (TypeError, AttributeError):
     with pytest.raises(error, match="unknown dtype"): Tensor([1.0, 2.0]).sum(dtype="")
+
+
+def test_einsum_mistakes_raise_tinygrads_classes():
+  a, b = Tensor.ones(2, 3, 4), Tensor.ones(2, 3, 4)
+  with pytest.raises(RuntimeError, match="ellipsis"): Tensor.einsum("...ik..., ...jk ->", a, b)
+  with pytest.raises(RuntimeError, match="sizes"): Tensor.einsum("ij,jk->ik", Tensor.ones(2, 3), Tensor.ones(4, 2))
+  np.testing.assert_allclose(Tensor.einsum("...ij,...jk->...ik", a, Tensor.ones(2, 4, 5)).numpy(), np.full((2, 3, 5), 4))

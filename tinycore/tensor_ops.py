@@ -335,20 +335,20 @@ class TensorOps(TensorMath, TensorNN):
     inputs_text, arrow, output = formula.partition("->")
     inputs = inputs_text.split(",")
     if len(inputs) != len(operands):
-      raise ValueError(f"einsum {formula!r} names {len(inputs)} operands, got {len(operands)}")
+      raise ArgumentError(f"einsum {formula!r} names {len(inputs)} operands, got {len(operands)}")
     inputs, output = _expand_einsum_ellipsis(inputs, output if arrow else None, operands)
     sizes: dict[str, int] = {}
     aligned = []
     for letters, t in zip(inputs, operands):
-      if len(letters) != t.ndim: raise ValueError(f"einsum operand {letters!r} has {t.ndim} dims, shape {t.shape}")
+      if len(letters) != t.ndim: raise ShapeError(f"einsum operand {letters!r} has {t.ndim} dims, shape {t.shape}")
       t, letters = _einsum_diagonals(t, letters)
       for letter, size in zip(letters, t.shape):
         if sizes.setdefault(letter, size) != size and size != 1 and sizes[letter] != 1:
-          raise ValueError(f"einsum letter {letter!r} has sizes {sizes[letter]} and {size}")
+          raise ShapeError(f"einsum letter {letter!r} has sizes {sizes[letter]} and {size}")
         sizes[letter] = max(sizes[letter], size) if size != 0 and sizes[letter] != 0 else 0
       aligned.append((t, letters))
     for letter in output:
-      if letter not in sizes: raise ValueError(f"einsum output letter {letter!r} is in no input")
+      if letter not in sizes: raise ArgumentError(f"einsum output letter {letter!r} is in no input")
     every = list(output) + sorted(set(sizes) - set(output))
     product = None
     for t, letters in aligned:
@@ -645,7 +645,8 @@ def _expand_einsum_ellipsis(inputs: list[str], output: str | None,
   for letters, t in zip(inputs, operands):
     if "..." in letters:
       extra = t.ndim - (len(letters) - 3)
-      if extra < 0: raise ValueError(f"einsum operand {letters!r} has more letters than dims {t.shape}")
+      if letters.count("...") > 1: raise ArgumentError(f"einsum operand {letters!r} has more than one ellipsis")
+      if extra < 0: raise ShapeError(f"einsum operand {letters!r} has more letters than dims {t.shape}")
       widest = max(widest, extra)
   # an operand with fewer broadcast dims lines its up on the right: re-letter so all end on the same fresh letters
   out_inputs = []
@@ -660,7 +661,7 @@ def _expand_einsum_ellipsis(inputs: list[str], output: str | None,
     output = broadcast + "".join(sorted(c for c in set(counts) if counts.count(c) == 1 and c not in broadcast))
   else: output = output.replace("...", broadcast)
   for letters in out_inputs + [output]:
-    if not all(c.isalpha() for c in letters): raise ValueError(f"einsum subscripts must be letters, got {letters!r}")
+    if not all(c.isalpha() for c in letters): raise ArgumentError(f"einsum subscripts must be letters, got {letters!r}")
   return out_inputs, output
 
 
@@ -671,7 +672,7 @@ def _einsum_diagonals(t: Tensor, letters: str) -> tuple[Tensor, str]:
     letter = next(c for c in letters if letters.count(c) > 1)
     first, second = letters.index(letter), letters.index(letter, letters.index(letter) + 1)
     n = t.shape[first]
-    if t.shape[second] != n: raise ValueError(f"einsum diagonal {letter!r} of unequal sizes {t.shape}")
+    if t.shape[second] != n: raise ShapeError(f"einsum diagonal {letter!r} of unequal sizes {t.shape}")
     eye = Tensor.eye(n, device=t.device, dtype=dtypes.bool)
     view = [1] * t.ndim
     view[first], view[second] = n, n
