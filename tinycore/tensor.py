@@ -1519,10 +1519,9 @@ class Tensor(TensorOps, metaclass=TensorType):
     windows, sides = self._pool_windows(kernel, stride, dilation, padding, ceil_mode, dtypes.min(self.dtype))
     reduced = tuple(range(-len(kernel), 0))
     if not return_indices: return windows.max(reduced)
-    if len(kernel) != 2 or ceil_mode:
-      raise ArgumentError("max_pool2d(return_indices=True) supports 2-d pooling without ceil_mode")
+    if len(kernel) != 2: raise ArgumentError("max_pool2d(return_indices=True) supports 2-d pooling")
     stride = kernel if stride is None else Tensor._pair(stride)
-    return windows.max(reduced), self._pool_argmax(windows, padding, kernel, stride, Tensor._pair(dilation))
+    return windows.max(reduced), self._pool_argmax(windows, sides, kernel, stride, Tensor._pair(dilation))
 
   def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
                  dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,

@@ -194,14 +194,15 @@ class TensorNN:
     return type(self).cat(*[t for t in (head, self, tail) if t.shape[dim]], dim=dim)
 
   # ------------------------------------------------------------------ pooling indices
-  def _pool_argmax(self: Tensor, windows: Tensor, padding: int | Sequence[int], kernel: tuple[int, int],
+  def _pool_argmax(self: Tensor, windows: Tensor, sides: Sequence[tuple[int, int, int]], kernel: tuple[int, int],
                    stride: tuple[int, int], dilation: tuple[int, int]) -> Tensor:
     """For max_pool2d(return_indices=True): the flat (H*W) index of each window's first maximum. Positions count
-    down (H*W ... 1, padding 0), so the first maximum has the largest count and padding never wins."""
+    down (H*W ... 1, padding 0, ceil_mode's extra right padding too: `sides` as _pool_windows gives them), so the
+    first maximum has the largest count and padding never wins."""
     from tinycore.tensor import Tensor
     h, w = self.shape[-2:]
     countdown = Tensor.arange(h * w, 0, -1, device=self.device, dtype=dtypes.int32).reshape(h, w)
-    counts = countdown._pad2d(padding, 0)._pool(kernel, stride, dilation)
+    counts = countdown.pad(tuple((b, a + e) for b, a, e in sides), value=0)._pool(kernel, stride, dilation)
     is_max = windows == windows.max((-2, -1), keepdim=True)
     return (h * w - is_max.where(counts, 0).max((-2, -1))).cast(dtypes.int32)
 

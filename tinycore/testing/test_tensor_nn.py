@@ -373,3 +373,15 @@ def test_max_pool2d_indices_and_unpool(rng, kernel, stride, padding):
   assert_equal(unpooled, expected.reshape(2, 3, 6, 5))
   if (kernel, stride, padding) == (2, 2, 0):  # the default output size: the input's, here
     assert values.max_unpool2d(indices).shape == (2, 3, 6, 4)
+
+
+def test_max_pool2d_indices_with_ceil_mode(rng):
+  # the last partial window (ceil_mode) holds only input places: its index names one of them
+  x = random_array(rng, (1, 2, 7, 7), "float32")
+  values, indices = Tensor(x).max_pool2d(2, 2, ceil_mode=True, return_indices=True)
+  assert values.shape == indices.shape == (1, 2, 4, 4)
+  flat = x.reshape(1, 2, 49)
+  assert_equal(values, np.take_along_axis(flat, indices.numpy().reshape(1, 2, 16), -1).reshape(1, 2, 4, 4))
+  assert ((indices.numpy() >= 0) & (indices.numpy() < 49)).all()
+  assert_equal(values[..., 3, 3], x[..., 6, 6])  # the corner window holds one input place
+  assert_equal(indices[..., 3, 3], np.full((1, 2), 48, np.int32), dtype=dtypes.int32)
