@@ -139,28 +139,33 @@ class TensorNN:
     nearest = "nearest" in mode
     x = self if nearest or dtypes.is_float(self.dtype) else self.float()
     for axis, new in zip(range(self.ndim - len(size), self.ndim), size):
-      weights = x._resample_weights(self.shape[axis], new, mode, align_corners)
       rows = x.transpose(axis, -1).unsqueeze(-2)
-      picked = weights.where(rows, 0) if nearest else rows * weights  # nearest: a select (inf stays inf)
-      x = picked.sum(-1).cast(x.dtype).transpose(axis, -1)
+      # each output reads one or two inputs: selects summed over the inputs, which the code generator turns into
+      # gathers (codegen.optimize.gathered_reduce); selects, not products with weights, so inf stays inf
+      picks = [(chosen.where(rows, 0).sum(-1).cast(x.dtype), weight)
+               for chosen, weight in x._resample_sources(self.shape[axis], new, mode, align_corners)]
+      out = picks[0][0] if picks[0][1] is None else sum(value * weight for value, weight in picks[1:]) + \
+        picks[0][0] * picks[0][1]
+      x = out.cast(x.dtype).transpose(axis, -1)
     return x.cast(self.dtype)
 
-  def _resample_weights(self: Tensor, old: int, new: int, mode: str, align_corners: bool) -> Tensor:
-    """The (new, old) matrix whose row o holds the weights output o takes of the inputs (bools for nearest)."""
+  def _resample_sources(self: Tensor, old: int, new: int, mode: str,
+                        align_corners: bool) -> list[tuple[Tensor, Tensor | None]]:
+    """Which input each of `new` outputs reads, as (new, old) bool matrices with the weight of that read per output
+    (None for nearest: one read of weight 1): the lower and the upper neighbour for linear."""
     from tinycore.tensor import Tensor
     out = Tensor.arange(new, device=self.device, dtype=dtypes.float32).reshape(new, 1)
-    inputs = Tensor.arange(old, device=self.device, dtype=dtypes.float32).reshape(1, old)
+    inputs = Tensor.arange(old, device=self.device, dtype=dtypes.int32).reshape(1, old)
     if "nearest" in mode:
       scale = old / new if new else 0.0
       source = ((out + 0.5) * scale if mode == "nearest-exact" else out * scale).floor().minimum(old - 1)
-      return inputs == source
+      return [(inputs == source.cast(dtypes.int32), None)]
     if align_corners: source = out * ((old - 1) / (new - 1) if new > 1 else 0.0)
     else: source = ((out + 0.5) * (old / new if new else 0.0) - 0.5).maximum(0)
     low = source.floor().minimum(old - 1)
     high = (low + 1).minimum(old - 1)
-    frac = source - low
-    weights = (inputs == low).where(1 - frac, 0) + (inputs == high).where(frac, 0)
-    return weights.cast(self.dtype)
+    frac = (source - low).reshape(new).cast(self.dtype)
+    return [(inputs == low.cast(dtypes.int32), 1 - frac), (inputs == high.cast(dtypes.int32), frac)]
 
   # ------------------------------------------------------------------ padding modes
   def _pad_with_mode(self: Tensor, pairs: Sequence[tuple[int, int]], mode: str) -> Tensor:
