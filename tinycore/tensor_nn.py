@@ -147,7 +147,8 @@ class TensorNN:
       out = picks[0][0] if picks[0][1] is None else sum(value * weight for value, weight in picks[1:]) + \
         picks[0][0] * picks[0][1]
       x = out.cast(x.dtype).transpose(axis, -1)
-    return x.cast(self.dtype)
+    # ints interpolate in float and round to the nearest (torch's uint8 resampling rounds too)
+    return x.cast(self.dtype) if nearest or dtypes.is_float(self.dtype) else x.round().cast(self.dtype)
 
   def _resample_sources(self: Tensor, old: int, new: int, mode: str,
                         align_corners: bool) -> list[tuple[Tensor, Tensor | None]]:
