@@ -152,4 +152,5 @@ def test_einsum_mistakes_raise_tinygrads_classes():
   a, b = Tensor.ones(2, 3, 4), Tensor.ones(2, 3, 4)
   with pytest.raises(RuntimeError, match="ellipsis"): Tensor.einsum("...ik..., ...jk ->", a, b)
   with pytest.raises(RuntimeError, match="sizes"): Tensor.einsum("ij,jk->ik", Tensor.ones(2, 3), Tensor.ones(4, 2))
-  np.testing.assert_allclose(Tensor.einsum("...ij,...jk->...ik", a, Tensor.ones(2, 4, 5)).numpy(), np.full((2, 3, 5), 4))
+  batched = Tensor.einsum("...ij,...jk->...ik", a, Tensor.ones(2, 4, 5))
+  np.testing.assert_allclose(batched.numpy(), np.full((2, 3, 5), 4))
