@@ -212,9 +212,14 @@ class UOp(metaclass=_UOpCache):
 
   @cached_property
   def device(self) -> str | tuple[str, ...] | None:
-    if any("device" not in s.__dict__ for s in self.src):
-      # the sources' devices first, bottom-up: a chain of thousands of new lazy ops would recurse once per node
+    try: return self._device_from_sources()
+    except RecursionError:
+      # a chain of thousands of nodes none of which knows its device yet (one frame per node): the sources'
+      # devices first, bottom-up, then this one's
       for node in toposort_roots(self.src, gate=lambda n: "device" not in n.__dict__): node.device  # noqa: B018
+      return self._device_from_sources()
+
+  def _device_from_sources(self) -> str | tuple[str, ...] | None:
     if (rule := _DEVICE_RULES.get(self.op)) is not None: return rule(self)  # (a table: see _infer_shape)
     for s in self.src:
       if (d := s.device) is not None: return d
