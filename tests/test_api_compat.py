@@ -154,3 +154,23 @@ def test_einsum_mistakes_raise_tinygrads_classes():
   with pytest.raises(RuntimeError, match="sizes"): Tensor.einsum("ij,jk->ik", Tensor.ones(2, 3), Tensor.ones(4, 2))
   batched = Tensor.einsum("...ij,...jk->...ik", a, Tensor.ones(2, 4, 5))
   np.testing.assert_allclose(batched.numpy(), np.full((2, 3, 5), 4))
+
+
+def test_topk_by_selection_matches_a_sort():
+  # small k takes k selection passes; the order is the sort's: NaN largest, +inf before it, ties by position
+  rng = np.random.default_rng(5)
+  x = rng.standard_normal((4, 100)).astype(np.float32)
+  x[0, 5], x[0, 7], x[1, 3], x[2, :], x[3, 10:20] = np.nan, np.inf, -np.inf, 1.0, np.nan
+  nan, value, position = np.isnan(x).astype(np.int32), np.where(np.isnan(x), 0, x), np.arange(100)
+  for k in (1, 3, 16, 17):  # (17: the sort path)
+    for largest in (True, False):
+      values, indices = Tensor(x).topk(k, largest=largest)
+      keys = [(position, -value[r], -nan[r]) if largest else (position, value[r], nan[r]) for r in range(4)]
+      want = np.stack([np.lexsort(key)[:k] for key in keys])
+      np.testing.assert_array_equal(indices.numpy(), want)
+      np.testing.assert_array_equal(values.numpy(), np.take_along_axis(x, want, -1))
+  ints = rng.integers(-3, 3, (8, 40)).astype(np.int32)
+  values, indices = Tensor(ints).topk(5, dim=0)
+  assert values.shape == (5, 40) and indices.dtype.name == "int32"
+  np.testing.assert_array_equal(values.numpy(), -np.sort(-ints, axis=0)[:5])
+  np.testing.assert_array_equal(np.take_along_axis(ints, indices.numpy(), 0), values.numpy())

@@ -7,7 +7,7 @@ import operator
 from typing import TYPE_CHECKING, Any, Sequence
 from tinycore.dtype import DType, dtypes
 from tinycore.errors import ArgumentError, DTypeError, ShapeError
-from tinycore.uop.ops import Ops, identity_element
+from tinycore.uop.ops import Ops, UOp, identity_element
 from tinycore.tensor_math import TensorMath
 from tinycore.tensor_nn import TensorNN
 
@@ -53,6 +53,7 @@ class TensorOps(TensorMath, TensorNN):
   # from this many elements per row, sort runs a bitonic network (n log(n)**2 work in log(n)**2 / 2 kernels) instead
   # of counting ranks (n**2 work in one kernel)
   SORT_NETWORK_MIN = 32768
+  TOPK_SELECT_MAX = 16  # topk of at most this many takes k selection passes instead of a sort
 
   # ------------------------------------------------------------------ random
   def randn_like(self: Tensor, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
@@ -416,11 +417,42 @@ class TensorOps(TensorMath, TensorNN):
     dim = _axis(dim, self.ndim)
     size = self.shape[dim] if self.ndim else 1
     if not 0 <= k <= size: raise ValueError(f"topk k={k} out of range for a dim of size {size}")
+    if self.ndim and 0 < k <= TensorOps.TOPK_SELECT_MAX < size and not isinstance(size, UOp):
+      values, indices = self.transpose(dim, -1)._topk_select(k, largest)
+      return values.transpose(dim, -1), indices.transpose(dim, -1)
     values, indices = self.sort(dim, descending=largest)
     if self.ndim == 0: return values, indices
     bounds = [None] * self.ndim
     bounds[dim] = (0, k)
     return values.shrink(bounds), indices.shrink(bounds)
+
+  def _topk_select(self: Tensor, k: int, largest: bool) -> tuple[Tensor, Tensor]:
+    """topk along the last dim by k selection passes (O(k n), where a sort is O(n**2) or O(n log(n)**2)), in the
+    order the sort gives: NaN as the largest value, ties by position (the first first); +inf before NaN."""
+    from tinycore.tensor import Tensor
+    n = self.shape[-1]
+    position = Tensor.arange(n, device=self.device, dtype=dtypes.int32)
+    is_float = dtypes.is_float(self.dtype)
+    nan = (self != self) if is_float else None
+    # the value compared: NaN as +inf (told apart from a real +inf by the score below)
+    key = nan.where(math.inf, self) if nan is not None else self
+    worst = (-math.inf if largest else math.inf) if is_float else (dtypes.min(self.dtype) if largest
+                                                                    else dtypes.max(self.dtype))
+    taken = position < 0  # nothing yet (a (n,) False, broadcast)
+    values, indices = [], []
+    for _ in range(k):
+      open_key = taken.where(worst, key)
+      best = open_key.max(-1, keepdim=True) if largest else open_key.min(-1, keepdim=True)
+      candidate = taken.logical_not() & (key == best)
+      # among equal keys: the first position, a NaN before a real +inf when largest (after it when smallest)
+      later = (nan if not largest else nan.logical_not()) if nan is not None else None
+      score = position + later.cast(dtypes.int32) * n if later is not None else position
+      chosen = candidate.where(score, 2 * n).min(-1, keepdim=True) % n
+      picked = position == chosen
+      values.append(picked.where(self, 0).sum(-1, keepdim=True).cast(self.dtype))  # one element: a gather
+      indices.append(chosen)
+      taken = (taken | picked).contiguous()  # (a buffer per pass: the lazy graph of k passes stays linear)
+    return Tensor.cat(*values, dim=-1), Tensor.cat(*indices, dim=-1).cast(dtypes.int32)
 
   # ------------------------------------------------------------------ gather / scatter
   def _index_hits(self: Tensor, dim: int, index: Tensor) -> Tensor:
