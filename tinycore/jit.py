@@ -92,6 +92,14 @@ def _output_tensors(ret: Any) -> list[Tensor]:
   return items
 
 
+def _realized(ret: Any) -> Any:
+  """The first (eager) call's result with its tensors realized, as tinygrad's: otherwise their pending stores (an
+  in-place update of a tensor the function closes over) would run again inside the capture, and every replay."""
+  items = list(ret) if isinstance(ret, (tuple, list)) else [ret]
+  if tensors := [x for x in items if isinstance(x, Tensor)]: Tensor.realize(*tensors)
+  return ret
+
+
 class TinyJit(Generic[ReturnType]):
   """Capture a function's kernels on its second call and replay them from the third on (the first call runs it
   normally: it compiles the kernels and initializes lazy state). `reset()` forgets the capture."""
@@ -113,7 +121,7 @@ class TinyJit(Generic[ReturnType]):
   def __call__(self, *args, **kwargs) -> ReturnType:
     inputs = _input_tensors(args, kwargs)
     self.calls += 1
-    if self.calls == 1: return self.fxn(*args, **kwargs)
+    if self.calls == 1: return _realized(self.fxn(*args, **kwargs))
     if self.calls == 2:
       try: return self._capture(inputs, args, kwargs)
       except Exception:

@@ -147,7 +147,7 @@ def _broadcast_uop(uop: UOp, shape: tuple[int, ...]) -> UOp:
 
 class Tensor(TensorOps):
   """A lazily evaluated multi-dimensional array on a device."""
-  __slots__ = ("uop", "requires_grad", "grad", "view_of", "__weakref__")
+  __slots__ = ("uop", "requires_grad", "grad", "view_of", "forward_graph", "__weakref__")
   training: bool = False
   _seed: int = 0
   _rng_counter: int = 0
@@ -155,6 +155,8 @@ class Tensor(TensorOps):
   def __init__(self, data: Any, device: str | tuple | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None):
     self.requires_grad, self.grad, self.view_of = requires_grad, None, None
+    # (value, graph): while this tensor holds `value`, the unrealized graph backward differentiates (tensor_assign)
+    self.forward_graph: tuple[UOp, UOp] | None = None
     dtype = to_dtype(dtype) if dtype is not None else None
     if isinstance(data, UOp) and _is_user_variable(data):
       uop = _bound_variable(data, _canonical_device(device))  # a 0-d tensor of a bound Variable's value
@@ -228,7 +230,7 @@ class Tensor(TensorOps):
   @staticmethod
   def _rebuild(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = Tensor.__new__(Tensor)
-    t.uop, t.requires_grad, t.grad, t.view_of = uop, requires_grad, None, None
+    t.uop, t.requires_grad, t.grad, t.view_of, t.forward_graph = uop, requires_grad, None, None, None
     all_tensors[weakref.ref(t, _forget_tensor)] = None
     return t
 
@@ -1281,11 +1283,16 @@ class Tensor(TensorOps):
       if gradient.shape != self.shape:
         raise ValueError(f"gradient= has shape {gradient.shape}, the tensor {self.shape}")
       seed = gradient.cast(self.dtype).uop
-    grads = compute_gradient(self.uop, seed, {t.uop for t in targets})
+    grads = compute_gradient(self._differentiated_graph(), seed, {t.uop for t in targets})
     found = [grads[t.uop] if t.uop in grads else full_like(t.uop, 0.0) for t in targets]
     # gradients read forward values as pure expressions, never as versions of an assigned buffer
     found = list(functional(UOp(Ops.SINK, None, tuple(found))).src) if found else found
     return [Tensor._rebuild(g, False) for g in found]
+
+  def _differentiated_graph(self) -> UOp:
+    """The graph gradients flow through: the one kept from before a realize stored parts of it, else the uop."""
+    kept = self.forward_graph
+    return kept[1] if kept is not None and kept[0] is self.uop else self.uop
 
   def requires_grad_(self, requires_grad: bool = True) -> Tensor:
     """Set requires_grad in place (False: backward() and the optimizers leave this tensor alone)."""
@@ -1302,10 +1309,11 @@ class Tensor(TensorOps):
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Fill `.grad` of every float tensor this one was computed from (its requires_grad not False), adding to a
     `.grad` that is already there. Lazy: the gradients are computed when realized (e.g. by an optimizer step)."""
-    if self.uop.base.op is Ops.BUFFER:
+    graph_root = self._differentiated_graph()
+    if graph_root.base.op is Ops.BUFFER:
       raise RuntimeError("backward of a realized tensor: realizing it (realize, item, numpy) replaced its graph with "
                          "its buffer, so there is nothing to differentiate; call backward() first, realize after")
-    graph = self.uop.toposort()
+    graph = graph_root.toposort()
     live = [t for ref in list(all_tensors) if (t := ref()) is not None]
     need = [t for t in live if t.uop in graph and t.requires_grad is not False and t.is_floating_point()]
     if not need: raise RuntimeError("backward: no float tensor in this tensor's graph needs a gradient")

@@ -7,6 +7,7 @@ that every view of that buffer then reads. Both run under the runtime lock, so t
 from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 from tinycore.uop.ops import Ops, UOp
+from tinycore.dtype import FLOATS
 from tinycore.hcq.runtime import holding_runtime_lock
 from tinycore.schedule.copies import is_storage_only, storage_root
 
@@ -19,12 +20,32 @@ def apply_becomes(becomes: dict[UOp, UOp]) -> None:
   if not becomes: return
   from tinycore.tensor import all_tensors  # (live_tensors() inlined: this visits every live tensor per realize)
   buffer_op, reshape_op = Ops.BUFFER, Ops.RESHAPE  # read once: an Ops member read is slow on Python 3.11
+  tensor_nodes: set[UOp] = set()  # realized nodes that are a tensor's own value
+  cut: list[tuple[Tensor, UOp]] = []  # tensors that keep a graph for backward, with that graph before this realize
   for ref in list(all_tensors):
     if (t := ref()) is None: continue
     u = t.uop
+    kept = t.forward_graph
+    if kept is not None:
+      if kept[0] is u: cut.append((t, kept[1]))
+      else: t.forward_graph = None  # the tensor holds another value since
     if u.op is buffer_op or (u.op is reshape_op and u.src[0].op is buffer_op): continue
-    if u in becomes: t.uop = becomes[u]
-    elif any(n in becomes for n in u.toposort(gate=lambda n: n.op is not Ops.BUFFER)): t.uop = u.substitute(becomes)
+    if u in becomes:
+      t.uop = becomes[u]
+      tensor_nodes.add(u)
+    elif any(n in becomes for n in u.toposort(gate=lambda n: n.op is not Ops.BUFFER)):
+      t.uop = u.substitute(becomes)
+      if kept is None and t.requires_grad is not False and t.dtype in FLOATS: cut.append((t, u))
+  if cut: keep_forward_graphs(cut, {node: becomes[node] for node in tensor_nodes})
+
+
+def keep_forward_graphs(cut: list[tuple[Tensor, UOp]], tensor_becomes: dict[UOp, UOp]) -> None:
+  """A realize stores nodes inside a tensor's graph that no tensor holds (a fused kernel's intermediates); the tensor
+  then reads their buffers, which cuts the path backward() differentiates. Such a tensor keeps its graph with only
+  the tensors' own realized values substituted (`Tensor.forward_graph`), for backward and gradient."""
+  for t, graph in cut:
+    realized = t.uop.op is Ops.BUFFER or (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER)
+    t.forward_graph = None if realized else (t.uop, graph.substitute(tensor_becomes))
 
 
 @holding_runtime_lock
