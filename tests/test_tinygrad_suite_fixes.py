@@ -1,6 +1,7 @@
 """Bugs found by running tinygrad's own test files against tinycore, each checked against numpy."""
 import numpy as np
-from tinycore import Tensor, Context, TinyJit
+import pytest
+from tinycore import Tensor, Context, TinyJit, dtypes
 from tinycore.nn.optim import SGD
 
 
@@ -56,3 +57,38 @@ def test_jit_in_place_update_of_a_closed_over_tensor_runs_once_per_call():
 
   for _ in range(5): add_in_place(Tensor([2]))
   assert state["x"].item() == 1 + 5 * 2
+
+
+def test_setitem_through_detach_writes_the_source():
+  t = Tensor.zeros((3, 3)).contiguous().realize()
+  t.detach()[1, 2] = 5
+  expected = np.zeros((3, 3), np.float32)
+  expected[1, 2] = 5
+  np.testing.assert_equal(t.numpy(), expected)
+
+
+def test_clone_copies_the_gradient():
+  a = Tensor(np.arange(4, dtype=np.float32))
+  (a * 5.0).sum().backward()
+  b = a.clone()
+  np.testing.assert_equal(b.grad.numpy(), [5.0, 5.0, 5.0, 5.0])
+  assert b.grad.uop is not a.grad.uop
+
+
+def test_error_classes_as_tinygrad():
+  t = Tensor.zeros(6).contiguous().realize()
+  with pytest.raises(RuntimeError, match="dtype mismatch"): t[2:4] = Tensor([1, 2], dtype=dtypes.int32)
+  with pytest.raises(TypeError, match="dtype mismatch"): t.assign(Tensor.ones(6, dtype=dtypes.int32))
+  with pytest.raises(AttributeError, match="unknown dtype"): Tensor([3], dtype="typo")
+  with pytest.raises(TypeError, match="unknown dtype"): Tensor([3], dtype="typo")
+
+
+def test_default_float_and_int_settings():
+  with Context(DEFAULT_FLOAT="HALF"):
+    assert dtypes.default_float is dtypes.float16
+    assert Tensor([1.5]).dtype is dtypes.float16 and Tensor.rand(2).dtype is dtypes.float16
+    np.testing.assert_allclose((Tensor([1, 2]) / 2).numpy(), np.array([0.5, 1.0], np.float16))
+  with Context(DEFAULT_FLOAT=dtypes.float64): assert Tensor([0.1]).numpy().dtype == np.float64
+  with Context(DEFAULT_INT=dtypes.int64): assert Tensor([1, 2]).dtype is dtypes.int64
+  assert dtypes.default_float is dtypes.float32 and Tensor([1]).dtype is dtypes.int32
+  with Context(DEFAULT_FLOAT="int32"), pytest.raises(ValueError, match="DEFAULT_FLOAT"): Tensor([1.5])

@@ -19,3 +19,8 @@ class ArgumentError(ValueError, RuntimeError):
 class DTypeError(TypeError, RuntimeError):
   """A tensor of a dtype the op does not take (one_hot of floats), where tinygrad raises RuntimeError and numpy or
   torch TypeError."""
+
+
+class UnknownDTypeError(TypeError, AttributeError):
+  """A dtype name that names no dtype (`dtype="flaot32"`), where tinygrad raises AttributeError (it looks the name up
+  on `dtypes`) and numpy or torch TypeError."""

@@ -469,9 +469,12 @@ class Tensor(TensorOps):
     return Tensor._rebuild(UOp(Ops.DETACH, self.dtype, (self.uop,)), False)
 
   def clone(self, device: str | None = None) -> Tensor:
-    """A copy in fresh storage (on `device` when given): new empty storage with the value stored into it."""
+    """A copy in fresh storage (on `device` when given): new empty storage with the value stored into it. A `.grad`
+    is cloned along, as tinygrad's."""
     target = self.device if device is None else Device.canonicalize(device)
-    return Tensor.empty(*self.shape, device=target, dtype=self.dtype).assign(self)
+    copy = Tensor.empty(*self.shape, device=target, dtype=self.dtype).assign(self)
+    if self.grad is not None: copy.grad = self.grad.clone(device)
+    return copy
 
   def shard(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
     """This tensor split evenly along `axis` over a tuple of devices (replicated on each when axis is None)."""
