@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 from tinycore import Tensor, Context, TinyJit, dtypes
-from tinycore.nn.optim import SGD
+from tinycore.nn.optim import SGD, AdamW, LAMB
 
 
 def test_crossed_assigns_in_one_realize():
@@ -92,3 +92,16 @@ def test_default_float_and_int_settings():
   with Context(DEFAULT_INT=dtypes.int64): assert Tensor([1, 2]).dtype is dtypes.int64
   assert dtypes.default_float is dtypes.float32 and Tensor([1]).dtype is dtypes.int32
   with Context(DEFAULT_FLOAT="int32"), pytest.raises(ValueError, match="DEFAULT_FLOAT"): Tensor([1.5])
+
+
+def test_arange_and_indexing_past_int32():
+  n = 2**31 + 3
+  np.testing.assert_equal(Tensor.arange(n).shrink(((n - 3, n),)).numpy(), [2**31, 2**31 + 1, 2**31 + 2])
+  big = Tensor([1]).expand(n)
+  np.testing.assert_equal(big[Tensor([0, 2**31 + 2])].numpy(), [1, 1])
+
+
+def test_optimizer_arguments_validated_as_tinygrad():
+  with pytest.raises(ValueError, match="momentum"): SGD([Tensor([1.0])], lr=0.1, momentum=-0.1)
+  with pytest.raises(ValueError, match="weight_decay"): AdamW([Tensor([1.0])], lr=0.1, weight_decay=-0.1)
+  with pytest.raises(ValueError, match="weight_decay"): LAMB([Tensor([1.0])], lr=0.1, weight_decay=-0.1)

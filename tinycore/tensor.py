@@ -328,7 +328,9 @@ class Tensor(TensorOps):
     if low < dtypes.min(dtype) or high > dtypes.max(dtype):
       raise OverflowError(f"arange({start}, {stop}, {step}) has values outside the range of {dtype}")
     device_uop = UOp(Ops.DEVICE, None, (), _canonical_device(kwargs.pop("device", None)))
-    index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (device_uop,), count), **kwargs)
+    # positions past int32's range count in int64
+    position_dtype = dtypes.int32 if count <= dtypes.max(dtypes.int32) + 1 else dtypes.int64
+    index = Tensor(UOp(Ops.ARANGE, position_dtype, (device_uop,), count), **kwargs)
     return (index.cast(dtype) * step + start).cast(dtype) if count else index.cast(dtype)
 
   @staticmethod
@@ -345,7 +347,9 @@ class Tensor(TensorOps):
       raise ValueError(f"arange({start}, {stop}, {step}): the length can be negative for some Variable values")
     dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.int32
     device_uop = UOp(Ops.DEVICE, None, (), _canonical_device(kwargs.pop("device", None)))
-    index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (device_uop,), count), **kwargs)
+    # positions past int32's range count in int64
+    position_dtype = dtypes.int32 if count <= dtypes.max(dtypes.int32) + 1 else dtypes.int64
+    index = Tensor(UOp(Ops.ARANGE, position_dtype, (device_uop,), count), **kwargs)
     ramp = index * step if step != 1 else index
     return (ramp + start if not (isinstance(start, int) and start == 0) else ramp).cast(dtype)
 
