@@ -105,3 +105,8 @@ def test_optimizer_arguments_validated_as_tinygrad():
   with pytest.raises(ValueError, match="momentum"): SGD([Tensor([1.0])], lr=0.1, momentum=-0.1)
   with pytest.raises(ValueError, match="weight_decay"): AdamW([Tensor([1.0])], lr=0.1, weight_decay=-0.1)
   with pytest.raises(ValueError, match="weight_decay"): LAMB([Tensor([1.0])], lr=0.1, weight_decay=-0.1)
+
+
+def test_bitcast_that_does_not_divide_raises_runtime_error():
+  with pytest.raises(RuntimeError, match="bitcast"): Tensor.empty((3,), dtype=dtypes.int8).bitcast(dtypes.float16)
+  with pytest.raises(ValueError, match="bitcast"): Tensor.empty((3,), dtype=dtypes.int8).bitcast(dtypes.float16)

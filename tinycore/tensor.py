@@ -1042,7 +1042,7 @@ class Tensor(TensorOps):
     dtype = to_dtype(dtype)
     if dtype.itemsize != self.dtype.itemsize:
       if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dtype.itemsize:
-        raise ValueError(f"cannot bitcast shape {self.shape} of {self.dtype} to {dtype}: "
+        raise ShapeError(f"cannot bitcast shape {self.shape} of {self.dtype} to {dtype}: "
                          "the last dim's bytes don't divide")
     return self if self.dtype is dtype else self._view(self.uop.bitcast(dtype))
 
