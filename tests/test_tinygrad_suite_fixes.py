@@ -110,3 +110,23 @@ def test_optimizer_arguments_validated_as_tinygrad():
 def test_bitcast_that_does_not_divide_raises_runtime_error():
   with pytest.raises(RuntimeError, match="bitcast"): Tensor.empty((3,), dtype=dtypes.int8).bitcast(dtypes.float16)
   with pytest.raises(ValueError, match="bitcast"): Tensor.empty((3,), dtype=dtypes.int8).bitcast(dtypes.float16)
+
+
+def test_more_error_classes_as_tinygrad():
+  with pytest.raises(RuntimeError, match="shape must be int"): Tensor.ones(2.0)
+  with pytest.raises(ValueError, match="shape must be int"): Tensor.ones(2.5)
+  with pytest.raises(IndexError, match="float"): Tensor([1, 2, 3])[0.0]
+  with pytest.raises(TypeError, match="str"): Tensor([1, 2, 3])["a"]
+  t = Tensor.ones(2, 3, 4)
+  with pytest.raises(AssertionError, match="each name"): t.rearrange("a b c -> a b")
+  with pytest.raises(AssertionError, match="bad axis name"): t.rearrange("a 2b c -> a 2b c")
+  with pytest.raises(ValueError, match="'->'"): t.rearrange("a b c")
+
+
+def test_rand_past_2_to_the_32_does_not_repeat():
+  Tensor.manual_seed(0)
+  numbers = Tensor.rand(2**33)
+  head, tail = numbers[5:10].numpy(), numbers[2**32 + 5:2**32 + 10].numpy()
+  assert ((0 <= tail) & (tail < 1)).all() and not np.allclose(head, tail)
+  Tensor.manual_seed(0)
+  np.testing.assert_equal(Tensor.rand(10)[5:].numpy(), head)  # the stream before 2**32 is unchanged

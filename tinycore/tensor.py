@@ -272,7 +272,7 @@ class Tensor(TensorOps):
     for s in shape:
       if isinstance(s, UOp): check_shape_expr(s, "shape")  # a symbolic size
       elif not isinstance(s, int) or s < 0:
-        raise ValueError(f"invalid shape {shape}: sizes must be non-negative ints")
+        raise ShapeError(f"invalid shape {shape}: shape must be ints >= 0")
     return tuple(shape)
 
   @staticmethod
@@ -395,7 +395,11 @@ class Tensor(TensorOps):
     start = Tensor._next_random_start(evaluate(count))
     # in a TinyJit capture the start is a Variable (a kernel argument) that every replay sets anew: fresh numbers
     if is_capturing(): start = Variable(record_random_draw(max_int(count)), 0, 0xFFFFFFFF).bind(start)
-    x = Tensor.arange(count, device=device, dtype=dtypes.uint32) + start
+    if isinstance(count, int) and count > 2**32:
+      # past 2**32 numbers the counter's carry is mixed in, so the stream does not repeat (it is unchanged before)
+      position = Tensor.arange(count, device=device, dtype=dtypes.uint64) + start
+      x = (position & 0xFFFFFFFF).cast(dtypes.uint32) ^ ((position >> 32).cast(dtypes.uint32) * 0x9E3779B1)
+    else: x = Tensor.arange(count, device=device, dtype=dtypes.uint32) + start
     for key in (seed, (seed ^ 0x27D4EB2F) & 0xFFFFFFFF):
       x = (x ^ key) * 0xCC9E2D51
       x = x ^ (x >> 16)
