@@ -347,9 +347,7 @@ class Tensor(TensorOps):
       raise ValueError(f"arange({start}, {stop}, {step}): the length can be negative for some Variable values")
     dtype = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.int32
     device_uop = UOp(Ops.DEVICE, None, (), _canonical_device(kwargs.pop("device", None)))
-    # positions past int32's range count in int64
-    position_dtype = dtypes.int32 if count <= dtypes.max(dtypes.int32) + 1 else dtypes.int64
-    index = Tensor(UOp(Ops.ARANGE, position_dtype, (device_uop,), count), **kwargs)
+    index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (device_uop,), count), **kwargs)
     ramp = index * step if step != 1 else index
     return (ramp + start if not (isinstance(start, int) and start == 0) else ramp).cast(dtype)
 
