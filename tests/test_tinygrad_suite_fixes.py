@@ -130,3 +130,17 @@ def test_rand_past_2_to_the_32_does_not_repeat():
   assert ((0 <= tail) & (tail < 1)).all() and not np.allclose(head, tail)
   Tensor.manual_seed(0)
   np.testing.assert_equal(Tensor.rand(10)[5:].numpy(), head)  # the stream before 2**32 is unchanged
+
+
+def test_jit_prune_runs_input_independent_kernels_once():
+  weights = Tensor(np.arange(16, dtype=np.float32)).realize()
+
+  def scaled_sum(x: Tensor) -> Tensor: return ((weights * 2).contiguous() + x).realize()
+
+  plain, pruned = TinyJit(scaled_sum), TinyJit(prune=True)(scaled_sum)
+  rng = np.random.default_rng(2)
+  for _ in range(4):
+    x = rng.standard_normal(16).astype(np.float32)
+    np.testing.assert_allclose(plain(Tensor(x)).numpy(), np.arange(16) * 2 + x, rtol=1e-6)
+    np.testing.assert_allclose(pruned(Tensor(x)).numpy(), np.arange(16) * 2 + x, rtol=1e-6)
+  assert pruned.plan.kernel_count < plain.plan.kernel_count

@@ -17,6 +17,7 @@ its eager calls would. Inputs may have symbolic shapes (`x.reshape(3, Variable("
 Variables' values come from the shapes, and a replay patches them (outputs of symbolic shape take the new values).
 """
 from __future__ import annotations
+import functools
 from typing import Any, Callable, Generic, TypeVar
 from tinycore.device.buffers import buffer_of
 from tinycore.engine.jit import JitError, ReplayPlan, captured_random_draws, capturing, random_draw_name
@@ -102,10 +103,16 @@ def _realized(ret: Any) -> Any:
 
 class TinyJit(Generic[ReturnType]):
   """Capture a function's kernels on its second call and replay them from the third on (the first call runs it
-  normally: it compiles the kernels and initializes lazy state). `reset()` forgets the capture."""
+  normally: it compiles the kernels and initializes lazy state). `reset()` forgets the capture. With `prune=True`
+  (also as `@TinyJit(prune=True)`), kernels whose results cannot change between calls (they read no input) run only
+  at capture, as tinygrad's."""
 
-  def __init__(self, fxn: Callable[..., ReturnType]):
-    self.fxn = fxn
+  def __new__(cls, fxn: Callable[..., ReturnType] | None = None, *, prune: bool = False):
+    if fxn is None: return functools.partial(cls, prune=prune)  # the decorator form, @TinyJit(prune=True)
+    return super().__new__(cls)
+
+  def __init__(self, fxn: Callable[..., ReturnType], *, prune: bool = False):
+    self.fxn, self.prune = fxn, prune
     self.reset()
 
   def reset(self) -> None:
@@ -136,7 +143,7 @@ class TinyJit(Generic[ReturnType]):
       self.outputs = _output_tensors(ret)
       if self.outputs: Tensor.realize(*self.outputs)
     self.random_draws = captured_random_draws()
-    self.plan = ReplayPlan(linears, input_uops)
+    self.plan = ReplayPlan(linears, input_uops, prune=self.prune)
     self.signature = [_input_signature(t) for t in inputs]
     self.variable_names = set(_variable_values(args, kwargs, inputs))
     self.output_uops = [t.uop for t in self.outputs]
