@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 from tinycore import Tensor, Context, TinyJit, dtypes
-from tinycore.nn.optim import SGD, AdamW, LAMB
+from tinycore.nn.optim import SGD, Adam, AdamW, LAMB
 
 
 def test_crossed_assigns_in_one_realize():
@@ -144,3 +144,25 @@ def test_jit_prune_runs_input_independent_kernels_once():
     np.testing.assert_allclose(plain(Tensor(x)).numpy(), np.arange(16) * 2 + x, rtol=1e-6)
     np.testing.assert_allclose(pruned(Tensor(x)).numpy(), np.arange(16) * 2 + x, rtol=1e-6)
   assert pruned.plan.kernel_count < plain.plan.kernel_count
+
+
+def test_rearrange_names_and_sizes_as_einops():
+  t = Tensor.ones(8, 2)
+  for name in ("_pre", "post_", "_", "2b"):
+    with pytest.raises(AssertionError, match="bad axis name"): Tensor.ones(1).rearrange(f"{name} -> {name}")
+  with pytest.raises(AssertionError, match="cannot split"): t.rearrange("(a1 a2 a3) b -> b a3 a2 a1", a1=2, a2=2, b=3)
+  with pytest.raises(ValueError, match="cannot split"): t.rearrange("(a1 a2 a3) b -> b a3 a2 a1", a1=3, a2=2)
+  np.testing.assert_equal(Tensor.arange(4).reshape(2, 2).rearrange("a_1 b -> b a_1").numpy(), [[0, 2], [1, 3]])
+
+
+def test_adam_under_a_half_default_float_keeps_float32_moments():
+  # one Adam step moves each weight by about lr * sign(grad); rounding b1/b2 powers to half would be 1% off
+  x0 = np.array([1.0, -2.0, 3.0], np.float32)
+  with Context(DEFAULT_FLOAT="HALF"):
+    x = Tensor(x0)
+    opt = Adam([x], lr=1e10)
+    with Context(TRAINING=1):
+      opt.zero_grad()
+      (x * x).sum().backward()
+      opt.step()
+  np.testing.assert_allclose(x.numpy(), x0 - 1e10 * np.sign(x0), rtol=1e-4)

@@ -594,7 +594,8 @@ def _rearrange_groups(side: str) -> list[list[str] | tuple[str, ...]]:
       current = None
     elif token == "1":
       if current is None: groups.append(())  # (inside a group a factor of 1 changes nothing)
-    elif token != "..." and not token.isidentifier(): raise FormulaError(f"rearrange: bad axis name {token!r}")
+    elif token != "..." and (not token.isidentifier() or token.startswith("_") or token.endswith("_")):
+      raise FormulaError(f"rearrange: bad axis name {token!r} (an identifier not starting or ending with '_')")
     elif current is not None: current.append(token)
     else: groups.append([token])
   if current is not None: raise FormulaError(f"rearrange: unbalanced parentheses in {side!r}")
@@ -608,7 +609,7 @@ def _split_group(group: list[str], size: int, sizes: dict[str, int]) -> dict[str
   known = math.prod(sizes[n] for n in group if n in sizes)
   if unknown and known and size % known == 0: return {n: sizes.get(n, size // known) for n in group}
   if not unknown and known == size: return {n: sizes[n] for n in group}
-  raise ShapeError(f"rearrange: a dim of size {size} cannot split into {group} with sizes {sizes}")
+  raise FormulaError(f"rearrange: a dim of size {size} cannot split into {group} with sizes {sizes}")
 
 
 def _rearrange_order(left: list[str], right: list[str], extent: dict[str, Any]) -> list[int]:
