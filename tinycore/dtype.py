@@ -4,6 +4,8 @@ import math
 from functools import lru_cache
 from typing import Any
 import attrs
+from tinycore.errors import UnknownDTypeError
+from tinycore.helpers import ContextVar
 
 
 @attrs.frozen(order=False, repr=False, eq=False)
@@ -34,7 +36,34 @@ class DType:
   def bitsize(self) -> int: return 1 if self.name == "bool" else self.itemsize * 8
 
 
-class dtypes:
+# the dtypes a Python float and a Python int get, as tinygrad's settings: `DEFAULT_FLOAT=HALF python x.py`,
+# `with Context(DEFAULT_FLOAT=dtypes.half):` (a dtype or its name), or `dtypes.default_float = dtypes.half`
+DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")
+DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
+
+
+def _default_dtype(setting: ContextVar, kind: str) -> DType:
+  value = setting.value
+  d = to_dtype(value.lower() if isinstance(value, str) else value)
+  if (kind == "float") != dtypes.is_float(d) or (kind == "int" and not dtypes.is_int(d)):
+    raise ValueError(f"{setting.key}={value!r}: the default {kind} dtype must be a{'n' if kind == 'int' else ''} "
+                     f"{kind} dtype")
+  return d
+
+
+class DTypesNamespace(type):
+  """dtypes' metaclass: default_float and default_int read (and set) the DEFAULT_FLOAT / DEFAULT_INT settings."""
+  @property
+  def default_float(cls) -> DType: return _default_dtype(DEFAULT_FLOAT, "float")
+  @default_float.setter
+  def default_float(cls, d: DType | str) -> None: DEFAULT_FLOAT.value = d
+  @property
+  def default_int(cls) -> DType: return _default_dtype(DEFAULT_INT, "int")
+  @default_int.setter
+  def default_int(cls, d: DType | str) -> None: DEFAULT_INT.value = d
+
+
+class dtypes(metaclass=DTypesNamespace):
   """The dtypes namespace, as in tinygrad: `dtypes.float32`, `dtypes.is_float(d)`, ..."""
   bool = DType(0, 1, "bool", "?", "bool")
   int8 = DType(1, 1, "int8", "b", "int8")
@@ -53,8 +82,6 @@ class dtypes:
   half, float, double = float16, float32, float64
   uchar, char, short, ushort = uint8, int8, int16, uint16
   int, uint, long, ulong = int32, uint32, int64, uint64
-  default_float: DType = float32
-  default_int: DType = int32
   # the index type used for addressing inside kernels
   index: DType = int64
 
@@ -182,10 +209,6 @@ def least_upper_dtype(*ds: DType) -> DType:
 
 def least_upper_float(d: DType) -> DType:
   return d if dtypes.is_float(d) else least_upper_dtype(d, dtypes.default_float)
-
-
-class UnknownDTypeError(TypeError, AttributeError):
-  """A dtype name that names none (tinygrad looks names up as attributes of `dtypes`: an AttributeError there)."""
 
 
 def to_dtype(x: DType | str) -> DType:

@@ -21,9 +21,19 @@ class DTypeError(TypeError, RuntimeError):
   torch TypeError."""
 
 
-class IndexKindError(IndexError, TypeError):
-  """An index of a kind a tensor cannot be indexed with (a float, a string), where numpy, torch and tinygrad raise
-  IndexError and Python's own sequences TypeError."""
+class UnknownDTypeError(TypeError, AttributeError):
+  """A dtype name that names no dtype (`dtype="flaot32"`), where tinygrad raises AttributeError (it looks the name up
+  on `dtypes`) and numpy or torch TypeError."""
+
+
+class FormulaError(ArgumentError, AssertionError):
+  """An einops formula that does not parse or whose names do not match (`rearrange("a b -> a c")`), where tinygrad
+  fails an assert (AssertionError) and einops raises its own error."""
+
+
+class IndexTypeError(IndexError, TypeError):
+  """An index of a type that cannot index (a float, a bool, a string), where tinygrad raises IndexError and numpy
+  IndexError or TypeError."""
 
 
 class MaskIndexError(IndexError, NotImplementedError):

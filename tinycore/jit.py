@@ -17,6 +17,7 @@ its eager calls would. Inputs may have symbolic shapes (`x.reshape(3, Variable("
 Variables' values come from the shapes, and a replay patches them (outputs of symbolic shape take the new values).
 """
 from __future__ import annotations
+import functools
 from typing import Any, Callable, Generic, TypeVar
 from tinycore.device.buffers import buffer_of
 from tinycore.engine.jit import JitError, ReplayPlan, captured_random_draws, capturing, random_draw_name
@@ -92,12 +93,26 @@ def _output_tensors(ret: Any) -> list[Tensor]:
   return items
 
 
+def _realized(ret: Any) -> Any:
+  """The first (eager) call's result with its tensors realized, as tinygrad's: otherwise their pending stores (an
+  in-place update of a tensor the function closes over) would run again inside the capture, and every replay."""
+  items = list(ret) if isinstance(ret, (tuple, list)) else [ret]
+  if tensors := [x for x in items if isinstance(x, Tensor)]: Tensor.realize(*tensors)
+  return ret
+
+
 class TinyJit(Generic[ReturnType]):
   """Capture a function's kernels on its second call and replay them from the third on (the first call runs it
-  normally: it compiles the kernels and initializes lazy state). `reset()` forgets the capture."""
+  normally: it compiles the kernels and initializes lazy state). `reset()` forgets the capture. With `prune=True`
+  (also as `@TinyJit(prune=True)`), kernels whose results cannot change between calls (they read no input) run only
+  at capture, as tinygrad's."""
 
-  def __init__(self, fxn: Callable[..., ReturnType]):
-    self.fxn = fxn
+  def __new__(cls, fxn: Callable[..., ReturnType] | None = None, *, prune: bool = False):
+    if fxn is None: return functools.partial(cls, prune=prune)  # the decorator form, @TinyJit(prune=True)
+    return super().__new__(cls)
+
+  def __init__(self, fxn: Callable[..., ReturnType], *, prune: bool = False):
+    self.fxn, self.prune = fxn, prune
     self.reset()
 
   def reset(self) -> None:
@@ -113,7 +128,7 @@ class TinyJit(Generic[ReturnType]):
   def __call__(self, *args, **kwargs) -> ReturnType:
     inputs = _input_tensors(args, kwargs)
     self.calls += 1
-    if self.calls == 1: return self.fxn(*args, **kwargs)
+    if self.calls == 1: return _realized(self.fxn(*args, **kwargs))
     if self.calls == 2:
       try: return self._capture(inputs, args, kwargs)
       except Exception:
@@ -128,7 +143,7 @@ class TinyJit(Generic[ReturnType]):
       self.outputs = _output_tensors(ret)
       if self.outputs: Tensor.realize(*self.outputs)
     self.random_draws = captured_random_draws()
-    self.plan = ReplayPlan(linears, input_uops)
+    self.plan = ReplayPlan(linears, input_uops, prune=self.prune)
     self.signature = [_input_signature(t) for t in inputs]
     self.variable_names = set(_variable_values(args, kwargs, inputs))
     self.output_uops = [t.uop for t in self.outputs]

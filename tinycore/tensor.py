@@ -159,13 +159,15 @@ class TensorType(type):
 
 class Tensor(TensorOps, metaclass=TensorType):
   """A lazily evaluated multi-dimensional array on a device."""
-  __slots__ = ("uop", "requires_grad", "grad", "view_of", "__weakref__")
+  __slots__ = ("uop", "requires_grad", "grad", "view_of", "forward_graph", "__weakref__")
   _seed: int = 0
   _rng_counter: int = 0
 
   def __init__(self, data: Any, device: str | tuple | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None):
     self.requires_grad, self.grad, self.view_of = requires_grad, None, None
+    # (value, graph): while this tensor holds `value`, the unrealized graph backward differentiates (tensor_assign)
+    self.forward_graph: tuple[UOp, UOp] | None = None
     dtype = to_dtype(dtype) if dtype is not None else None
     if isinstance(data, UOp) and _is_user_variable(data):
       uop = _bound_variable(data, _canonical_device(device))  # a 0-d tensor of a bound Variable's value
@@ -239,7 +241,7 @@ class Tensor(TensorOps, metaclass=TensorType):
   @staticmethod
   def _rebuild(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = Tensor.__new__(Tensor)
-    t.uop, t.requires_grad, t.grad, t.view_of = uop, requires_grad, None, None
+    t.uop, t.requires_grad, t.grad, t.view_of, t.forward_graph = uop, requires_grad, None, None, None
     all_tensors[weakref.ref(t, _forget_tensor)] = None
     return t
 
@@ -281,7 +283,7 @@ class Tensor(TensorOps, metaclass=TensorType):
     for s in shape:
       if isinstance(s, UOp): check_shape_expr(s, "shape")  # a symbolic size
       elif not isinstance(s, int) or s < 0:
-        raise ValueError(f"invalid shape {shape}: sizes must be non-negative ints")
+        raise ShapeError(f"invalid shape {shape}: shape must be ints >= 0")
     return tuple(shape)
 
   @staticmethod
@@ -338,7 +340,9 @@ class Tensor(TensorOps, metaclass=TensorType):
     if low < dtypes.min(dtype) or high > dtypes.max(dtype):
       raise OverflowError(f"arange({start}, {stop}, {step}) has values outside the range of {dtype}")
     device_uop = UOp(Ops.DEVICE, None, (), _canonical_device(kwargs.pop("device", None)))
-    index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (device_uop,), count), **kwargs)
+    # positions past int32's range count in int64
+    position_dtype = dtypes.int32 if count <= dtypes.max(dtypes.int32) + 1 else dtypes.int64
+    index = Tensor(UOp(Ops.ARANGE, position_dtype, (device_uop,), count), **kwargs)
     return (index.cast(dtype) * step + start).cast(dtype) if count else index.cast(dtype)
 
   @staticmethod
@@ -401,7 +405,11 @@ class Tensor(TensorOps, metaclass=TensorType):
     start = Tensor._next_random_start(evaluate(count))
     # in a TinyJit capture the start is a Variable (a kernel argument) that every replay sets anew: fresh numbers
     if is_capturing(): start = Variable(record_random_draw(max_int(count)), 0, 0xFFFFFFFF).bind(start)
-    x = Tensor.arange(count, device=device, dtype=dtypes.uint32) + start
+    if isinstance(count, int) and count > 2**32:
+      # past 2**32 numbers the counter's carry is mixed in, so the stream does not repeat (it is unchanged before)
+      position = Tensor.arange(count, device=device, dtype=dtypes.uint64) + start
+      x = (position & 0xFFFFFFFF).cast(dtypes.uint32) ^ ((position >> 32).cast(dtypes.uint32) * 0x9E3779B1)
+    else: x = Tensor.arange(count, device=device, dtype=dtypes.uint32) + start
     for key in (seed, (seed ^ 0x27D4EB2F) & 0xFFFFFFFF):
       x = (x ^ key) * 0xCC9E2D51
       x = x ^ (x >> 16)
@@ -479,9 +487,12 @@ class Tensor(TensorOps, metaclass=TensorType):
     return Tensor._rebuild(UOp(Ops.DETACH, self.dtype, (self.uop,)), False)
 
   def clone(self, device: str | None = None) -> Tensor:
-    """A copy in fresh storage (on `device` when given): new empty storage with the value stored into it."""
+    """A copy in fresh storage (on `device` when given): new empty storage with the value stored into it. A `.grad`
+    is cloned along, as tinygrad's."""
     target = self.device if device is None else Device.canonicalize(device)
-    return Tensor.empty(*self.shape, device=target, dtype=self.dtype).assign(self)
+    copy = Tensor.empty(*self.shape, device=target, dtype=self.dtype).assign(self)
+    if self.grad is not None: copy.grad = self.grad.clone(device)
+    return copy
 
   def shard(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
     """This tensor split evenly along `axis` over a tuple of devices (replicated on each when axis is None)."""
@@ -1064,7 +1075,7 @@ class Tensor(TensorOps, metaclass=TensorType):
     dtype = to_dtype(dtype)
     if dtype.itemsize != self.dtype.itemsize:
       if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dtype.itemsize:
-        raise ValueError(f"cannot bitcast shape {self.shape} of {self.dtype} to {dtype}: "
+        raise ShapeError(f"cannot bitcast shape {self.shape} of {self.dtype} to {dtype}: "
                          "the last dim's bytes don't divide")
     return self if self.dtype is dtype else self._view(self.uop.bitcast(dtype))
 
@@ -1335,11 +1346,16 @@ class Tensor(TensorOps, metaclass=TensorType):
       if gradient.shape != self.shape:
         raise ValueError(f"gradient= has shape {gradient.shape}, the tensor {self.shape}")
       seed = gradient.cast(self.dtype).uop
-    grads = compute_gradient(self.uop, seed, {t.uop for t in targets})
+    grads = compute_gradient(self._differentiated_graph(), seed, {t.uop for t in targets})
     found = [grads[t.uop] if t.uop in grads else full_like(t.uop, 0.0) for t in targets]
     # gradients read forward values as pure expressions, never as versions of an assigned buffer
     found = list(functional(UOp(Ops.SINK, None, tuple(found))).src) if found else found
     return [Tensor._rebuild(g, False) for g in found]
+
+  def _differentiated_graph(self) -> UOp:
+    """The graph gradients flow through: the one kept from before a realize stored parts of it, else the uop."""
+    kept = self.forward_graph
+    return kept[1] if kept is not None and kept[0] is self.uop else self.uop
 
   def requires_grad_(self, requires_grad: bool = True) -> Tensor:
     """Set requires_grad in place (False: backward() and the optimizers leave this tensor alone)."""
@@ -1356,10 +1372,11 @@ class Tensor(TensorOps, metaclass=TensorType):
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Fill `.grad` of every float tensor this one was computed from (its requires_grad not False), adding to a
     `.grad` that is already there. Lazy: the gradients are computed when realized (e.g. by an optimizer step)."""
-    if self.uop.base.op is Ops.BUFFER:
+    graph_root = self._differentiated_graph()
+    if graph_root.base.op is Ops.BUFFER:
       raise RuntimeError("backward of a realized tensor: realizing it (realize, item, numpy) replaced its graph with "
                          "its buffer, so there is nothing to differentiate; call backward() first, realize after")
-    graph = self.uop.toposort()
+    graph = graph_root.toposort()
     live = [t for ref in list(all_tensors) if (t := ref()) is not None]
     need = [t for t in live if t.uop in graph and t.requires_grad is not False and t.is_floating_point()]
     if not need: raise RuntimeError("backward: no float tensor in this tensor's graph needs a gradient")

@@ -6,7 +6,9 @@ that every view of that buffer then reads. Both run under the runtime lock, so t
 """
 from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
-from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore.dtype import FLOATS
+from tinycore.errors import DTypeError
 from tinycore.hcq.runtime import holding_runtime_lock
 from tinycore.schedule.copies import is_storage_only, storage_root
 
@@ -19,12 +21,32 @@ def apply_becomes(becomes: dict[UOp, UOp]) -> None:
   if not becomes: return
   from tinycore.tensor import all_tensors  # (live_tensors() inlined: this visits every live tensor per realize)
   buffer_op, reshape_op = Ops.BUFFER, Ops.RESHAPE  # read once: an Ops member read is slow on Python 3.11
+  tensor_nodes: set[UOp] = set()  # realized nodes that are a tensor's own value
+  cut: list[tuple[Tensor, UOp]] = []  # tensors that keep a graph for backward, with that graph before this realize
   for ref in list(all_tensors):
     if (t := ref()) is None: continue
     u = t.uop
+    kept = t.forward_graph
+    if kept is not None:
+      if kept[0] is u: cut.append((t, kept[1]))
+      else: t.forward_graph = None  # the tensor holds another value since
     if u.op is buffer_op or (u.op is reshape_op and u.src[0].op is buffer_op): continue
-    if u in becomes: t.uop = becomes[u]
-    elif any(n in becomes for n in u.toposort(gate=lambda n: n.op is not Ops.BUFFER)): t.uop = u.substitute(becomes)
+    if u in becomes:
+      t.uop = becomes[u]
+      tensor_nodes.add(u)
+    elif any(n in becomes for n in u.toposort(gate=lambda n: n.op is not Ops.BUFFER)):
+      t.uop = u.substitute(becomes)
+      if kept is None and t.requires_grad is not False and t.dtype in FLOATS: cut.append((t, u))
+  if cut: keep_forward_graphs(cut, {node: becomes[node] for node in tensor_nodes})
+
+
+def keep_forward_graphs(cut: list[tuple[Tensor, UOp]], tensor_becomes: dict[UOp, UOp]) -> None:
+  """A realize stores nodes inside a tensor's graph that no tensor holds (a fused kernel's intermediates); the tensor
+  then reads their buffers, which cuts the path backward() differentiates. Such a tensor keeps its graph with only
+  the tensors' own realized values substituted (`Tensor.forward_graph`), for backward and gradient."""
+  for t, graph in cut:
+    realized = t.uop.op is Ops.BUFFER or (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER)
+    t.forward_graph = None if realized else (t.uop, graph.substitute(tensor_becomes))
 
 
 @holding_runtime_lock
@@ -36,13 +58,14 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
       raise ValueError(f"assign shape mismatch: cannot assign shape {value.shape} into shape {target.shape}")
     value = value._broadcast_to(target.shape)
   if value.dtype is not target.dtype:
-    raise TypeError(f"assign dtype mismatch: cannot assign {value.dtype.name} into {target.dtype.name}")
+    raise DTypeError(f"assign dtype mismatch: cannot assign {value.dtype.name} into {target.dtype.name}")
   if value.device != target.device and not is_storage_only(target.device):
     # the value is copied to the target's device and stored there; the target never moves. (A copy to a storage
     # device such as DISK is a store into its buffer: no COPY.) The copy rules drop this COPY again when the target
     # is a whole buffer.
     value = value.to(target.device)
-  if not has_storage(target.uop):
+  target_uop = without_detach(target.uop)  # a detached tensor shares its source's storage: stores reach it
+  if not has_storage(target_uop):
     # the tensor whose storage this is a view of: tracked per tensor (Tensor.view_of), not by graph, since two
     # tensors built alike (two Tensor.zeros(4)) are one graph node yet separate storage
     owner = target.view_of
@@ -50,14 +73,30 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
       target.uop = value.uop  # nothing else sees this tensor's storage: it simply becomes the value
       return
     if not has_storage(owner.uop): give_own_storage(owner)
-    if not has_storage(target.uop):
-      raise RuntimeError(f"cannot assign into a view of {storage_root(target.uop).op.name}: it has no storage")
-  store_target, stored = bitcast_to_source(target.uop, value.uop)
+    target_uop = without_detach(target.uop)
+    if not has_storage(target_uop):
+      raise RuntimeError(f"cannot assign into a view of {storage_root(target_uop).op.name}: it has no storage")
+  store_target, stored = bitcast_to_source(target_uop, value.uop)
   base = storage_root(store_target)
   after = UOp(Ops.AFTER, base.dtype, (base, UOp(Ops.STORE, None, (store_target, stored))))
   # every view of this buffer (the target itself included) now reads the stored value
   for t in live_tensors():
-    if storage_root(t.uop) is base: t.uop = t.uop.substitute({base: after})
+    if storage_root_under_detach(t.uop) is base: t.uop = t.uop.substitute({base: after})
+
+
+def without_detach(u: UOp) -> UOp:
+  """A view chain (movement ops, bitcasts) with the DETACHes in it left out: the view of storage it is."""
+  if u.op is Ops.DETACH: return without_detach(u.src[0])
+  if u.op in GroupOp.Movement or u.op is Ops.BITCAST:
+    below = without_detach(u.src[0])
+    return u if below is u.src[0] else u.replace(src=(below, *u.src[1:]))
+  return u
+
+
+def storage_root_under_detach(u: UOp) -> UOp:
+  """storage_root, seeing through DETACH too (what a detached view reads from)."""
+  while u.op in GroupOp.Movement or u.op is Ops.BITCAST or u.op is Ops.DETACH: u = u.src[0]
+  return u
 
 
 def has_storage(u: UOp) -> bool:

@@ -4,7 +4,7 @@ a list of lists is a tuple) as a one-hot select-and-sum that fuses into one kern
 from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
-from tinycore.errors import DTypeError, IndexKindError, MaskIndexError
+from tinycore.errors import DTypeError, IndexTypeError, MaskIndexError
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.symbolic_shapes import evaluate
 
@@ -110,7 +110,7 @@ def getitem(t: Tensor, indices: Any) -> Tensor:
   if any(is_advanced_index(i) for i in indices): return _advanced_getitem(t, indices)
   for i in indices:
     if not (i is None or i is Ellipsis or isinstance(i, (int, slice))) or isinstance(i, bool):
-      raise IndexKindError(f"invalid index {i!r} of type {type(i).__name__}")
+      raise IndexTypeError(f"invalid index {i!r} of type {type(i).__name__}")
   indices = _expand_ellipsis(indices, t.ndim)
   out, dim, final_shape = t, 0, []
   drop_dims = []

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import operator
 from typing import TYPE_CHECKING, Any, Sequence
-from tinycore.dtype import DType, dtypes
-from tinycore.errors import ArgumentError, DTypeError, ShapeError
+from tinycore.dtype import DType, dtypes, least_upper_dtype, to_dtype
+from tinycore.errors import ArgumentError, DTypeError, FormulaError, ShapeError
 from tinycore.uop.ops import Ops, UOp, identity_element
 from tinycore.tensor_math import TensorMath
 from tinycore.tensor_nn import TensorNN
@@ -302,12 +302,12 @@ class TensorOps(TensorMath, TensorNN):
     """einops' rearrange: "b c (h p) w -> b (h w) (c p)" names each dim (a group in parentheses is a reshape, split
     on the left with the sizes given as keywords, at most one size per group inferred; merged on the right), the
     right side orders them (a permute); "..." stands for the dims not named."""
-    if formula.count("->") != 1: raise ArgumentError(f"rearrange needs one '->' in {formula!r}")
+    if formula.count("->") != 1: raise FormulaError(f"rearrange needs one '->' in {formula!r}")
     left, right = (_rearrange_groups(side) for side in formula.split("->"))
     left_names, right_names = [n for g in left for n in g], [n for g in right for n in g]
     if sorted(left_names) != sorted(right_names) or len(set(left_names)) != len(left_names):
-      raise ArgumentError(f"rearrange {formula!r}: each name must appear once on each side")
-    if any(n not in left_names for n in sizes): raise ArgumentError(f"rearrange sizes {sizes} name unused axes")
+      raise FormulaError(f"rearrange {formula!r}: each name must appear once on each side")
+    if any(n not in left_names for n in sizes): raise FormulaError(f"rearrange sizes {sizes} name unused axes")
     if len(left) - ("..." in left_names) > self.ndim or ("..." not in left_names and len(left) != self.ndim):
       raise ShapeError(f"rearrange {formula!r}: the left side names {len(left)} dims of a {self.ndim}-d tensor")
     extent, dims = {}, list(self.shape)
@@ -316,7 +316,7 @@ class TensorOps(TensorMath, TensorNN):
         extent["..."] = tuple(dims[:self.ndim - len(left) + 1])
         del dims[:len(extent["..."])]
         continue
-      if "..." in group: raise ArgumentError(f"rearrange {formula!r}: '...' cannot be inside a group on the left")
+      if "..." in group: raise FormulaError(f"rearrange {formula!r}: '...' cannot be inside a group on the left")
       extent.update(_split_group(group, dims.pop(0), sizes))
 
     def spread(names: list[str]) -> list[int]:  # the dims' sizes, "..." as its several dims
@@ -632,29 +632,30 @@ def _rearrange_groups(side: str) -> list[list[str] | tuple[str, ...]]:
   groups, current = [], None
   for token in side.replace("…", "...").replace("(", " ( ").replace(")", " ) ").split():
     if token == "(":
-      if current is not None: raise ArgumentError(f"rearrange: nested parentheses in {side!r}")
+      if current is not None: raise FormulaError(f"rearrange: nested parentheses in {side!r}")
       current = []
     elif token == ")":
-      if current is None: raise ArgumentError(f"rearrange: unbalanced parentheses in {side!r}")
+      if current is None: raise FormulaError(f"rearrange: unbalanced parentheses in {side!r}")
       groups.append(tuple(current))
       current = None
     elif token == "1":
       if current is None: groups.append(())  # (inside a group a factor of 1 changes nothing)
-    elif token != "..." and not token.isidentifier(): raise ArgumentError(f"rearrange: bad axis name {token!r}")
+    elif token != "..." and (not token.isidentifier() or token.startswith("_") or token.endswith("_")):
+      raise FormulaError(f"rearrange: bad axis name {token!r} (an identifier not starting or ending with '_')")
     elif current is not None: current.append(token)
     else: groups.append([token])
-  if current is not None: raise ArgumentError(f"rearrange: unbalanced parentheses in {side!r}")
+  if current is not None: raise FormulaError(f"rearrange: unbalanced parentheses in {side!r}")
   return groups
 
 
 def _split_group(group: list[str], size: int, sizes: dict[str, int]) -> dict[str, int]:
   """The size of each name of a left-side group of `size` elements (at most one name not in sizes)."""
   unknown = [n for n in group if n not in sizes]
-  if len(unknown) > 1: raise ArgumentError(f"rearrange: give sizes for all but one of {group}")
+  if len(unknown) > 1: raise FormulaError(f"rearrange: give sizes for all but one of {group}")
   known = math.prod(sizes[n] for n in group if n in sizes)
   if unknown and known and size % known == 0: return {n: sizes.get(n, size // known) for n in group}
   if not unknown and known == size: return {n: sizes[n] for n in group}
-  raise ShapeError(f"rearrange: a dim of size {size} cannot split into {group} with sizes {sizes}")
+  raise FormulaError(f"rearrange: a dim of size {size} cannot split into {group} with sizes {sizes}")
 
 
 def _rearrange_order(left: list[str], right: list[str], extent: dict[str, Any]) -> list[int]:

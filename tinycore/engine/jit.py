@@ -106,12 +106,40 @@ class ReplayStep:
     return buffers
 
 
+def written_and_taken_buffers(call: UOp) -> tuple[list[UOp], list[UOp]]:
+  """(the buffers a captured CALL writes, every buffer it takes): a copy writes its destination, a kernel the
+  parameters its stores target."""
+  buffers = list(call_buffers(call))
+  if call.src[0].op is Ops.COPY: return buffers[:1], buffers
+  slots = {p.arg for store in call.src[0].toposort() if store.op is Ops.STORE
+           for p in store.src[0].toposort() if p.op is Ops.PARAM}
+  return [buffers[i] for i in sorted(slots) if isinstance(i, int) and i < len(buffers)], buffers
+
+
+def prune_onetime_calls(linear: UOp, input_uops: Sequence[UOp]) -> UOp:
+  """TinyJit(prune=True): the captured calls without those whose results cannot change between replays (they take
+  no input and no Variable, and no replayed call writes a buffer they read or write). They ran at capture; a replay
+  keeps their results."""
+  calls = list(linear.src)
+  info = [written_and_taken_buffers(call) for call in calls]
+  replayed = [any(s.op in (Ops.BIND, Ops.DEFINE_VAR) for s in call.src[1:]) or any(b in input_uops for b in bufs)
+              for call, (_, bufs) in zip(calls, info)]
+  changed = True
+  while changed:  # a call that reads or writes a buffer some replayed call writes is replayed too
+    written = {b for keep, (out, _) in zip(replayed, info) if keep for b in out}
+    changed = False
+    for i, (_, bufs) in enumerate(info):
+      if not replayed[i] and any(b in written for b in bufs): replayed[i] = changed = True
+  return UOp(Ops.LINEAR, None, tuple(call for call, keep in zip(calls, replayed) if keep))
+
+
 class ReplayPlan:
   """The captured LINEARs as one compiled plan; `run(inputs)` replays it with these input Buffers. While profiling,
   a second compiled form with device timestamps around each command replays instead (made at its first use)."""
 
-  def __init__(self, linears: Sequence[UOp], input_uops: Sequence[UOp]):
+  def __init__(self, linears: Sequence[UOp], input_uops: Sequence[UOp], prune: bool = False):
     linear = UOp(Ops.LINEAR, None, tuple(call for lin in linears for call in lin.src))
+    if prune: linear = prune_onetime_calls(linear, input_uops)
     self.linear, self.input_uops = linear, list(input_uops)
     self.compiled: dict[bool, list[ReplayStep]] = {}  # by profiling on/off
     self.steps = self.compiled_steps(profiler.enabled)

@@ -95,6 +95,7 @@ class SGD(Optimizer):
                nesterov: bool = False, classic: bool = False, device: str | None = None, fused: bool = False):
     super().__init__(params, lr, device, fused)
     self.classic = classic
+    if momentum < 0: raise ValueError(f"invalid momentum {momentum}: it must be >= 0")
     if nesterov and momentum <= 0: raise ValueError("nesterov momentum needs momentum > 0")
     self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
     self.velocity = [_state_like(t) for t in self.params] if momentum else []
@@ -120,9 +121,11 @@ class LAMB(Optimizer):
                weight_decay: float = 0.0, adam: bool = False, l2: bool = False, device: str | None = None,
                fused: bool = False):
     super().__init__(params, lr, device, fused)
+    if weight_decay < 0: raise ValueError(f"invalid weight_decay {weight_decay}: it must be >= 0")
     self.b1, self.b2, self.eps, self.weight_decay, self.adam, self.l2 = b1, b2, eps, weight_decay, adam, l2
-    self.b1_t = _own_buffer(Tensor.ones(1, device=self.device))
-    self.b2_t = _own_buffer(Tensor.ones(1, device=self.device))
+    # the running powers of b1 and b2 stay float32 whatever the default float (as tinygrad: half would round them)
+    self.b1_t = _own_buffer(Tensor.ones(1, device=self.device, dtype=dtypes.float32))
+    self.b2_t = _own_buffer(Tensor.ones(1, device=self.device, dtype=dtypes.float32))
     self.m = [_state_like(t) for t in self.params]
     self.v = [_state_like(t) for t in self.params]
 

@@ -18,12 +18,17 @@ from tinycore.schedule.rangeify import KernelBuilder, NeedsRealize, build_store_
 from tinycore.uop.spec import check_spec, spec_enabled
 from tinycore.schedule.copies import (contiguous_region, has_buffer_identity, is_storage_only, lower_copies,
                                      region_uop, storage_root)
+from tinycore.schedule.snapshots import snapshot_crossed_reads
 from tinycore.schedule.multi import (MultiLowering, is_multi, lane_roots, lanes_of, lower_multi, multi_value,
                                     stacked_call)
 
 
 class ScheduleError(RuntimeError):
   pass
+
+
+class StoreCycleError(ScheduleError):
+  """Stores realized together that each read a buffer the other replaces: no order of the jobs works."""
 
 
 def _is_buffer_view(u: UOp) -> bool:
@@ -205,13 +210,27 @@ def order_jobs(ctx: ScheduleContext, jobs: list[Job]) -> list[Job]:
     for u in users[i]:
       indegree[u] -= 1
       if indegree[u] == 0: heapq.heappush(ready, u)
-  if len(order) != len(jobs): raise ScheduleError("cycle in the schedule: these stores and reads cannot be ordered")
+  if len(order) != len(jobs): raise StoreCycleError("cycle in the schedule: these stores and reads cannot be ordered")
   return order
 
 
 def create_schedule(original_roots: list[UOp], scalars: ScalarBindings | None = None) -> tuple[UOp, dict[UOp, UOp]]:
   """Schedule the roots. Python scalars replaced by placeholders (the schedule cache does that) become kernel
   arguments; `scalars` holds their values in case a kernel has too many arguments and bakes some in."""
+  try:
+    return schedule_graph(original_roots, scalars)
+  except StoreCycleError:
+    # stores that read each other's old values: they read snapshots taken first instead
+    roots, rewritten = snapshot_crossed_reads(original_roots)
+    if not rewritten: raise
+    linear, becomes = schedule_graph(roots, scalars)
+    for old, new in rewritten.items():
+      if new in becomes: becomes[old] = becomes[new]
+    return linear, becomes
+
+
+def schedule_graph(original_roots: list[UOp], scalars: ScalarBindings | None = None) -> tuple[UOp, dict[UOp, UOp]]:
+  """create_schedule without the store-cycle fallback."""
   original = UOp(Ops.SINK, None, tuple(original_roots))
   if spec_enabled(): check_spec(original, "tensor")
   multi = lower_multi(original)
