@@ -320,7 +320,7 @@ def test_load_state_dict_checks(tmp_path):
   assert load_state_dict(model, {}, strict=False) == []
   state = get_state_dict(Model())
   state["l1.bias"] = Tensor(np.zeros(5, np.float32))
-  with pytest.raises(ValueError, match="l1.bias: shape mismatch"):
+  with pytest.raises(ValueError, match=r"Shape mismatch in layer `l1.bias`: Expected shape \(4,\)"):
     load_state_dict(model, state)
 
 
