@@ -141,7 +141,8 @@ def test_index_tensor_reads_one_element_per_output_not_every_row():
   np.testing.assert_array_equal(t[i].numpy(), table[idx])
   linear = t[i].schedule_linear()
   kernels = [call.src[0] for call in linear.src if call.src[0].op is Ops.SINK]
-  assert not any(u.op is Ops.REDUCE for k in kernels for u in optimize_kernel(k).toposort())
+  target = Device[Device.DEFAULT].renderer.kernel_target
+  if target.gathers: assert not any(u.op is Ops.REDUCE for k in kernels for u in optimize_kernel(k, target).toposort())
   emb = nn.Embedding(1000, 8)
   emb.weight = t
   out = emb(Tensor(np.array([[3, 1000], [0, 42]], np.int32))).numpy()  # an index past the table reads zeros

@@ -77,14 +77,17 @@ class KernelTarget:
   """What the optimizer knows of the machine a kernel runs on: `vector_lanes` float32 lanes in a vector register,
   `vector_registers` of them, `cores` that run one kernel's shares, and `strip_vectors`, how many vectors of
   accumulators a column-sum strip may hold (in L1 on a CPU), `panel_bytes`, how much a kernel may copy its operand
-  panels into local buffers (codegen.packing; 0: never), and `strip_rows`, how many rows a column-sum strip adds up
-  per pass before it updates its accumulators (1: one). A renderer carries one as `kernel_target`."""
+  panels into local buffers (codegen.packing; 0: never), `strip_rows`, how many rows a column-sum strip adds up
+  per pass before it updates its accumulators (1: one), and `gathers`, whether an index tensor's pick is read as
+  one load at a computed address (`gathered_reduce`; proven on the CPU so far: the emulated AMD device hung on a
+  scatter's gathered loads). A renderer carries one as `kernel_target`."""
   vector_lanes: int = 4
   vector_registers: int = 16
   cores: int = 1
   strip_vectors: int = 8
   panel_bytes: int = 0
   strip_rows: int = 4
+  gathers: bool = False
 
 
 # 8 lanes (AVX2-sized): the tiles every device got before targets existed
@@ -363,5 +366,6 @@ gathers = PatternMatcher([
 def optimize_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
   """The kernel with gathers read directly, contiguous loops merged, register tiles for strided reductions and
   several rows per pass for column-sum strips, shaped for `target`."""
-  sink = graph_rewrite(graph_rewrite(sink, gathers), gated_loads)
+  if target.gathers: sink = graph_rewrite(sink, gathers)
+  sink = graph_rewrite(sink, gated_loads)
   return strip_rows_per_pass(upcast_reduce_kernel(merge_ranges(sink), target), target)

@@ -311,9 +311,9 @@ def host_target(cores: int) -> KernelTarget:
   except OSError: flags = ""
   words = set(flags.split())
   panel = panel_budget(l2_cache_bytes())
-  if "avx512f" in words: return KernelTarget(16, 32, cores, STRIP_VECTORS, panel, STRIP_ROWS)
-  if "avx" in words: return KernelTarget(8, 16, cores, STRIP_VECTORS, panel, STRIP_ROWS)
-  return KernelTarget(4, 16, cores, STRIP_VECTORS, panel, STRIP_ROWS)
+  if "avx512f" in words: return KernelTarget(16, 32, cores, STRIP_VECTORS, panel, STRIP_ROWS, gathers=True)
+  if "avx" in words: return KernelTarget(8, 16, cores, STRIP_VECTORS, panel, STRIP_ROWS, gathers=True)
+  return KernelTarget(4, 16, cores, STRIP_VECTORS, panel, STRIP_ROWS, gathers=True)
 
 
 DEFAULT_L2_BYTES = 512 * 1024
