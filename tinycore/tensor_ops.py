@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 from typing import TYPE_CHECKING, Any, Sequence
-from tinycore.dtype import DType, dtypes, least_upper_dtype, to_dtype
+from tinycore.dtype import DType, dtypes
 from tinycore.errors import ArgumentError, DTypeError, FormulaError, ShapeError
 from tinycore.uop.ops import Ops, UOp, identity_element
 from tinycore.tensor_math import TensorMath
