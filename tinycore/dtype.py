@@ -44,11 +44,17 @@ DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
 
 def _default_dtype(setting: ContextVar, kind: str) -> DType:
   value = setting.value
+  # (read on every Python float or int a tensor op meets: the value's dtype is looked up once per value)
+  if (known := _resolved_defaults.get((setting.key, value))) is not None: return known
   d = to_dtype(value.lower() if isinstance(value, str) else value)
   if (kind == "float") != dtypes.is_float(d) or (kind == "int" and not dtypes.is_int(d)):
     raise ValueError(f"{setting.key}={value!r}: the default {kind} dtype must be a{'n' if kind == 'int' else ''} "
                      f"{kind} dtype")
+  _resolved_defaults[(setting.key, value)] = d
   return d
+
+
+_resolved_defaults: dict[tuple[str, Any], DType] = {}  # (setting, its value) -> the dtype it names
 
 
 class DTypesNamespace(type):

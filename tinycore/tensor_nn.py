@@ -142,11 +142,9 @@ class TensorNN:
       rows = x.transpose(axis, -1).unsqueeze(-2)
       # each output reads one or two inputs: selects summed over the inputs, which the code generator turns into
       # gathers (codegen.optimize.gathered_reduce); selects, not products with weights, so inf stays inf
-      picks = [(chosen.where(rows, 0).sum(-1).cast(x.dtype), weight)
+      reads = [chosen.where(rows, 0).sum(-1).cast(x.dtype) * (1 if weight is None else weight)
                for chosen, weight in x._resample_sources(self.shape[axis], new, mode, align_corners)]
-      out = picks[0][0] if picks[0][1] is None else sum(value * weight for value, weight in picks[1:]) + \
-        picks[0][0] * picks[0][1]
-      x = out.cast(x.dtype).transpose(axis, -1)
+      x = sum(reads[1:], reads[0]).cast(x.dtype).transpose(axis, -1)
     # ints interpolate in float and round to the nearest (torch's uint8 resampling rounds too)
     return x.cast(self.dtype) if nearest or dtypes.is_float(self.dtype) else x.round().cast(self.dtype)
 

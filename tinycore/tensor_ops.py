@@ -417,7 +417,7 @@ class TensorOps(TensorMath, TensorNN):
     dim = _axis(dim, self.ndim)
     size = self.shape[dim] if self.ndim else 1
     if not 0 <= k <= size: raise ValueError(f"topk k={k} out of range for a dim of size {size}")
-    if self.ndim and 0 < k <= TensorOps.TOPK_SELECT_MAX < size and not isinstance(size, UOp):
+    if not isinstance(size, UOp) and self.ndim and 0 < k <= TensorOps.TOPK_SELECT_MAX < size:
       values, indices = self.transpose(dim, -1)._topk_select(k, largest)
       return values.transpose(dim, -1), indices.transpose(dim, -1)
     values, indices = self.sort(dim, descending=largest)
@@ -438,15 +438,14 @@ class TensorOps(TensorMath, TensorNN):
     key = nan.where(math.inf, self) if nan is not None else self
     worst = (-math.inf if largest else math.inf) if is_float else (dtypes.min(self.dtype) if largest
                                                                     else dtypes.max(self.dtype))
+    # among equal keys: the first position, a NaN before a real +inf when largest (after it when smallest)
+    score = position if nan is None else position + (nan.logical_not() if largest else nan).cast(dtypes.int32) * n
     taken = position < 0  # nothing yet (a (n,) False, broadcast)
     values, indices = [], []
     for _ in range(k):
       open_key = taken.where(worst, key)
       best = open_key.max(-1, keepdim=True) if largest else open_key.min(-1, keepdim=True)
       candidate = taken.logical_not() & (key == best)
-      # among equal keys: the first position, a NaN before a real +inf when largest (after it when smallest)
-      later = (nan if not largest else nan.logical_not()) if nan is not None else None
-      score = position + later.cast(dtypes.int32) * n if later is not None else position
       chosen = candidate.where(score, 2 * n).min(-1, keepdim=True) % n
       picked = position == chosen
       values.append(picked.where(self, 0).sum(-1, keepdim=True).cast(self.dtype))  # one element: a gather

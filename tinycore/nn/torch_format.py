@@ -5,7 +5,8 @@ pickle rebuilds the saved object (usually a dict of tensors); each tensor is a p
 (its dtype, from the storage class, and its KEY) plus an offset, sizes and strides. Here every storage is a view of
 the file's uint8 DISK tensor (``file[start:end].bitcast(dtype)``), so nothing is read until a tensor is realized.
 Unpickling never imports anything: only the few torch and collections names a checkpoint uses are understood;
-any other class becomes an inert placeholder, so the tensors of a checkpoint that also pickled other objects load.
+an object of any other class loads as an `UnknownObject`, an inert record of the class's name and the arguments and
+state it was pickled with, so the tensors of a checkpoint that also pickled other objects load.
 """
 from __future__ import annotations
 import io
