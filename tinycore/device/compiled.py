@@ -42,9 +42,21 @@ def compile_timeout_s() -> float:
 def run_bounded(command: list[str], timeout_s: float, cwd: str | None = None) -> tuple[int, str]:
   """Run a command (a compiler) for at most `timeout_s` seconds: (exit code, stderr + stdout). On timeout the command
   and every process it started (its own session) are killed and subprocess.TimeoutExpired is raised."""
-  with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                        start_new_session=True) as process:
-    try: stdout, stderr = process.communicate(timeout=timeout_s)
+  return finish_bounded(start_bounded(command, cwd=cwd), timeout_s)
+
+
+def start_bounded(command: list[str], cwd: str | None = None, stdin: bool = False) -> subprocess.Popen:
+  """Start a command in a session of its own (so a timeout can kill everything it started) with its output piped,
+  and its input too when `stdin`; `finish_bounded` feeds it and waits for it."""
+  return subprocess.Popen(command, stdin=subprocess.PIPE if stdin else None, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, cwd=cwd, start_new_session=True)
+
+
+def finish_bounded(process: subprocess.Popen, timeout_s: float, input: str | None = None) -> tuple[int, str]:
+  """Give a process from `start_bounded` its `input` (then end of file) and wait at most `timeout_s` seconds for it to
+  exit: (exit code, stderr + stdout). On timeout its whole session is killed and subprocess.TimeoutExpired raised."""
+  with process:
+    try: stdout, stderr = process.communicate(input, timeout=timeout_s)
     except subprocess.TimeoutExpired:
       try: os.killpg(process.pid, signal.SIGKILL)
       except ProcessLookupError: pass

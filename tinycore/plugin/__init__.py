@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.device.kernels import dump_binary
   from tinycore.device.python import HOST_DEVICE
   from tinycore.device.compiled import (COMPILE_TIMEOUT_ENV, Compiled, Compiler, Program, cache_dir, compile_timeout_s,
-                                        run_bounded, run_compiler, trusted_cache_dir)
+                                        finish_bounded, run_bounded, run_compiler, start_bounded,
+                                        trusted_cache_dir)
   from tinycore.dtype import DType, dtypes
   from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
                                      Value, Variable)
@@ -56,7 +57,8 @@ _LAZY_EXPORTS: dict[str, str] = {
   "HOST_DEVICE": "tinycore.device.python",
   "dump_binary": "tinycore.device.kernels",
   **dict.fromkeys(("Compiled", "Compiler", "Program", "cache_dir", "trusted_cache_dir", "COMPILE_TIMEOUT_ENV",
-                   "compile_timeout_s", "run_bounded", "run_compiler"), "tinycore.device.compiled"),
+                   "compile_timeout_s", "run_bounded", "run_compiler", "start_bounded", "finish_bounded"),
+                 "tinycore.device.compiled"),
   **dict.fromkeys(("CStyleRenderer", "RenderedKernel"), "tinycore.codegen.c_style"),
   **dict.fromkeys(("AccUpdate", "LinearKernel", "Loop"), "tinycore.codegen.linearize"),
   "KernelTarget": "tinycore.codegen.optimize",
