@@ -24,8 +24,8 @@ LINK_FLAGS = ("-lm",)
 # object links in about 5 ms. Undefined symbols (libm's, libc's memcpy) bind when the library loads into the process.
 LINKER_ENV = "TINYCORE_CPU_LINKER"
 # clang 14 spends about 17 ms of a 35 ms compile loading itself (its shared LLVM libraries) before it reads a byte of
-# source; gcc about 2 ms. So after a compile, the next compiler process is started at once and waits for its source
-# on stdin ("standby"): the next kernel's compile starts from a loaded compiler. "0" turns this off.
+# source; gcc about 2 ms. So when a CPU device opens, and after each compile, a compiler process is started and waits
+# for its source on stdin ("standby"): the next kernel's compile starts from a loaded compiler. "0" turns this off.
 STANDBY_ENV = "TINYCORE_CPU_STANDBY_COMPILER"
 
 
@@ -90,7 +90,7 @@ class CPUCompiler(Compiler):
         returncode, _ = self._wait(lambda timeout: finish_bounded(standby.process, timeout, src), standby.invocation)
         if returncode == 0:
           library = self._link(src, standby.workdir, standby.object_path)
-          Standby.start(self.command, object_flags)
+          self.start_standby()
           return library
         standby_failed = True  # compiled again below: the source's fault, or a compiler that cannot read stdin
       finally: standby.discard()
@@ -105,8 +105,12 @@ class CPUCompiler(Compiler):
       self._run([*self.command, *object_flags, "-c", "-o", str(object_path), str(source_path)], src, workdir)
       library = self._link(src, workdir, object_path)
     if standby_failed: Standby.refuse(self.command, object_flags)
-    else: Standby.start(self.command, object_flags)
+    else: self.start_standby()
     return library
+
+  def start_standby(self) -> None:
+    """Start a compiler process that waits for the next compile's source (see STANDBY_ENV), unless one waits."""
+    if self.linker is not None: Standby.start(self.command, [flag for flag in self.flags if flag != "-shared"])
 
   def _link(self, src: str, workdir: str, object_path: pathlib.Path) -> bytes:
     """The shared object of a compiled object file, linked by the system linker."""

@@ -88,6 +88,7 @@ class CPUDevice(HCQDevice):
     self.worker = WorkerLibrary.get(compiler)
     self.queues = {"compute": CPUQueue(self, "compute", self.worker, threads)}
     self.futex_after_ns = HOST_WAIT_FUTEX_AFTER_NS  # how long host_wait_signal polls before it sleeps until woken
+    compiler.start_standby()  # a new kernel's compile then skips the compiler's start-up
 
   def host_wait_signal(self, signal: Signal, value: int, timeout_s: float) -> bool:
     """Wait in C (the GIL released) until `signal` >= `value`: short sleeps at a low timer slack, then (past
