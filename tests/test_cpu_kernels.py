@@ -55,6 +55,21 @@ def test_column_sum_strip_is_a_vectorized_loop():
   assert "[512];" in source and "#pragma omp simd\n" in source and "#pragma GCC unroll" not in source
 
 
+def test_a_scan_block_is_a_strip_of_outputs_sharing_each_load():
+  """A block scan out[i] = sum over j of where(j <= i, x[j], 0) reads x[j] for every i: with broadcast strips the
+  32 outputs of a block are one upcast dim (each loaded value added into all of them); without, one output per pass
+  over the block. Values (with inf, NaN and a length that is no whole number of blocks) match numpy's cumsum."""
+  x = Tensor(np.ones((64, 1024), np.float32)).realize()
+  [scan] = [call.src[0] for call in x.cumsum(1).schedule_linear().src
+            if call.src[0].op is Ops.SINK and any(u.op is Ops.REDUCE for u in call.src[0].toposort())][:1]
+  assert 32 in upcast_sizes(optimize_kernel(scan, attrs.evolve(AVX512, broadcast_strips=True)))
+  assert 32 not in upcast_sizes(optimize_kernel(scan, AVX512))
+  values = np.random.default_rng(1).standard_normal((5, 1000)).astype(np.float32)
+  values[1, 10], values[2, 500], values[3, 999] = np.inf, np.nan, -np.inf
+  for axis in (0, 1):
+    np.testing.assert_allclose(Tensor(values).cumsum(axis).numpy(), np.cumsum(values, axis), rtol=1e-4, atol=1e-3)
+
+
 def test_matmul_accumulates_with_fused_multiply_add():
   a, b = Tensor(np.ones((8, 16), np.float32)).realize(), Tensor(np.ones((16, 32), np.float32)).realize()
   source = CPURenderer(1, AVX512).render("mm", optimize_kernel(kernel_of(a @ b), AVX512)).source

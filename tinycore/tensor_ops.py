@@ -132,7 +132,8 @@ class TensorOps(TensorMath, TensorNN):
     x = self.pad(((0, 0),) * len(lead) + ((0, count * block - n),), value=_identity(op, self.dtype))
     inner = x.reshape(*lead, count, block)._scan_small(op).contiguous()
     totals = inner[..., -1]._scan(op)
-    carry = totals.pad(((0, 0),) * len(lead) + ((1, 0),), value=_identity(op, self.dtype))[..., :count]
+    # realized: fused into the output, each block's carry (a scan of the totals) would be computed once per element
+    carry = totals.pad(((0, 0),) * len(lead) + ((1, 0),), value=_identity(op, self.dtype))[..., :count].contiguous()
     out = _combine(op, inner, carry.unsqueeze(-1)).reshape(*lead, count * block)
     return out[..., :n]
 

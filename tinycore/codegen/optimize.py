@@ -78,9 +78,11 @@ class KernelTarget:
   `vector_registers` of them, `cores` that run one kernel's shares, and `strip_vectors`, how many vectors of
   accumulators a column-sum strip may hold (in L1 on a CPU), `panel_bytes`, how much a kernel may copy its operand
   panels into local buffers (codegen.packing; 0: never), `strip_rows`, how many rows a column-sum strip adds up
-  per pass before it updates its accumulators (1: one), and `gathers`, whether an index tensor's pick is read as
+  per pass before it updates its accumulators (1: one), `gathers`, whether an index tensor's pick is read as
   one load at a computed address (`gathered_reduce`; proven on the CPU so far: the emulated AMD device hung on a
-  scatter's gathered loads). A renderer carries one as `kernel_target`."""
+  scatter's gathered loads), and `broadcast_strips`, whether an output dim that the reduce's loads do not read is
+  computed a strip at a time (`_unread_output`: a scan's blocks, sort's ranks; for a core that runs one thread per
+  kernel share, not a GPU's thread per output). A renderer carries one as `kernel_target`."""
   vector_lanes: int = 4
   vector_registers: int = 16
   cores: int = 1
@@ -88,6 +90,7 @@ class KernelTarget:
   panel_bytes: int = 0
   strip_rows: int = 4
   gathers: bool = False
+  broadcast_strips: bool = False
 
 
 # 8 lanes (AVX2-sized): the tiles every device got before targets existed
@@ -154,13 +157,17 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
   row_strips = [r for r in reversed(outputs) if is_row_strip(_range_size(r), target) and
                 any(c.get(r) == 1 for c in coefficients)]
   # needs_rows: whether the dim is only worth it with (True) or without (False) a tile's rows; None: either way
+  broadcast = False
   if contiguous: u_dim, needs_rows = contiguous[0], None
   elif (packed := _packed_columns(outputs, coefficients, columns, target, reduce_ranges)) is not None:
     u_dim, needs_rows = packed, True            # a packed panel pays off only when a tile's rows reuse it
   elif row_strips: u_dim, needs_rows = row_strips[0], False  # a row of no whole vectors: a strip, never a tile
+  elif target.broadcast_strips and (unread := _unread_output(nodes, outputs, coefficients)) is not None:
+    u_dim, needs_rows, broadcast = unread, None, True
   else: return sink
-  reused = [r for r in reversed(outputs) if r is not u_dim and _width_for(_range_size(r), _halvings(rows)) and
-            any(c.get(r) and not c.get(u_dim) for c in coefficients)]
+  reused = [] if broadcast else [r for r in reversed(outputs) if r is not u_dim and
+                                 _width_for(_range_size(r), _halvings(rows)) and
+                                 any(c.get(r) and not c.get(u_dim) for c in coefficients)]
   if needs_rows is not None and needs_rows != bool(reused): return sink
   next_id = 1 + max(n.arg[0] for n in nodes if n.op is Ops.RANGE)
   # the outermost output loop is the one the cores share: if it is not the strip's, it feeds them already
@@ -182,6 +189,22 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
     sink = _split_range(sink, reused[0], _width_for(_range_size(reused[0]), _halvings(rows)), next_id)
     sink = _columns_outside(sink, u_dim.arg, reused[0].arg)
   return sink
+
+
+def _unread_output(nodes: list[UOp], outputs: list[UOp], coefficients: list[dict[UOp, int]]) -> UOp | None:
+  """An output dim that the loads inside the reduce (there are some) do not read but the reduced value depends on,
+  written contiguously by the stores: a scan's block, out[i] = sum over j of where(j <= i, x[j], 0). A strip of it
+  computes `width` outputs per pass over the reduce, each loaded value broadcast to all of them, instead of one
+  output (and a horizontal sum of a vector) per pass."""
+  stores = [affine_terms(n.src[0].src[1])[0] for n in nodes if n.op is Ops.STORE]
+  # only a dim the reduced value depends on (the scan's condition): a reduce that does not read it (softmax's sum
+  # beside its output loop) is computed once for all of its values already
+  in_reduces = {u for n in nodes if n.op is Ops.REDUCE for u in n.src[0].toposort()}
+  for r in reversed(outputs):
+    if (stores and coefficients and all(c.get(r) == 1 for c in stores) and not any(c.get(r) for c in coefficients)
+        and r in in_reduces):
+      return r
+  return None
 
 
 # the most vectors a tile row of stacked image rows may span: the tile's rows x these accumulators, plus the loaded

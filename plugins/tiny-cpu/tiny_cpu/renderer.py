@@ -311,9 +311,8 @@ def host_target(cores: int) -> KernelTarget:
   except OSError: flags = ""
   words = set(flags.split())
   panel = panel_budget(l2_cache_bytes())
-  if "avx512f" in words: return KernelTarget(16, 32, cores, STRIP_VECTORS, panel, STRIP_ROWS, gathers=True)
-  if "avx" in words: return KernelTarget(8, 16, cores, STRIP_VECTORS, panel, STRIP_ROWS, gathers=True)
-  return KernelTarget(4, 16, cores, STRIP_VECTORS, panel, STRIP_ROWS, gathers=True)
+  lanes, registers = (16, 32) if "avx512f" in words else (8, 16) if "avx" in words else (4, 16)
+  return KernelTarget(lanes, registers, cores, STRIP_VECTORS, panel, STRIP_ROWS, gathers=True, broadcast_strips=True)
 
 
 DEFAULT_L2_BYTES = 512 * 1024
