@@ -70,6 +70,34 @@ def test_a_scan_block_is_a_strip_of_outputs_sharing_each_load():
     np.testing.assert_allclose(Tensor(values).cumsum(axis).numpy(), np.cumsum(values, axis), rtol=1e-4, atol=1e-3)
 
 
+def test_a_cat_is_one_copy_loop_per_piece():
+  """A cat's kernel reads where(r < 1024, a, -0) + where(1024 <= r < 2048, b, -0) + ...: cut at its gates it is one
+  loop per piece, each a plain copy with no gate left; values (with -0.0, NaN, inf, odd widths, a pad's borders and
+  a reflect pad) match numpy."""
+  pieces = [Tensor(np.ones((64, 1024), np.float32)).realize() for _ in range(4)]
+  target = attrs.evolve(AVX512, split_gates=True)
+  sink = optimize_kernel(kernel_of(pieces[0].cat(*pieces[1:], dim=1)), target)
+  parts = sorted(r.src[0].arg for r in sink.toposort() if r.op is Ops.RANGE and r.arg[1] == "part")
+  assert parts == [1024] * 4
+  source = CPURenderer(2, target).render("cat", sink).source
+  loops = source[source.index("for (long long ridx0"):]
+  assert "?" not in loops and loops.count("for (long long ridx") == 5
+  assert not any(r.arg[1] == "part" for r in optimize_kernel(kernel_of(pieces[0].cat(pieces[1], dim=1)), AVX512)
+                 .toposort() if r.op is Ops.RANGE)
+  rng = np.random.default_rng(3)
+  a, b, c = (rng.standard_normal((3, w)).astype(np.float32) for w in (5, 17, 40))
+  a[0, 0], b[1, 3], c[2, 39] = -0.0, np.nan, -np.inf
+  got = Tensor(a).cat(Tensor(b), Tensor(c), dim=1).numpy()
+  np.testing.assert_array_equal(got, np.concatenate([a, b, c], 1))
+  assert np.signbit(got[0, 0])
+  x = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
+  np.testing.assert_array_equal(Tensor(x).pad((2, 3, 1, 1), value=-1.5).numpy(),
+                                np.pad(x, ((0, 0), (0, 0), (1, 1), (2, 3)), constant_values=-1.5))
+  np.testing.assert_array_equal(Tensor(x).pad((2, 3, 1, 1), mode="reflect").numpy(),
+                                np.pad(x, ((0, 0), (0, 0), (1, 1), (2, 3)), mode="reflect"))
+  np.testing.assert_array_equal(Tensor(x)[:, :, :, 2:9].pad((1, 1)).numpy(), np.pad(x[..., 2:9], [(0, 0)] * 3 + [(1, 1)]))
+
+
 def test_matmul_accumulates_with_fused_multiply_add():
   a, b = Tensor(np.ones((8, 16), np.float32)).realize(), Tensor(np.ones((16, 32), np.float32)).realize()
   source = CPURenderer(1, AVX512).render("mm", optimize_kernel(kernel_of(a @ b), AVX512)).source

@@ -230,3 +230,15 @@ def test_random_programs_match_numpy():
         np.testing.assert_equal(np.signbit(actual[zeros]), np.signbit(program.ref[zeros]), err_msg="signed zeros")
     except AssertionError as error:
       pytest.fail(f"program {index} of seed {seed} (TINYCORE_FUZZ_SEED={seed}): steps {steps}\n{error}")
+
+
+def test_a_kernel_cut_at_its_gates_keeps_every_buffer_parameter():
+  """Seed 357380630, program 154 (pad, shrink, cat, pad, assign into a view): cut at its gates (the CPU's
+  split_at_gates) the kernel's last piece no longer read one input; the parameter must stay, or every later buffer
+  is passed one position off (the output was wrong where a piece read the next buffer)."""
+  rng = random.Random(357380630)
+  for index in range(155):
+    program = Program(rng, tuple(rng.randrange(1, 7) for _ in range(rng.randrange(1, 4))))
+    steps = [program.step() for _ in range(rng.randrange(2, 12))]
+    rng.random()  # (the draw that decides the assign in test_random_programs_match_numpy)
+  np.testing.assert_allclose(program.t.numpy(), program.ref, rtol=1e-4, atol=1e-4, err_msg=str(steps))

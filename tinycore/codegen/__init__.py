@@ -17,5 +17,6 @@ class CodegenStats:
 def kernel_name(sink: UOp) -> str:
   ranges = sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=lambda r: r.arg[0])
   kind = "r" if any(u.op is Ops.REDUCE for u in sink.toposort()) else "E"
-  sizes = "_".join(str(r.src[0].arg) for r in ranges) or "1"
-  return f"{kind}_{sizes}"
+  sizes = [str(r.src[0].arg) for r in ranges if r.arg[1] != "part"]
+  if parts := [r.src[0].arg for r in ranges if r.arg[1] == "part"]: sizes.append(str(sum(parts)))  # one loop, cut
+  return f"{kind}_{'_'.join(sizes) or '1'}"

@@ -5,6 +5,7 @@ a REDUCE opens its own loops inside the loop of its deepest free range, with an 
 """
 from __future__ import annotations
 import heapq
+from math import prod
 from typing import Union
 import attrs
 from tinycore.dtype import dtypes
@@ -37,6 +38,13 @@ class LinearKernel:
   ranges: list[UOp]
   upcast: list[UOp] = attrs.field(factory=list)
   vector: set[UOp] = attrs.field(factory=set)
+
+  def iterations(self) -> int | None:
+    """How many times the innermost statements run in all (the pieces of a cut loop add up); None if symbolic."""
+    sizes = [r.src[0].arg for r in self.ranges if r.arg[1] != "part"]
+    parts = [r.src[0].arg for r in self.ranges if r.arg[1] == "part"]
+    if not all(isinstance(size, int) for size in sizes + parts): return None
+    return prod(sizes) * (sum(parts) if parts else 1)
 
 
 def value_sources(node: UOp) -> list[UOp]:
@@ -86,6 +94,9 @@ class LoopNest:
     previous: UOp | None = None
     for r in outputs:
       self.parent[r], self.depth[r], previous = previous, self.depth[previous] + 1, r
+    # the pieces of a loop cut at its gates (codegen.optimize.split_at_gates): sibling loops inside the output loops
+    for r in (n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "part"):
+      self.parent[r], self.depth[r] = previous, self.depth[previous] + 1
     self.scope: dict[UOp, UOp | None] = {}
     for x in reversed(nodes):  # enclosing reduces come later in toposort, so they are placed first
       if x.op is not Ops.REDUCE: continue

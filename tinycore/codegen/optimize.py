@@ -10,6 +10,7 @@ import attrs
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.pattern import PatternMatcher, UPat, graph_rewrite
+from tinycore.uop.scalars import kernel_scalars
 from tinycore.uop.symbolic import affine_terms, symbolic
 
 
@@ -82,7 +83,10 @@ class KernelTarget:
   one load at a computed address (`gathered_reduce`; proven on the CPU so far: the emulated AMD device hung on a
   scatter's gathered loads), and `broadcast_strips`, whether an output dim that the reduce's loads do not read is
   computed a strip at a time (`_unread_output`: a scan's blocks, sort's ranks; for a core that runs one thread per
-  kernel share, not a GPU's thread per output). A renderer carries one as `kernel_target`."""
+  kernel share, not a GPU's thread per output), and `split_gates`, whether an elementwise kernel's innermost loop is
+  cut into one loop per piece where comparisons of its index with constants change (`split_at_gates`: cat, pad;
+  the pieces are sibling loops, which a GPU's grid of one thread per output does not have). A renderer carries one
+  as `kernel_target`."""
   vector_lanes: int = 4
   vector_registers: int = 16
   cores: int = 1
@@ -91,6 +95,7 @@ class KernelTarget:
   strip_rows: int = 4
   gathers: bool = False
   broadcast_strips: bool = False
+  split_gates: bool = False
 
 
 # 8 lanes (AVX2-sized): the tiles every device got before targets existed
@@ -327,6 +332,63 @@ gated_loads = PatternMatcher([
 ])
 
 
+# a kernel is cut into at most this many pieces (a cat of 16 tensors; a pad has 3)
+MAX_PIECES = 16
+
+
+def _cut_point(compare: UOp, r: UOp) -> int | None:
+  """Where `a < b` changes its value along range r, when a - b is k * r + c (nothing else varies): the first r of
+  the second run. None for any other comparison."""
+  (terms_a, const_a), (terms_b, const_b) = affine_terms(compare.src[0]), affine_terms(compare.src[1])
+  terms = dict(terms_a)
+  for t, c in terms_b.items(): terms[t] = terms.get(t, 0) - c
+  terms = {t: c for t, c in terms.items() if c != 0}
+  if list(terms) != [r]: return None
+  k, c = terms[r], const_a - const_b  # k * r + c < 0
+  return -(c // k) if k > 0 else c // -k + 1  # k > 0: r < ceil(-c / k); k < 0: r > c / |k|
+
+
+def split_at_gates(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
+  """An elementwise kernel whose innermost output loop is cut by comparisons of its index with constants (a cat:
+  where(r < 1024, a[r], -0) + where(1024 <= r < 2048, b[r - 1024], -0) + ...; a pad's borders) becomes one loop per
+  piece between the cut points (ranges of kind "part", siblings inside the outer loops), each piece's comparisons
+  decided: an element reads only its own piece, in a loop the compiler vectorizes (a copy, for a cat), instead of
+  evaluating every piece's gated load. Only with an outer loop left for the cores to share, and a known size."""
+  if not target.split_gates: return sink
+  nodes = sink.toposort()
+  if any(n.op is Ops.REDUCE for n in nodes) or any(n.op is Ops.RANGE and n.arg[1] != "loop" for n in nodes):
+    return sink
+  outputs = sorted((n for n in nodes if n.op is Ops.RANGE), key=lambda r: r.arg[0])
+  if len(outputs) < 2 or len((r := outputs[-1]).src) != 1 or not isinstance(size := _range_size(r), int): return sink
+  cuts = {cut for n in nodes if n.op is Ops.CMPLT and n.src[0].dtype is dtypes.index
+          and (cut := _cut_point(n, r)) is not None and 0 < cut < size}
+  if not cuts or len(cuts) >= MAX_PIECES: return sink
+  bounds = [0, *sorted(cuts), size]
+  stores = [u for u in sink.src if u.op is Ops.STORE]
+  pieces: list[UOp] = []
+  for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+    part = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, hi - lo),), (r.arg[0] + 1 + i, "part"))
+    index = part + UOp.const(dtypes.index, lo) if lo else part
+    pieces.extend(store.substitute({r: index}) for store in stores)
+  split = sink.replace(src=tuple(pieces) + tuple(u for u in sink.src if u.op is not Ops.STORE))
+  split = graph_rewrite(graph_rewrite(split, symbolic), decided_gates)
+  # a buffer no piece reads any more stays a parameter: the kernel's call passes every buffer by position
+  kept = {u for u in split.toposort() if u.op is Ops.PARAM}
+  unread = tuple(sorted((u for u in nodes if u.op is Ops.PARAM and u not in kept), key=lambda u: u.arg))
+  split = split.replace(src=split.src + unread) if unread else split
+  # (a Variable used only in a decided gate would vanish from the call's arguments: then the loop stays whole)
+  return split if kernel_scalars(split) == kernel_scalars(sink) else sink
+
+
+decided_gates = PatternMatcher([
+  # a load whose gate is decided: always read (an ungated load) or never (its value where the gate is off, 0)
+  (UPat(Ops.LOAD, name="load", src=(UPat(Ops.INDEX, name="index", src=(UPat.var("buf"), UPat.var("addr"),
+                                                                        UPat.cvar("gate"))),)),
+   lambda load, index, buf, addr, gate: load.replace(src=(index.replace(src=(buf, addr)),)) if gate.arg
+   else UOp.const(load.dtype, 0)),
+])
+
+
 def _conjuncts(cond: UOp) -> list[UOp]:
   return [t for s in cond.src for t in _conjuncts(s)] if cond.op is Ops.AND else [cond]
 
@@ -391,4 +453,4 @@ def optimize_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
   several rows per pass for column-sum strips, shaped for `target`."""
   if target.gathers: sink = graph_rewrite(sink, gathers)
   sink = graph_rewrite(sink, gated_loads)
-  return strip_rows_per_pass(upcast_reduce_kernel(merge_ranges(sink), target), target)
+  return strip_rows_per_pass(upcast_reduce_kernel(split_at_gates(merge_ranges(sink), target), target), target)

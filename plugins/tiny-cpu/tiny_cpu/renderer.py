@@ -82,16 +82,14 @@ class CPURenderer(CStyleRenderer):
   def write_source(self, name: str, sink: UOp, kernel: LinearKernel) -> str:
     # the trip count first (the queue runs a tiny kernel on the submitting thread), and no #include to preprocess
     from tiny_cpu.kernel_source import annotated_source
-    sizes = [r.src[0].arg for r in kernel.ranges]
-    iterations = prod(sizes) if all(isinstance(size, int) for size in sizes) else None
-    return annotated_source(super().write_source(name, sink, kernel), iterations)
+    return annotated_source(super().write_source(name, sink, kernel), kernel.iterations())
 
   def threaded_loop(self, kernel: LinearKernel) -> UOp | None:
     """The outermost output loop to split across threads, or None for a kernel too small (or too narrow)."""
     if self.threads < 2: return None
     outer = min((r for r in kernel.ranges if r.arg[1] == "loop"), key=lambda r: r.arg[0], default=None)
     if (outer is None or outer.src[0].arg < self.threads or
-        prod(r.src[0].arg for r in kernel.ranges) < self.parallel_threshold): return None
+        (kernel.iterations() or 0) < self.parallel_threshold): return None
     return outer
 
   def begin_kernel(self, kernel: LinearKernel) -> None:
@@ -312,7 +310,8 @@ def host_target(cores: int) -> KernelTarget:
   words = set(flags.split())
   panel = panel_budget(l2_cache_bytes())
   lanes, registers = (16, 32) if "avx512f" in words else (8, 16) if "avx" in words else (4, 16)
-  return KernelTarget(lanes, registers, cores, STRIP_VECTORS, panel, STRIP_ROWS, gathers=True, broadcast_strips=True)
+  return KernelTarget(lanes, registers, cores, STRIP_VECTORS, panel, STRIP_ROWS, gathers=True, broadcast_strips=True,
+                      split_gates=True)
 
 
 DEFAULT_L2_BYTES = 512 * 1024
