@@ -268,6 +268,30 @@ def test_topk(rng, largest):
   with pytest.raises(ValueError): Tensor(x).topk(10)
 
 
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_topk_in_chunks(rng, monkeypatch, largest, dtype):
+  """A long row's topk runs per chunk, then over the chunks' candidates: the same values and indices as the sort's
+  order (NaN largest, ties by position), with ties across chunks, NaN, infinities and a last chunk filled up."""
+  from tinycore.tensor_ops import TensorOps
+  monkeypatch.setattr(TensorOps, "TOPK_SELECT_MAX", 1)
+  monkeypatch.setattr(TensorOps, "TOPK_CHUNK", 8)  # k = 3: chunks of 16, from 64 elements on
+  x = rng.integers(-4, 5, (3, 70)).astype(dtype)  # many ties, across chunks
+  if dtype == "float32":
+    x[0, [5, 40, 69]] = np.nan
+    x[1, [3, 66]], x[1, 20] = -np.inf, np.inf
+    x[2, :] = np.nan
+    x[2, [7, 50]] = 1.0
+  positions = np.broadcast_to(np.arange(70), x.shape)
+  nan = np.isnan(x) if dtype == "float32" else np.zeros(x.shape, bool)
+  value = np.where(nan, 0, x)
+  keys = (positions, -value, ~nan) if largest else (positions, value, nan)
+  order = np.stack([np.lexsort(tuple(key[row] for key in keys)) for row in range(3)])[:, :3]
+  values, indices = Tensor(x).topk(3, largest=largest)
+  assert_equal(indices, order.astype(np.int32), dtype=dtypes.int32)
+  assert_equal(values, np.take_along_axis(x, order, 1))
+
+
 # ---------------------------------------------------------------------------- gradients
 GRADIENTS = {
   "cumsum": (lambda x: x.cumsum(1), lambda x: np.cumsum(x, 1), (2, 37)),
