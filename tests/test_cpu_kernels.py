@@ -95,7 +95,8 @@ def test_a_cat_is_one_copy_loop_per_piece():
                                 np.pad(x, ((0, 0), (0, 0), (1, 1), (2, 3)), constant_values=-1.5))
   np.testing.assert_array_equal(Tensor(x).pad((2, 3, 1, 1), mode="reflect").numpy(),
                                 np.pad(x, ((0, 0), (0, 0), (1, 1), (2, 3)), mode="reflect"))
-  np.testing.assert_array_equal(Tensor(x)[:, :, :, 2:9].pad((1, 1)).numpy(), np.pad(x[..., 2:9], [(0, 0)] * 3 + [(1, 1)]))
+  np.testing.assert_array_equal(Tensor(x)[:, :, :, 2:9].pad((1, 1)).numpy(),
+                                np.pad(x[..., 2:9], [(0, 0)] * 3 + [(1, 1)]))
 
 
 def test_matmul_accumulates_with_fused_multiply_add():

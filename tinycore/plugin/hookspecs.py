@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 # MAJOR.MINOR of the plugin API (the hooks below and every name tinycore.plugin exports). A plugin built for another
 # MAJOR is refused; a MINOR bump only adds. 1.1: the names of tinycore.plugin, HWQueue's per-command methods,
 # Allocator.map/_map/_unmap and Buffer.get_storage/get_buf, RenderedKernel, tinycore_known_failures. 1.2: Panel,
-# find_panels, KernelTarget.panel_bytes and CStyleRenderer.packed_load (packed operand panels). 1.3: start_bounded and finish_bounded (a compiler started ahead of
-# need, fed later).
+# find_panels, KernelTarget.panel_bytes and CStyleRenderer.packed_load (packed operand panels). 1.3: start_bounded
+# and finish_bounded (a compiler started ahead of need, fed later), KernelTarget.broadcast_strips and split_gates.
 API_VERSION = "1.3"
 
 hookspec = pluggy.HookspecMarker("tinycore")

@@ -1,6 +1,5 @@
 """The C renderer of the CPU device: tinycore's C-style renderer with the CPU's details."""
 import os
-from math import prod
 from tinycore.plugin import (CStyleRenderer, DType, GroupOp, KernelTarget, LinearKernel, Loop, Ops, Panel, UOp, dtypes,
                              find_panels)
 
