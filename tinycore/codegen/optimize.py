@@ -429,14 +429,17 @@ def gathered_reduce(x: UOp) -> UOp | None:
     inside = bound if inside is None else UOp(Ops.AND, dtypes.bool, (inside, bound))
     substitute[rng] = at
   assert inside is not None
-  # every load whose address used a picked range reads only inside the bounds (an index out of range reads 0)
-  loads = {u: u for u in value.src[1].toposort() if u.op is Ops.INDEX and any(r in u.toposort() for r in picked_at)}
+  # every load whose address used a picked range reads only inside the bounds (an index out of range reads 0), in
+  # the picked value and in the other conditions alike (a scatter's condition reads the index tensor at the pick:
+  # ungated, an unmatched row's -1 read before the buffer)
+  loads = {u: u for root in (value.src[1], *kept) for u in root.toposort()
+           if u.op is Ops.INDEX and any(r in u.toposort() for r in picked_at)}
   for index in loads:
     gate = inside if len(index.src) < 3 else UOp(Ops.AND, dtypes.bool, (index.src[2], inside))
     loads[index] = UOp(Ops.INDEX, index.dtype, (index.src[0], index.src[1], gate), index.arg)
   picked = value.src[1].substitute(loads).substitute(substitute)
   cond = inside
-  for term in kept: cond = UOp(Ops.AND, dtypes.bool, (cond, term.substitute(substitute)))
+  for term in kept: cond = UOp(Ops.AND, dtypes.bool, (cond, term.substitute(loads).substitute(substitute)))
   out = UOp(Ops.WHERE, value.dtype, (cond, picked, value.src[2]))
   rest = tuple(r for r in ranges if r not in picked_at)
   return UOp(Ops.REDUCE, x.dtype, (out, *rest), x.arg) if rest else out

@@ -177,12 +177,13 @@ class Standby:
   @classmethod
   def take(cls, command: list[str], object_flags: list[str]) -> Standby | None:
     """The waiting standby of this compiler, removed from the table (the caller feeds it, then discards it); None if
-    there is none or it has exited (then it is cleaned up)."""
+    there is none or it has exited (then it is cleaned up, and this compiler is not kept on standby again)."""
     with cls._lock: standby = cls._waiting.pop((*command, *object_flags), None)
     if standby is None: return None
     try: os.mkdir(standby.workdir, 0o700)
     except OSError: standby.workdir = None  # something else took the name meanwhile: not ours to use or remove
-    if standby.workdir is None or standby.process.poll() is not None:
+    if standby.process.poll() is not None: cls.refuse(command, object_flags)  # it ended unfed: it cannot wait
+    if standby.workdir is None or standby.process.returncode is not None:
       standby.discard()
       return None
     return standby
