@@ -422,14 +422,13 @@ class TensorOps(TensorMath, TensorNN):
     dim = _axis(dim, self.ndim)
     size = self.shape[dim] if self.ndim else 1
     if not 0 <= k <= size: raise ValueError(f"topk k={k} out of range for a dim of size {size}")
-    chunk = max(TensorOps.TOPK_CHUNK, 1 << (4 * k - 1).bit_length())
-    if (not isinstance(size, UOp) and self.ndim and TensorOps.TOPK_SELECT_MAX < k <= TensorOps.TOPK_CHUNKED_MAX and
-        size >= TensorOps.TOPK_CHUNKS * chunk and self.dtype is not dtypes.bool):
-      values, indices = self.transpose(dim, -1)._topk_chunked(k, largest, chunk)
-      return values.transpose(dim, -1), indices.transpose(dim, -1)
-    if not isinstance(size, UOp) and self.ndim and 0 < k <= TensorOps.TOPK_SELECT_MAX < size:
-      values, indices = self.transpose(dim, -1)._topk_select(k, largest)
-      return values.transpose(dim, -1), indices.transpose(dim, -1)
+    if not isinstance(size, UOp) and self.ndim and k > 0:
+      rows, chunk = self.transpose(dim, -1), max(TensorOps.TOPK_CHUNK, 1 << (4 * k - 1).bit_length())
+      picked = None
+      if (TensorOps.TOPK_SELECT_MAX < k <= TensorOps.TOPK_CHUNKED_MAX and size >= TensorOps.TOPK_CHUNKS * chunk and
+          self.dtype is not dtypes.bool): picked = rows._topk_chunked(k, largest, chunk)
+      elif k <= TensorOps.TOPK_SELECT_MAX < size: picked = rows._topk_select(k, largest)
+      if picked is not None: return picked[0].transpose(dim, -1), picked[1].transpose(dim, -1)
     values, indices = self.sort(dim, descending=largest)
     if self.ndim == 0: return values, indices
     bounds = [None] * self.ndim

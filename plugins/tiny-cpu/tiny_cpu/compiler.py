@@ -72,6 +72,7 @@ class CPUCompiler(Compiler):
     if not found: raise RuntimeError(missing_compiler_reason())
     self.command: list[str] = list(found)
     self.flags: tuple[str, ...] = COMPILE_FLAGS
+    self.object_flags = [flag for flag in self.flags if flag != "-shared"]  # compiling to an object, linked apart
     self.linker: str | None = find_linker()
     version = compiler_version(tuple(self.command))
     linked_by = f"|{self.linker}" if self.linker else ""
@@ -83,9 +84,8 @@ class CPUCompiler(Compiler):
     return pathlib.Path(self.command[-1] if self.command[0].endswith("ccache") else self.command[0]).name
 
   def compile(self, src: str) -> bytes:
-    object_flags = [flag for flag in self.flags if flag != "-shared"]
     standby_failed = False
-    if self.linker is not None and (standby := Standby.take(self.command, object_flags)) is not None:
+    if self.linker is not None and (standby := Standby.take(self.command, self.object_flags)) is not None:
       try:
         returncode, _ = self._wait(lambda timeout: finish_bounded(standby.process, timeout, src), standby.invocation)
         if returncode == 0:
@@ -102,15 +102,15 @@ class CPUCompiler(Compiler):
         return library_path.read_bytes()
       # compile to an object, then link it with the system linker directly
       object_path = pathlib.Path(workdir, "kernel.o")
-      self._run([*self.command, *object_flags, "-c", "-o", str(object_path), str(source_path)], src, workdir)
+      self._run([*self.command, *self.object_flags, "-c", "-o", str(object_path), str(source_path)], src, workdir)
       library = self._link(src, workdir, object_path)
-    if standby_failed: Standby.refuse(self.command, object_flags)
+    if standby_failed: Standby.refuse(self.command, self.object_flags)
     else: self.start_standby()
     return library
 
   def start_standby(self) -> None:
     """Start a compiler process that waits for the next compile's source (see STANDBY_ENV), unless one waits."""
-    if self.linker is not None: Standby.start(self.command, [flag for flag in self.flags if flag != "-shared"])
+    if self.linker is not None: Standby.start(self.command, self.object_flags)
 
   def _link(self, src: str, workdir: str, object_path: pathlib.Path) -> bytes:
     """The shared object of a compiled object file, linked by the system linker."""
@@ -139,12 +139,12 @@ class CPUCompiler(Compiler):
 
 
 class Standby:
-  """A compiler process started ahead of need, waiting for a C translation unit on stdin (see STANDBY_ENV), with a
-  private directory for its object. At most one per (command, flags), owned by the process that started it: a forked
-  child drops its copies (and closes its ends of the pipes, or the compiler would never see the end of its input);
-  left over at exit, it is killed and its directory removed."""
+  """A compiler process started ahead of need, waiting for a C translation unit on stdin (see STANDBY_ENV), to write
+  its object into a private directory made when it is taken. At most one per (command, flags), owned by the process
+  that started it: a forked child drops its copies (and closes its ends of the pipes, or the compiler would never see
+  the end of its input); left over at exit, it is killed and its directory removed."""
   _waiting: dict[tuple[str, ...], Standby] = {}
-  _refused: set[tuple[str, ...]] = set()  # compilers that failed from stdin and then compiled the file
+  _refused: set[tuple[str, ...]] = set()  # compilers that ended unfed, or failed from stdin but compiled the file
   _lock = threading.Lock()
 
   workdir: str | None
@@ -180,10 +180,13 @@ class Standby:
     there is none or it has exited (then it is cleaned up, and this compiler is not kept on standby again)."""
     with cls._lock: standby = cls._waiting.pop((*command, *object_flags), None)
     if standby is None: return None
-    try: os.mkdir(standby.workdir, 0o700)
-    except OSError: standby.workdir = None  # something else took the name meanwhile: not ours to use or remove
-    if standby.process.poll() is not None: cls.refuse(command, object_flags)  # it ended unfed: it cannot wait
-    if standby.workdir is None or standby.process.returncode is not None:
+    ended = standby.process.poll() is not None
+    if ended: cls.refuse(command, object_flags)  # it ended unfed: it cannot wait for its input
+    try:
+      if not ended: os.mkdir(standby.workdir, 0o700)
+    except OSError: ended = True  # something else took the name meanwhile
+    if ended:
+      standby.workdir = None  # never made by us: not ours to remove
       standby.discard()
       return None
     return standby
