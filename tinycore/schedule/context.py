@@ -5,12 +5,19 @@ from tinycore.uop.symbolic_shapes import max_numel
 from tinycore.schedule.scalars import ScalarBindings
 
 
+class ScheduleError(RuntimeError):
+  """A graph that cannot be scheduled as written (the message says why and what to do)."""
+
+
+class StoreCycleError(ScheduleError):
+  """Stores realized together that each read a buffer the other replaces: no order of the jobs works."""
+
+
 class ScheduleContext:
   def __init__(self, scalars: ScalarBindings | None = None) -> None:
     self.scalars = scalars if scalars is not None else ScalarBindings()  # the Python scalars' placeholders
     self.realized: dict[UOp, None] = {}      # nodes materialized into a buffer of their own (ordered set)
     self.buffers: dict[UOp, UOp] = {}        # realized node -> the BUFFER uop that holds it
-    self.reduce_owner: dict[UOp, UOp] = {}   # fused reduce -> the kernel (by its owner node) computing it
 
   def realize(self, node: UOp) -> None:
     self.realized[node] = None

@@ -41,6 +41,12 @@ def is_storage_only(device: object) -> bool:
   return not device_traits(device).computes
 
 
+def is_cross_device_store(store: UOp) -> bool:
+  """A store whose value lives on another device, or into a storage device (which never computes): a copy."""
+  target, value = store.src
+  return value.device != target.device or is_storage_only(target.device)
+
+
 def has_buffer_identity(u: UOp) -> bool:
   """u's elements are exactly a whole buffer's, in order: a BUFFER (or a pending AFTER on it) behind reshapes."""
   node = u

@@ -6,6 +6,7 @@ becomes one address expression instead of a copy.
 from __future__ import annotations
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp, prod
+from tinycore.uop.symbolic_shapes import max_int
 
 Index = tuple[UOp, ...]
 
@@ -104,3 +105,71 @@ def is_contiguous_view(u: UOp) -> bool:
   node = u
   while node.op is Ops.RESHAPE: node = node.src[0]
   return node.op not in (Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP) and prod(u.shape) == prod(node.shape)
+
+
+def ranges_in(idx: Index) -> set[UOp]:
+  """The loops an index depends on."""
+  return {r for i in idx for r in i.toposort() if r.op is Ops.RANGE}
+
+
+class KernelLoops:
+  """The loops of one kernel: its output loops, then a fresh range for each reduction it computes (numbered in the
+  order they are made, so one kernel never reuses a loop)."""
+
+  def __init__(self) -> None:
+    self.output_ranges: list[UOp] = []
+    self.range_count = 0
+
+  def new_range(self, size: int, kind: str) -> UOp:
+    if size == 1: return const_index(0)
+    rng = UOp(Ops.RANGE, dtypes.index, (const_index(size),), (self.range_count, kind))
+    self.range_count += 1
+    return rng
+
+  def sized_range(self, size: int | UOp, kind: str) -> tuple[UOp, UOp | None]:
+    """A loop over a dim and the gate its iterations need: none for an int size; a symbolic size (a Variable the
+    kernel takes as an argument) loops to its largest value, gated by `index < size`."""
+    if not isinstance(size, UOp): return self.new_range(size, kind), None
+    bound = index_size(size)
+    rng = self.new_range(max_int(size), kind)
+    # the bound rides along as the RANGE's second source: a renderer may end the loop there (the gate stays, so one
+    # that loops to the largest size is right too)
+    if rng.op is Ops.RANGE: rng = rng.replace(src=(*rng.src, bound))
+    return rng, UOp(Ops.CMPLT, dtypes.bool, (rng, bound))
+
+  def output_index(self, shape: tuple[int, ...]) -> tuple[Index, UOp | None]:
+    """The output loops of a kernel over `shape`, and the gate of its symbolic dims (None when all are ints)."""
+    ranges = [self.sized_range(s, "loop") for s in shape]
+    idx = tuple(rng for rng, _ in ranges)
+    self.output_ranges = [i for i in idx if i.op is Ops.RANGE]
+    gate = None
+    for _, g in ranges: gate = and_valid(gate, g)
+    return idx, gate
+
+  def reduce_index(self, reduce: UOp, idx: Index) -> tuple[Index, list[UOp], UOp | None]:
+    """The index a REDUCE_AXIS reads its source at when it is read at `idx`: a fresh loop for each reduced axis.
+    Returns (that index, the reduce loops, the gate of symbolic reduced sizes)."""
+    src, axes = reduce.src[0], reduce.arg[1]
+    new_idx = list(idx)
+    reduce_ranges, gate = [], None
+    for axis in axes:
+      rng, dim_gate = self.sized_range(src.shape[axis], "reduce")
+      new_idx[axis], gate = rng, and_valid(gate, dim_gate)
+      if rng.op is Ops.RANGE: reduce_ranges.append(rng)
+    return tuple(new_idx), reduce_ranges, gate
+
+
+def kept_ranges(reduce: UOp, idx: Index) -> set[UOp]:
+  """The loops a reduce's result depends on where it is read at `idx` (the ranges of its kept axes)."""
+  axes = reduce.arg[1]
+  return {r for axis, i in enumerate(idx) if axis not in axes for r in i.toposort() if r.op is Ops.RANGE}
+
+
+def resized_bitcast_indices(u: UOp, idx: Index) -> list[Index]:
+  """The source indices a bitcast to another item size reads for one element: one word of a wider source, or
+  `ratio` consecutive words of a narrower one (little-endian)."""
+  in_size, out_size = u.src[0].dtype.itemsize, u.dtype.itemsize
+  last = idx[-1]
+  if out_size < in_size: return [idx[:-1] + (last // (in_size // out_size),)]
+  ratio = out_size // in_size
+  return [idx[:-1] + (last * ratio + k,) for k in range(ratio)]

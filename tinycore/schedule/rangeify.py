@@ -1,34 +1,20 @@
 """Lowering a realized tensor value into a kernel: output ranges, index math through movement ops, loads from the
 buffers it reads, REDUCE over fresh ranges, and one STORE into its own buffer.
 
-Fusion is the default: everything between two realized buffers lowers into one kernel. A node is realized (gets
-its own buffer, and so its own kernel) when it must be: see `NeedsRealize` for the rules this lowering enforces.
+Everything between two realized nodes lowers into one kernel. Which nodes are realized was decided before any kernel
+is built (`tinycore.schedule.realize_points`), so each kernel is lowered once and lowering decides nothing.
 """
 from __future__ import annotations
 from typing import TYPE_CHECKING
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
 from tinycore.uop.symbolic_shapes import max_int
-from tinycore.schedule.indexing import Index, and_valid, const_index, flat_index, index_size, source_index
+from tinycore.schedule.indexing import (Index, KernelLoops, and_valid, flat_index, resized_bitcast_indices,
+                                        source_index)
 from tinycore.schedule.scalars import kernel_parameter
 
 if TYPE_CHECKING:
   from tinycore.schedule.context import ScheduleContext
-
-
-class NeedsRealize(Exception):
-  """Raised while lowering when fusing `node` would be wrong or wasteful; the scheduler realizes it and retries.
-
-  - a reduce read with indices that are not a prefix of the kernel's loops would be recomputed per element;
-  - a reduce read by two kernels would be computed twice;
-  - a store whose value reads its own destination at other indices would read bytes it already overwrote;
-  - a value computed from a reduce (a softmax, a layernorm) read inside another reduction but broadcast along one of
-    the kernel's output loops (attention's probabilities @ V: the same row for every output column) would be
-    recomputed for each element of that loop (the exps of a softmax, dv times over).
-  """
-  def __init__(self, node: UOp, reason: str):
-    super().__init__(reason)
-    self.node, self.reason = node, reason
 
 
 class KernelBuilder:
@@ -39,14 +25,10 @@ class KernelBuilder:
     self.buffers: list[UOp] = []          # BUFFER uops, by param slot
     self.scalar_sources: dict[UOp, UOp] = {}  # scalar parameter (kernel DEFINE_VAR) -> the placeholder it reads
     self.reads: list[UOp] = []            # the value nodes this kernel loads (for ordering)
-    self.output_ranges: list[UOp] = []
-    self.range_count = 0
+    self.loops = KernelLoops()
     self.memo: dict[tuple, UOp] = {}
-    self.loads_of_output: list[tuple[UOp, UOp | None]] = []
-    self.enclosing: list[tuple[set[UOp], set[UOp]]] = []  # per reduce being lowered: (its free loops, its own)
-    self.holds_reduce: dict[UOp, bool] = {}     # node -> whether it computes a reduce in this kernel
 
-  # --- parameters and ranges
+  # --- parameters
   def param(self, buf: UOp) -> UOp:
     if buf not in self.buffers: self.buffers.append(buf)
     return UOp(Ops.PARAM, buf.dtype, (), self.buffers.index(buf))
@@ -56,32 +38,6 @@ class KernelBuilder:
     param = kernel_parameter(placeholder)
     self.scalar_sources[param] = placeholder
     return param
-
-  def new_range(self, size: int, kind: str) -> UOp:
-    if size == 1: return const_index(0)
-    rng = UOp(Ops.RANGE, dtypes.index, (const_index(size),), (self.range_count, kind))
-    self.range_count += 1
-    return rng
-
-  def sized_range(self, size: int | UOp, kind: str) -> tuple[UOp, UOp | None]:
-    """A loop over a dim and the gate its iterations need: none for an int size; a symbolic size (a Variable the
-    kernel takes as an argument) loops to its largest value, gated by `index < size`."""
-    if not isinstance(size, UOp): return self.new_range(size, kind), None
-    bound = index_size(size)
-    rng = self.new_range(max_int(size), kind)
-    # the bound rides along as the RANGE's second source: a renderer may end the loop there (the gate stays, so one
-    # that loops to the largest size is right too)
-    if rng.op is Ops.RANGE: rng = rng.replace(src=(*rng.src, bound))
-    return rng, UOp(Ops.CMPLT, dtypes.bool, (rng, bound))
-
-  def output_index(self, shape: tuple[int, ...]) -> tuple[Index, UOp | None]:
-    """The output loops of a kernel over `shape`, and the gate of its symbolic dims (None when all are ints)."""
-    ranges = [self.sized_range(s, "loop") for s in shape]
-    idx = tuple(rng for rng, _ in ranges)
-    self.output_ranges = [i for i in idx if i.op is Ops.RANGE]
-    gate = None
-    for _, g in ranges: gate = and_valid(gate, g)
-    return idx, gate
 
   # --- lowering
   def lower(self, u: UOp, idx: Index, valid: UOp | None, top: bool = False) -> UOp:
@@ -108,28 +64,8 @@ class KernelBuilder:
     if op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize:
       return self.lower_resizing_bitcast(u, idx, valid)
     if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
-      if self.recomputed_per_output(u, idx):
-        raise NeedsRealize(u, "a value computed from a reduce, broadcast into another reduction along an output loop, "
-                              "would be recomputed for every element of that loop")
       return UOp(op, u.dtype, tuple(self.lower(s, idx, valid) for s in u.src))
     raise NotImplementedError(f"cannot lower {op} into a kernel")
-
-  def recomputed_per_output(self, u: UOp, idx: Index) -> bool:
-    """Whether u, computed from a reduce, is read inside the loop of the reduction being lowered at an index that
-    leaves out one of the loops that reduction runs in: it would be recomputed for each of that loop's iterations
-    (see NeedsRealize)."""
-    if not self.enclosing or not self.computes_reduce(u): return False
-    free, own = self.enclosing[-1]
-    used = ranges_in(idx)
-    return bool(used & own) and not free <= used
-
-  def computes_reduce(self, u: UOp) -> bool:
-    """Whether u's value, as this kernel computes it, includes a reduction (realized nodes are loads here)."""
-    if (known := self.holds_reduce.get(u)) is not None: return known
-    if u.op is Ops.BUFFER or u in self.ctx.realized: result = False
-    else: result = u.op is Ops.REDUCE_AXIS or any(self.computes_reduce(s) for s in u.src)
-    self.holds_reduce[u] = result
-    return result
 
   def load(self, u: UOp, idx: Index, valid: UOp | None) -> UOp:
     buf = self.ctx.buffer_for(u)
@@ -138,32 +74,15 @@ class KernelBuilder:
                          f"reads {buf.device}")
     self.reads.append(u)
     offset = flat_index(idx, u.shape)
-    if self.buffers and buf is self.buffers[0]: self.loads_of_output.append((offset, valid))
     index = UOp(Ops.INDEX, u.dtype, (self.param(buf), offset) + ((valid,) if valid is not None else ()))
     return UOp(Ops.LOAD, u.dtype, (index,))
 
   def lower_reduce(self, u: UOp, idx: Index, valid: UOp | None) -> UOp:
     reduce_op, axes = u.arg
-    src = u.src[0]
-    used = {r for axis, i in enumerate(idx) if axis not in axes for r in i.toposort() if r.op is Ops.RANGE}
-    if u is not self.owner:
-      if any(r not in self.output_ranges for r in used):
-        raise NeedsRealize(u, "a reduce indexed by another reduce's loop would be recomputed for every iteration")
-      if used != set(self.output_ranges[:len(used)]):
-        raise NeedsRealize(u, "a reduce broadcast along an outer loop would be recomputed for every element")
-      owner = self.ctx.reduce_owner.setdefault(u, self.owner)
-      if owner is not self.owner: raise NeedsRealize(u, "a reduce read by two kernels is computed once, in its own")
-    new_idx = list(idx)
-    reduce_ranges, gate = [], None
-    for axis in axes:
-      rng, dim_gate = self.sized_range(src.shape[axis], "reduce")
-      new_idx[axis], gate = rng, and_valid(gate, dim_gate)
-      if rng.op is Ops.RANGE: reduce_ranges.append(rng)
-    if any(max_int(src.shape[axis]) == 0 for axis in axes):
+    if any(max_int(u.src[0].shape[axis]) == 0 for axis in axes):
       return UOp.const(u.dtype, identity_element(reduce_op, u.dtype))
-    self.enclosing.append((used, set(reduce_ranges)))
-    try: inner = self.lower(src, tuple(new_idx), and_valid(valid, gate))
-    finally: self.enclosing.pop()
+    src_idx, reduce_ranges, gate = self.loops.reduce_index(u, idx)
+    inner = self.lower(u.src[0], src_idx, and_valid(valid, gate))
     # iterations past a symbolic size add the reduction's identity
     if gate is not None: inner = UOp(Ops.WHERE, u.dtype, (gate, inner, UOp.const(u.dtype, identity_element(reduce_op,
                                                                                                           u.dtype))))
@@ -174,29 +93,20 @@ class KernelBuilder:
     src = u.src[0]
     in_size, out_size = src.dtype.itemsize, u.dtype.itemsize
     in_bits, out_bits = _uint_of(in_size), _uint_of(out_size)
-    last = idx[-1]
-    if out_size < in_size:
-      ratio = in_size // out_size
-      src_idx = idx[:-1] + (last // ratio,)
+    words = []
+    for src_idx in resized_bitcast_indices(u, idx):
       word = self.lower(src, src_idx, valid)
-      word = word if word.dtype is in_bits else UOp(Ops.BITCAST, in_bits, (word,))
-      shift = (last % ratio) * (out_size * 8)
-      part = UOp(Ops.SHR, in_bits, (word, shift.cast(in_bits)))
+      words.append(word if word.dtype is in_bits else UOp(Ops.BITCAST, in_bits, (word,)))
+    if out_size < in_size:
+      shift = (idx[-1] % (in_size // out_size)) * (out_size * 8)
+      part = UOp(Ops.SHR, in_bits, (words[0], shift.cast(in_bits)))
       return (UOp(Ops.BITCAST, u.dtype, (UOp(Ops.CAST, out_bits, (part,)),)) if u.dtype is not out_bits
               else UOp(Ops.CAST, out_bits, (part,)))
-    ratio = out_size // in_size
     total: UOp | None = None
-    for k in range(ratio):
-      word = self.lower(src, idx[:-1] + (last * ratio + k,), valid)
-      word = word if word.dtype is in_bits else UOp(Ops.BITCAST, in_bits, (word,))
+    for k, word in enumerate(words):
       piece = UOp(Ops.SHL, out_bits, (UOp(Ops.CAST, out_bits, (word,)), UOp.const(out_bits, k * in_size * 8)))
       total = piece if total is None else UOp(Ops.OR, out_bits, (total, piece))
     return total if u.dtype is out_bits else UOp(Ops.BITCAST, u.dtype, (total,))
-
-
-def ranges_in(idx: Index) -> set[UOp]:
-  """The loops an index depends on."""
-  return {r for i in idx for r in i.toposort() if r.op is Ops.RANGE}
 
 
 def _uint_of(size: int):
@@ -207,7 +117,7 @@ def build_value_kernel(ctx: ScheduleContext, node: UOp, out_buf: UOp) -> KernelB
   """The kernel computing `node` into `out_buf`, row-major."""
   kb = KernelBuilder(ctx, node)
   kb.param(out_buf)
-  idx, gate = kb.output_index(node.shape)
+  idx, gate = kb.loops.output_index(node.shape)
   value = kb.lower(node, idx, gate, top=True)
   store_index = UOp(Ops.INDEX, node.dtype, (kb.param(out_buf), flat_index(idx, node.shape)) +
                     ((gate,) if gate is not None else ()))
@@ -220,13 +130,12 @@ def build_store_kernel(ctx: ScheduleContext, store: UOp, out_buf: UOp) -> Kernel
   target, value = store.src
   kb = KernelBuilder(ctx, store)
   kb.param(out_buf)
-  idx, shape_gate = kb.output_index(target.shape)
+  idx, shape_gate = kb.loops.output_index(target.shape)
   address, gate = target_address(target, idx)
   gate = and_valid(shape_gate, gate)
   value_uop = kb.lower(value, idx, shape_gate)
   store_index = UOp(Ops.INDEX, target.dtype, (kb.param(out_buf), address) + ((gate,) if gate is not None else ()))
   kb.sink = UOp(Ops.SINK, None, (UOp(Ops.STORE, None, (store_index, value_uop)),))
-  kb.store_address = (address, gate)
   return kb
 
 

@@ -1,0 +1,233 @@
+"""Realize points: which nodes of a tensor graph get a buffer (and so a kernel) of their own, decided in one pass
+over the graph before any kernel is built.
+
+Fusion is the default: everything between two realized nodes lowers into one kernel. The pass visits the graph
+once, consumers before sources, and carries each node's *uses*: the kernel that computes it, the index that kernel
+reads it at (the kernel's loops, through the movement ops in between) and the reduction it is read inside, if any.
+When a node is reached every use it will ever have is known, so its decision is made once, by these rules (each
+names why in `RealizePoints.reasons`):
+
+- forced (`forced_realize_points`): the roots, CONTIGUOUS, AFTER, the sources of cross-device stores;
+- a reduce read by two kernels is computed once, in its own;
+- a reduce read at an index that is not a prefix of its kernel's output loops would be recomputed for every
+  iteration of a loop it does not depend on (a reduce broadcast along an outer loop, or indexed by another
+  reduction's loop);
+- a value computed from a reduce (a softmax, a layernorm), read inside another reduction but broadcast along one
+  of that reduction's output loops (attention's probabilities @ V: the same row for every output column), would be
+  recomputed for every element of that loop;
+- an elementwise value read by more than one kernel that itself reads more than MAX_SHARED_READS buffers (a
+  transformer's residual stream) is stored once instead of recomputed, with all it reads, by each reader;
+- a store whose value reads the store's own destination at other addresses would read bytes it already
+  overwrote: its value is realized first (found when the loads are reached; the value's kernel is the store's,
+  unchanged, so nothing decided is undone).
+
+A realized node starts a kernel of its own, so its sources get that kernel's uses. Each distinct use of a node is
+visited once: the pass costs what lowering every kernel once costs, and no decision is revisited.
+"""
+from __future__ import annotations
+from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore.uop.pattern import graph_rewrite
+from tinycore.uop.symbolic import symbolic
+from tinycore.uop.symbolic_shapes import max_int, max_numel
+from tinycore.schedule.context import ScheduleContext, ScheduleError
+from tinycore.schedule.copies import (contiguous_region, has_buffer_identity, is_cross_device_store, is_storage_only,
+                                     storage_root)
+from tinycore.schedule.indexing import (Index, KernelLoops, and_valid, flat_index, kept_ranges, ranges_in,
+                                        resized_bitcast_indices, source_index)
+from tinycore.schedule.rangeify import target_address
+
+# an elementwise value read by several kernels is recomputed by each while it reads at most this many buffers (and
+# computes no reduction): a few loads per element cost less than a kernel and a buffer of its own
+MAX_SHARED_READS = 3
+
+
+class PlannedKernel:
+  """A kernel as the pass sees it: its loops, and for a store kernel the buffer it writes and the address it
+  writes each element at (to find hazards)."""
+  __slots__ = ("loops", "out_buffer", "store_address", "value")
+
+  def __init__(self) -> None:
+    self.loops = KernelLoops()
+    self.out_buffer: UOp | None = None    # a store kernel's destination buffer
+    self.store_address: UOp | None = None
+    self.value: UOp | None = None         # a store kernel's value node
+
+
+class Use:
+  """A node read by `kernel` at `idx` (gated by `valid`), inside the reduction `enclosing` describes: (the loops
+  its result depends on, its own loops), or None outside any."""
+  __slots__ = ("kernel", "idx", "valid", "enclosing")
+
+  def __init__(self, kernel: PlannedKernel, idx: Index, valid: UOp | None,
+               enclosing: tuple[frozenset[UOp], frozenset[UOp]] | None):
+    self.kernel, self.idx, self.valid, self.enclosing = kernel, idx, valid, enclosing
+
+  def key(self) -> tuple:
+    return (id(self.kernel), self.idx, self.valid, self.enclosing)
+
+
+def stored_buffer(u: UOp) -> UOp | None:
+  """The BUFFER a stored version reads from (a BUFFER, or an AFTER chain on one), else None."""
+  while u.op is Ops.AFTER: u = u.src[0].base if u.src[0].op is Ops.RESHAPE else u.src[0]
+  return u if u.op is Ops.BUFFER else None
+
+
+def is_buffer_view(u: UOp) -> bool:
+  """A view of stored data (movement ops and bitcasts over a buffer): realizing it computes nothing."""
+  return storage_root(u).op in (Ops.BUFFER, Ops.AFTER)
+
+
+def _strip_reshapes(u: UOp) -> UOp:
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u
+
+
+def forced_realize_points(ctx: ScheduleContext, roots: list[UOp], graph: dict[UOp, None]) -> None:
+  """The nodes that are materialized whatever fusion would decide: CONTIGUOUS (of anything but a whole buffer),
+  every AFTER (a stored version), the roots that are not views of stored data, and the source of each cross-device
+  store (realized on its own device first, so the store only moves bytes)."""
+  for node in graph:
+    if node.op is Ops.CONTIGUOUS and not has_buffer_identity(node.src[0]): ctx.realize(node)
+    elif node.op is Ops.AFTER: ctx.realize(node)
+  for root in roots:
+    # (a reshape of a node realized anyway reads that node's buffer: it is not stored twice)
+    if not is_buffer_view(root) and not (root.op is Ops.CONTIGUOUS and has_buffer_identity(root.src[0])) and \
+        not (root.op is Ops.RESHAPE and _strip_reshapes(root) in ctx.realized):
+      ctx.realize(root)
+  for node in graph:
+    if node.op is Ops.STORE and is_cross_device_store(node) and contiguous_region(node.src[1], ctx.realized) is None:
+      value = node.src[1]
+      if is_storage_only(value.device) and is_buffer_view(value):
+        raise ScheduleError(f"non-contiguous view is not supported: {value.device} cannot compute, so a view of it "
+                            "must be one contiguous range (shrink, reshape, bitcast)")
+      if is_storage_only(value.device):
+        raise ScheduleError(f"{value.device} cannot compute (it only stores bytes): move the tensor to a compute "
+                            "device first, e.g. .to(Device.DEFAULT)")
+      ctx.realize(value)
+
+
+class RealizePoints:
+  """The pass over one graph (sources before consumers in `graph`); `decide()` fills `ctx.realized`."""
+
+  def __init__(self, ctx: ScheduleContext, graph: dict[UOp, None]):
+    self.ctx, self.graph = ctx, graph
+    self.uses: dict[UOp, dict[tuple, Use]] = {}
+    self.reasons: dict[UOp, str] = {}
+    self.holds_reduce: dict[UOp, bool] = {}
+    self.reads: dict[UOp, frozenset[UOp]] = {}
+
+  def decide(self) -> None:
+    self.summarize_sources()
+    realized = self.ctx.realized
+    for node in reversed(self.graph):
+      uses = self.uses.pop(node, None)
+      if uses and node not in realized and (reason := self.reason_to_realize(node, list(uses.values()))):
+        self.ctx.realize(node)
+        self.reasons[node] = reason
+      if node.op is Ops.BUFFER or node in realized:
+        if uses: self.check_hazards(node, uses.values())
+        if node.op is not Ops.BUFFER and max_numel(node.shape) != 0: self.start_kernels(node)
+      elif uses:
+        for use in uses.values(): self.propagate(node, use)
+
+  # --- what the rules read about a node's sources (as far as the forced realize points tell)
+  def summarize_sources(self) -> None:
+    """For every node: whether it computes a reduction in the kernel that reads it, and the buffers it reads
+    there (at most MAX_SHARED_READS + 1 of them: only whether there are more matters)."""
+    realized = self.ctx.realized
+    for node in self.graph:
+      if node.op is Ops.BUFFER or node in realized:
+        self.holds_reduce[node], self.reads[node] = False, frozenset((node,))
+        continue
+      self.holds_reduce[node] = node.op is Ops.REDUCE_AXIS or any(self.holds_reduce[s] for s in node.src)
+      reads: frozenset[UOp] = frozenset()
+      for s in node.src:
+        if len(reads) > MAX_SHARED_READS: break
+        reads = reads | self.reads[s]
+      self.reads[node] = reads
+
+  # --- the rules
+  def reason_to_realize(self, node: UOp, uses: list[Use]) -> str | None:
+    op = node.op
+    if op is Ops.REDUCE_AXIS:
+      for use in uses:
+        used, outputs = kept_ranges(node, use.idx), use.kernel.loops.output_ranges
+        if any(r not in outputs for r in used):
+          return "a reduce indexed by another reduce's loop would be recomputed for every iteration"
+        if used != set(outputs[:len(used)]):
+          return "a reduce broadcast along an outer loop would be recomputed for every element"
+      if len({id(use.kernel) for use in uses}) > 1: return "a reduce read by two kernels is computed once, in its own"
+      return None
+    if op not in GroupOp.ALU and op not in (Ops.CAST, Ops.BITCAST): return None
+    if self.holds_reduce[node] and (op is not Ops.BITCAST or node.dtype.itemsize == node.src[0].dtype.itemsize):
+      for use in uses:
+        if use.enclosing is None: continue
+        free, own = use.enclosing
+        used = ranges_in(use.idx)
+        if used & own and not free <= used:
+          return ("a value computed from a reduce, broadcast into another reduction along an output loop, would be "
+                  "recomputed for every element of that loop")
+    if len(self.reads[node]) > MAX_SHARED_READS and len({id(use.kernel) for use in uses}) > 1:
+      return f"an elementwise value reading more than {MAX_SHARED_READS} buffers is stored once, not recomputed by " \
+             "each kernel that reads it"
+    return None
+
+  def check_hazards(self, node: UOp, uses) -> None:
+    """Loads of a store kernel's own destination at other addresses than it writes: realize the stored value."""
+    buffer = stored_buffer(node)
+    if buffer is None: return
+    for use in uses:
+      kernel = use.kernel
+      if kernel.out_buffer is not buffer: continue
+      if graph_rewrite(flat_index(use.idx, node.shape), symbolic) is kernel.store_address: continue
+      value = kernel.value
+      self.ctx.realize(value)
+      self.reasons[value] = "the stored value reads its own destination at other addresses"
+      # the store's kernel now computes the value into its own buffer: same loops, no destination to guard
+      kernel.out_buffer = kernel.store_address = kernel.value = None
+
+  # --- kernels and uses
+  def start_kernels(self, node: UOp) -> None:
+    """The kernels a realized node runs: one per store of an AFTER (copies run none), else one computing it."""
+    if node.op is not Ops.AFTER:
+      kernel = PlannedKernel()
+      idx, gate = kernel.loops.output_index(node.shape)
+      self.propagate(node, Use(kernel, idx, gate, None))
+      return
+    for effect in node.src[1:]:
+      if effect.op is not Ops.STORE or is_cross_device_store(effect): continue
+      target, value = effect.src
+      kernel = PlannedKernel()
+      idx, gate = kernel.loops.output_index(target.shape)
+      address, _ = target_address(target, idx)
+      kernel.out_buffer, kernel.store_address, kernel.value = stored_buffer(node), graph_rewrite(address, symbolic), value
+      self.add_use(value, Use(kernel, idx, gate, None))
+
+  def add_use(self, node: UOp, use: Use) -> None:
+    self.uses.setdefault(node, {}).setdefault(use.key(), use)
+
+  def propagate(self, node: UOp, use: Use) -> None:
+    """The uses of node's sources when the kernel of `use` computes node (the index math of lowering)."""
+    op, kernel, idx, valid = node.op, use.kernel, use.idx, use.valid
+    if op in GroupOp.Movement:
+      src_idx, cond = source_index(node, idx)
+      self.add_use(node.src[0], Use(kernel, src_idx, and_valid(valid, cond), use.enclosing))
+    elif op in (Ops.CONTIGUOUS, Ops.DETACH): self.add_use(node.src[0], use)
+    elif op is Ops.REDUCE_AXIS:
+      if any(max_int(node.src[0].shape[axis]) == 0 for axis in node.arg[1]): return
+      src_idx, reduce_ranges, gate = kernel.loops.reduce_index(node, idx)
+      enclosing = (frozenset(kept_ranges(node, idx)), frozenset(reduce_ranges))
+      self.add_use(node.src[0], Use(kernel, src_idx, and_valid(valid, gate), enclosing))
+    elif op is Ops.BITCAST and node.dtype.itemsize != node.src[0].dtype.itemsize:
+      for src_idx in resized_bitcast_indices(node, idx): self.add_use(node.src[0], Use(kernel, src_idx, valid,
+                                                                                       use.enclosing))
+    elif op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
+      for s in node.src: self.add_use(s, use)
+
+
+def decide_realize_points(ctx: ScheduleContext, graph: dict[UOp, None]) -> dict[UOp, str]:
+  """Add every realize point the rules above find to `ctx.realized` (which holds the forced ones); returns why each
+  was added."""
+  points = RealizePoints(ctx, graph)
+  points.decide()
+  return points.reasons
