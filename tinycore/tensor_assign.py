@@ -6,7 +6,7 @@ that every view of that buffer then reads. Both run under the runtime lock, so t
 """
 from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
-from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore.uop.ops import GroupOp, Ops, UOp, substitute_all
 from tinycore.dtype import FLOATS
 from tinycore.errors import DTypeError
 from tinycore.hcq.runtime import holding_runtime_lock
@@ -17,26 +17,31 @@ if TYPE_CHECKING:
 
 
 def apply_becomes(becomes: dict[UOp, UOp]) -> None:
-  """Every live tensor whose graph mentions a realized node now reads that node's buffer instead."""
+  """Every live tensor whose graph mentions a realized node now reads that node's buffer instead: one substitution
+  over the union of the live tensors' graphs (a graph shared by many tensors is walked once)."""
   if not becomes: return
   from tinycore.tensor import all_tensors  # (live_tensors() inlined: this visits every live tensor per realize)
   buffer_op, reshape_op = Ops.BUFFER, Ops.RESHAPE  # read once: an Ops member read is slow on Python 3.11
-  tensor_nodes: set[UOp] = set()  # realized nodes that are a tensor's own value
   cut: list[tuple[Tensor, UOp]] = []  # tensors that keep a graph for backward, with that graph before this realize
+  lazy: list[tuple[Tensor, bool]] = []  # tensors with a graph to rebind, and whether they kept one already
   for ref in list(all_tensors):
     if (t := ref()) is None: continue
-    u = t.uop
-    kept = t.forward_graph
+    u, kept = t.uop, t.forward_graph
     if kept is not None:
       if kept[0] is u: cut.append((t, kept[1]))
       else: t.forward_graph = None  # the tensor holds another value since
     if u.op is buffer_op or (u.op is reshape_op and u.src[0].op is buffer_op): continue
+    lazy.append((t, kept is not None))
+  new_uops = substitute_all([t.uop for t, _ in lazy], becomes)
+  tensor_nodes: set[UOp] = set()  # realized nodes that are a tensor's own value
+  for t, had_kept in lazy:
+    u = t.uop
     if u in becomes:
       t.uop = becomes[u]
       tensor_nodes.add(u)
-    elif any(n in becomes for n in u.toposort(gate=lambda n: n.op is not Ops.BUFFER)):
-      t.uop = u.substitute(becomes)
-      if kept is None and t.requires_grad is not False and t.dtype in FLOATS: cut.append((t, u))
+    elif (new := new_uops[u]) is not u:
+      t.uop = new
+      if not had_kept and t.requires_grad is not False and t.dtype in FLOATS: cut.append((t, u))
   if cut: keep_forward_graphs(cut, {node: becomes[node] for node in tensor_nodes})
 
 
@@ -44,9 +49,10 @@ def keep_forward_graphs(cut: list[tuple[Tensor, UOp]], tensor_becomes: dict[UOp,
   """A realize stores nodes inside a tensor's graph that no tensor holds (a fused kernel's intermediates); the tensor
   then reads their buffers, which cuts the path backward() differentiates. Such a tensor keeps its graph with only
   the tensors' own realized values substituted (`Tensor.forward_graph`), for backward and gradient."""
+  graphs = substitute_all([graph for _, graph in cut], tensor_becomes)
   for t, graph in cut:
     realized = t.uop.op is Ops.BUFFER or (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER)
-    t.forward_graph = None if realized else (t.uop, graph.substitute(tensor_becomes))
+    t.forward_graph = None if realized else (t.uop, graphs[graph])
 
 
 @holding_runtime_lock

@@ -571,6 +571,20 @@ def Variable(name: str, min_val: int, max_val: int, dtype: DType | None = None) 
 
 
 
+def substitute_all(roots: Sequence[UOp], mapping: dict[UOp, UOp]) -> dict[UOp, UOp]:
+  """Each root with every occurrence of a key of `mapping` replaced by its value, in one walk over the roots' union
+  (one memo for all, so graphs that share nodes cost their union, not their sum); a key is not walked below."""
+  done: dict[UOp, UOp] = {}
+  get = mapping.get
+  for node in toposort_roots(roots, gate=lambda n: n not in mapping):
+    if (mapped := get(node)) is not None: done[node] = mapped
+    elif not node.src: done[node] = node
+    else:
+      new_src = tuple([done[s] for s in node.src])
+      done[node] = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
+  return {root: done[root] for root in roots}
+
+
 def toposort_roots(roots: Sequence[UOp], gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
   """Every node reachable from any of `roots`, sources before users (an ordered dict used as a set); iterative, so
   deep graphs do not hit the recursion limit. `gate(node)` False keeps the node but does not walk below it."""
