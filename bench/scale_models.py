@@ -33,7 +33,8 @@ def transformer_weights(layers: int, dim: int = 64, vocab: int = 256, seq: int =
 def encoder_weights(layers: int, dim: int = 384, vocab: int = 1000, seq: int = 64, seed: int = 0) -> dict:
   rng = np.random.default_rng(seed)
   def w(*shape: int) -> np.ndarray: return (rng.standard_normal(shape) * 0.02).astype(np.float32)
-  def ln(name: str) -> dict: return {name + ".weight": np.ones(dim, np.float32), name + ".bias": np.zeros(dim, np.float32)}
+  def ln(name: str) -> dict:
+    return {name + ".weight": np.ones(dim, np.float32), name + ".bias": np.zeros(dim, np.float32)}
   weights = {"embeddings.word_embeddings.weight": w(vocab, dim), "embeddings.position_embeddings.weight": w(seq, dim),
              **ln("embeddings.LayerNorm")}
   for i in range(layers):

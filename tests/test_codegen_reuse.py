@@ -1,7 +1,6 @@
 """Row buffers (codegen.reuse): a reduction loop's per-element value that a later loop of the same row computes again
 (softmax's exp) is computed once, written to a stack buffer and read back, with the same results bit for bit."""
 from __future__ import annotations
-import ctypes
 import numpy as np
 import pytest
 from tinycore import Tensor, Variable
@@ -62,8 +61,7 @@ def run_both(t: Tensor, inputs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarra
     source = renderer.render("kernel", sink).source
     program = CPUProgram("kernel", CPUCompiler().compile(source))
     out = np.zeros(t.shape, inputs[0].dtype)
-    program.function.argtypes = [ctypes.c_void_p] * (1 + len(inputs)) + [ctypes.c_int64] * len(words)
-    program.function(out.ctypes.data, *(x.ctypes.data for x in inputs), *words)
+    program.run_words([out.ctypes.data, *(x.ctypes.data for x in inputs), *words])
     outputs.append(out)
     sources.append(body_of(source))
   return outputs[0], outputs[1], sources[0]

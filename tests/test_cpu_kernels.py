@@ -1,7 +1,6 @@
 """The CPU's hot kernels: register tiles and strips shaped by the machine (KernelTarget), fused multiply-add
 accumulation, NaN-keeping vectorized max with both compilers, and linking with the system linker."""
 from __future__ import annotations
-import ctypes
 import os
 import re
 import shutil
@@ -201,7 +200,9 @@ def test_vectorized_max_keeps_nan_with_each_compiler(compiler, tmp_path):
   assert "[False, False, True, False]" in second and second.endswith("nan")
 
 
-ADD_ONE = "void add_one(float* restrict data0, const float* restrict data1) { data0[0] = sqrtf(data1[0]) + 1.0f; }"
+ADD_ONE = ("void add_one(float* restrict data0, const float* restrict data1) { data0[0] = sqrtf(data1[0]) + 1.0f; }\n"
+           "void add_one_args(const unsigned long long *a, long long core, long long cores) "
+           "{ add_one((float*)a[0], (const float*)a[1]); }")
 
 
 @pytest.mark.parametrize("linker", ["ld", "driver"])
@@ -213,8 +214,7 @@ def test_kernels_link_with_the_system_linker_or_the_driver(linker, monkeypatch, 
   assert (compiler.linker is None) == (linker == "driver") and (find_linker() is None) == (linker == "driver")
   program = CPUProgram("add_one", compiler.compile("#include <math.h>\n" + ADD_ONE))
   src, dst = np.array([16.0], np.float32), np.zeros(1, np.float32)
-  program.function.argtypes = None
-  program.function(dst.ctypes.data_as(ctypes.c_void_p), src.ctypes.data_as(ctypes.c_void_p))
+  program.run_words([dst.ctypes.data, src.ctypes.data])
   assert dst[0] == 5.0
 
 

@@ -12,11 +12,15 @@ from tiny_cpu.device import CPUAllocator, CPUProgram  # noqa: E402
 
 pytestmark = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler (install clang or gcc, or set CC)")
 
-# out[i] = a[i] * scale + b[i] for i < count; written like the renderer's kernels: pointers first, then int64 values
+# out[i] = a[i] * scale + b[i] for i < count; written like the renderer's kernels: pointers first, then int64 values,
+# and the entry point `axpy_args` that reads them from an argument table
 AXPY_SOURCE = """
 void axpy(float* restrict data0, const float* restrict data1, const float* restrict data2, long long var0,
           long long var1) {
   for (long long i = 0; i < var0; i++) data0[i] = data1[i] * (float)var1 + data2[i];
+}
+void axpy_args(const unsigned long long *a, long long core_id, long long core_count) {
+  axpy((float*)a[0], (const float*)a[1], (const float*)a[2], (long long)a[3], (long long)a[4]);
 }
 """
 
@@ -126,7 +130,7 @@ def test_bad_source_raises_with_the_compiler_message():
 
 def test_missing_function_is_named(cache_dir):
   lib = CPUCompiler().compile_cached(AXPY_SOURCE)
-  with pytest.raises(RuntimeError, match="no function named 'saxpy'"):
+  with pytest.raises(RuntimeError, match="no entry point named 'saxpy_args'"):
     CPUProgram("saxpy", lib)
 
 

@@ -14,7 +14,6 @@ from tinycore.device.registry import Device
 from tinycore.engine.realize import run_linear
 from tinycore.hcq.commands import Variable
 from tinycore.hcq.runtime import call_is_hcq, compile_template, compiled_templates
-from tinycore.schedule import scalars as schedule_scalars
 from tinycore.schedule.cache import ScheduleCacheStats, plain_template, schedule_template
 from tinycore.uop.ops import Ops
 from tinycore.uop.scalars import call_scalars, kernel_scalars, scalar_word
@@ -147,8 +146,8 @@ def test_scalar_words():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_too_many_scalars_are_baked_in(device, monkeypatch):
-  monkeypatch.setattr(schedule_scalars, "MAX_KERNEL_ARGS", 4)
+def test_every_scalar_is_an_argument_however_many(device):
+  """A kernel takes any number of scalars: none is baked in, so one schedule serves every set of values."""
   x = np.linspace(-1, 1, 17, dtype=np.float32)
   xt = Tensor(x, device=device).realize()
 
@@ -157,18 +156,16 @@ def test_too_many_scalars_are_baked_in(device, monkeypatch):
     for c in coeffs[1:]: out = out * xt + c
     return out
 
-  steps = ([0.5, -0.25, 2.5, 3.5, -4.5, 5.5], [0.5, -0.25, 2.5, 3.5, -4.5, 6.5], [1.5, 2.25, 2.5, 3.5, -4.5, 6.5])
-  for coeffs in steps:
-    linear = poly(coeffs).schedule_linear()
-    assert all(len(call.src) - 1 <= 4 for call in linear.src)   # two buffers, two scalars, the rest baked in
+  rng = np.random.default_rng(7)
+  steps = [[float(c) for c in rng.uniform(-2, 2, 40).astype(np.float32) + np.float32(2.5)] for _ in range(3)]
+  linear = poly(steps[0]).schedule_linear()
+  assert max(len(call.src) - 1 for call in linear.src) == 2 + 40   # two buffers, forty scalars
+  for i, coeffs in enumerate(steps):
     ref = np.float32(coeffs[0]) + x * np.float32(0.0)
     for c in coeffs[1:]: ref = ref * x + np.float32(c)
-    np.testing.assert_array_equal(poly(coeffs).numpy(), ref)
-  hits, misses = ScheduleCacheStats.hits, ScheduleCacheStats.misses
-  poly([1.5, 2.25, 2.5, 3.5, -4.5, 6.5]).schedule_linear()          # the same baked values: the cached schedule
-  assert (ScheduleCacheStats.hits, ScheduleCacheStats.misses) == (hits + 1, misses)
-  poly([1.25, 2.75, 3.25, 4.25, -5.25, 7.25]).schedule_linear()     # other baked values: another schedule
-  assert ScheduleCacheStats.misses == misses + 1
+    np.testing.assert_allclose(poly(coeffs).numpy(), ref, rtol=1e-5, atol=1e-4)
+    if i == 0: misses = ScheduleCacheStats.misses  # (after the first read-back scheduled its copy)
+  assert ScheduleCacheStats.misses == misses  # new values: the same schedules
 
 
 @pytest.mark.skipif(not _has("SIM"), reason="tests/hcq_sim not installed")

@@ -15,14 +15,13 @@ from tinycore.schedule.split_reduce import split_reductions
 from tinycore.schedule.realize_points import decide_realize_points, forced_realize_points, is_buffer_view
 from tinycore.schedule.jobs import lower_kernels, order_jobs, stack_lane_jobs
 from tinycore.schedule.snapshots import snapshot_crossed_reads
-from tinycore.schedule.scalars import ScalarBindings
 
 __all__ = ["create_schedule", "ScheduleError", "StoreCycleError"]
 
 
-def create_schedule(original_roots: list[UOp], scalars: ScalarBindings | None = None) -> tuple[UOp, dict[UOp, UOp]]:
+def create_schedule(original_roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   """Schedule the roots: the passes below, each once and in this order. Python scalars replaced by placeholders (the
-  schedule cache does that) become kernel arguments; `scalars` holds their values."""
+  schedule cache does that) become kernel arguments."""
   original = UOp(Ops.SINK, None, tuple(original_roots))
   if spec_enabled(): check_spec(original, "tensor")
   # 1. a graph over device tuples becomes one graph per lane (allreduces lowered to copies and sums)
@@ -35,7 +34,7 @@ def create_schedule(original_roots: list[UOp], scalars: ScalarBindings | None = 
   lowered = {node: split.get(low, low) for node, low in lowered.items()}
   sink = lowered[lane_sink]
   graph = sink.toposort()
-  ctx = ScheduleContext(scalars)
+  ctx = ScheduleContext()
   # 4. realize points: the forced ones, then the fusion rules, in one pass over the graph
   forced_realize_points(ctx, list(sink.src), graph)
   decide_realize_points(ctx, graph)

@@ -4,25 +4,21 @@ The key is the graph with its input buffers and its Python scalars replaced by n
 Variable by its DEFINE_VAR (the graph's shape); the value is the schedule built for that key. A hit binds the
 placeholders to this call's buffers and scalar values (and Variables to theirs) and gives every buffer the schedule
 creates fresh storage, so scheduling work is done once per graph shape, and a new scalar value (a learning rate per
-step) is a new kernel argument, not a new schedule or program. A schedule whose kernels had to bake some scalars in
-as literals (`schedule.scalars.MAX_KERNEL_ARGS`) is kept per value of those scalars.
+step) is a new kernel argument, not a new schedule or program.
 """
 from __future__ import annotations
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp, toposort_roots
-from tinycore.uop.scalars import scalar_value, scalar_word
 from tinycore.uop.symbolic_shapes import (SYMBOLIC_ARG_OPS, is_shape_placeholder, shape_binds, shape_placeholder,
                                           substitute_with_args)
 from tinycore.schedule import create_schedule
 from tinycore.schedule.multi import allreduce_settings
-from tinycore.schedule.scalars import (STEERING_OPS, ScalarBindings, bound_variables, is_python_scalar, python_scalars,
+from tinycore.schedule.scalars import (STEERING_OPS, bound_variables, is_python_scalar, python_scalars,
                                       scalar_placeholder, steering_const)
 
 MAX_ENTRIES = 4096
-# (key, values of its baked scalars) -> (template, fresh buffers)
+# key -> (template, fresh buffers)
 schedules: BoundedCache[tuple[UOp, tuple[UOp, ...]]] = BoundedCache("schedule templates by graph shape", MAX_ENTRIES)
-# key -> the scalar placeholders its kernels bake in as literals (the same for every build of that key)
-baked_scalars: BoundedCache[tuple[UOp, ...]] = BoundedCache("baked scalars by graph shape", MAX_ENTRIES)
 
 
 class ScheduleCacheStats:
@@ -60,7 +56,7 @@ def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   key = substitute_with_args(sink, dict(zip(inputs, placeholders)) | dict(zip(scalars, scalar_slots)) |
                              {bind: bind.src[0] for bind in variables}, {b: shape_placeholder(b) for b in in_shapes})
   values = shape_values(in_shapes, nodes) | dict(zip(scalar_slots, scalars)) | {bind.src[0]: bind for bind in variables}
-  template, fresh = _cached(key, values)
+  template, fresh = _cached(key)
   return template, (dict(zip(placeholders, inputs)) | values | {shape_placeholder(b): b for b in in_shapes} |
                     {f: UOp.new_buffer(f.device, f.arg, f.dtype) for f in fresh})
 
@@ -76,7 +72,7 @@ def plain_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp], dict[UOp, UOp
   if keyed is None: return None
   key_of = keyed.key_of
   values = {key_of[c]: c for c in keyed.scalars}
-  template, fresh = _cached(UOp(Ops.SINK, None, tuple([key_of[r] for r in roots])), values)
+  template, fresh = _cached(UOp(Ops.SINK, None, tuple([key_of[r] for r in roots])))
   mapping = {key_of[b]: b for b in keyed.inputs} | values
   for f in fresh: mapping[f] = UOp.new_buffer(f.device, f.arg, f.dtype)
   return template, mapping, keyed.real_of
@@ -151,24 +147,17 @@ def bind_template(template: UOp, mapping: dict[UOp, UOp]) -> tuple[UOp, UOp, UOp
   return linear.substitute(mapping), *becomes.src
 
 
-def _baked_values(baked: tuple[UOp, ...], values: dict[UOp, UOp]) -> tuple:
-  if not baked: return ()  # (the common case, on every realize)
-  return tuple([scalar_word(scalar_value(values[p]), p.dtype) for p in baked])
-
-
-def _cached(graph: UOp, values: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, ...]]:
+def _cached(graph: UOp) -> tuple[UOp, tuple[UOp, ...]]:
   key = (graph, allreduce_settings())  # the settings that choose how a multi-device graph is lowered
-  if (hit := schedules.get((key, _baked_values(baked_scalars.get(key) or (), values)))) is not None:
+  if (hit := schedules.get(key)) is not None:
     ScheduleCacheStats.hits += 1
     return hit
   ScheduleCacheStats.misses += 1
-  bindings = ScalarBindings(values)
-  linear, becomes = create_schedule(list(graph.src), bindings)
+  linear, becomes = create_schedule(list(graph.src))
   keys, bound = tuple(becomes.keys()), tuple(becomes.values())
   template = UOp(Ops.SINK, None, (linear, UOp(Ops.SINK, None, keys), UOp(Ops.SINK, None, bound)))
   fresh = tuple(n for n in template.toposort() if n.op is Ops.BUFFER and n.src[0].arg > 0)
-  baked = baked_scalars.put(key, tuple(sorted(bindings.baked, key=lambda p: p.arg[0])))
-  return schedules.put((key, _baked_values(baked, values)), (template, fresh))
+  return schedules.put(key, (template, fresh))
 
 
 def cached_schedule(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.symbolic_shapes import max_numel
-from tinycore.schedule.scalars import ScalarBindings
 
 
 class ScheduleError(RuntimeError):
@@ -14,8 +13,7 @@ class StoreCycleError(ScheduleError):
 
 
 class ScheduleContext:
-  def __init__(self, scalars: ScalarBindings | None = None) -> None:
-    self.scalars = scalars if scalars is not None else ScalarBindings()  # the Python scalars' placeholders
+  def __init__(self) -> None:
     self.realized: dict[UOp, None] = {}      # nodes materialized into a buffer of their own (ordered set)
     self.buffers: dict[UOp, UOp] = {}        # realized node -> the BUFFER uop that holds it
 

@@ -14,7 +14,7 @@ from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
 from tinycore.uop.capture import report_pass
 from tinycore.schedule.context import ScheduleContext, ScheduleError
-from tinycore.schedule.scalars import ScalarBindings, bind_kernel_scalars
+from tinycore.schedule.scalars import kernel_scalar_arguments
 from tinycore.schedule.rangeify import KernelBuilder, build_store_kernel, build_value_kernel
 from tinycore.schedule.copies import contiguous_region, is_cross_device_store, region_uop
 from tinycore.schedule.multi import stacked_call
@@ -57,7 +57,7 @@ def lower_kernels(ctx: ScheduleContext) -> list[Job]:
     if node.op is not Ops.AFTER:
       kb = build_value_kernel(ctx, node, ctx.buffer_for(node))
       report_pass("rangeify", node, kb.sink)
-      jobs.append(Job(node, kernel_call(kb, ctx.scalars), kb.reads))
+      jobs.append(Job(node, kernel_call(kb), kb.reads))
       continue
     for effect in node.src[1:]:
       if effect.op is not Ops.STORE: raise ScheduleError(f"AFTER effects must be STOREs, got {effect.op}")
@@ -66,7 +66,7 @@ def lower_kernels(ctx: ScheduleContext) -> list[Job]:
         continue
       kb = build_store_kernel(ctx, effect, ctx.buffer_for(node))
       report_pass("rangeify", effect, kb.sink)
-      jobs.append(Job(node, kernel_call(kb, ctx.scalars), kb.reads, after_prev=node.src[0]))
+      jobs.append(Job(node, kernel_call(kb), kb.reads, after_prev=node.src[0]))
   return jobs
 
 
@@ -87,7 +87,7 @@ def copy_job(ctx: ScheduleContext, after: UOp, store: UOp) -> Job:
   return Job(after, UOp(Ops.CALL, None, (callee, dst_arg, src_arg)), [src.version], after_prev=after.src[0])
 
 
-def kernel_call(kb: KernelBuilder, scalars: ScalarBindings) -> UOp:
+def kernel_call(kb: KernelBuilder) -> UOp:
   """CALL(kernel, *buffers, *scalars). Simplification can remove every load of a buffer (the empty side of a cat):
   such buffers leave the call and the remaining parameters are renumbered, so slots and buffers always line up.
   The scalars are the placeholders of the Python scalars the kernel takes as arguments."""
@@ -100,10 +100,7 @@ def kernel_call(kb: KernelBuilder, scalars: ScalarBindings) -> UOp:
     renumbered, buffers = sink.substitute(renumber), [kb.buffers[slot] for slot in used]
     report_pass("renumber parameters", sink, renumbered)
     sink = renumbered
-  bound, placeholders = bind_kernel_scalars(sink, shape_parameters(sink, buffers[0].device) | kb.scalar_sources,
-                                            len(buffers), scalars)
-  report_pass("bind scalars", sink, bound)
-  if bound is not sink: sink = graph_rewrite(bound, symbolic)  # baked-in literals may fold
+  placeholders = kernel_scalar_arguments(sink, shape_parameters(sink, buffers[0].device) | kb.scalar_sources)
   return UOp(Ops.CALL, None, (sink, *buffers, *placeholders))
 
 

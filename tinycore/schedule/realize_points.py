@@ -200,7 +200,8 @@ class RealizePoints:
       kernel = PlannedKernel()
       idx, gate = kernel.loops.output_index(target.shape)
       address, _ = target_address(target, idx)
-      kernel.out_buffer, kernel.store_address, kernel.value = stored_buffer(node), graph_rewrite(address, symbolic), value
+      kernel.out_buffer, kernel.value = stored_buffer(node), value
+      kernel.store_address = graph_rewrite(address, symbolic)
       self.add_use(value, Use(kernel, idx, gate, None))
 
   def add_use(self, node: UOp, use: Use) -> None:

@@ -5,21 +5,15 @@ The schedule cache keys a realize by its graph with the Python scalars in it rep
 the kernel that reads it (`tinycore.uop.scalars`), and binding the cached schedule puts the value back in the CALL.
 Values whose folding matters stay literals: 0, 1 and -1 (identities and sign flips the simplifier removes), inf
 and nan (masks and reduction identities), bools, and integer divisors and shift counts (`x // 4` compiles to a
-multiply and folds with index-like math; a shift count is checked when compiled). A kernel takes at most
-MAX_KERNEL_ARGS arguments: scalars past that are baked in as literals, and the schedule is cached per value of those
-(`ScalarBindings.baked`).
+multiply and folds with index-like math; a shift count is checked when compiled). A kernel takes any number of
+scalar arguments (devices pass what does not fit a fixed-size launch through an argument table).
 """
 from __future__ import annotations
 import math
 from typing import Iterable
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
-from tinycore.uop.scalars import kernel_scalars, scalar_bounds, scalar_value
-from tinycore.uop.symbolic import round_to_dtype
-
-# the most arguments (buffers and scalars) a kernel takes: every device accepts this many (the smallest limit among
-# the devices shipped is a CPU queue entry's: 28 kernel arguments next to a threaded kernel's share)
-MAX_KERNEL_ARGS = 28
+from tinycore.uop.scalars import kernel_scalars, scalar_bounds
 
 
 def is_python_scalar(u: UOp) -> bool:
@@ -71,29 +65,7 @@ def kernel_parameter(placeholder: UOp) -> UOp:
   return UOp(Ops.DEFINE_VAR, placeholder.dtype, (), placeholder.arg)
 
 
-class ScalarBindings:
-  """What lowering knows about the placeholders of one schedule: `values` (placeholder -> the CONST it stands for,
-  for baking) and `baked`, the placeholders it had to bake in as literals."""
-
-  def __init__(self, values: dict[UOp, UOp] | None = None):
-    self.values: dict[UOp, UOp] = values or {}
-    self.baked: set[UOp] = set()
-
-  def literal(self, placeholder: UOp) -> UOp:
-    if placeholder not in self.values: raise RuntimeError(f"no value for {placeholder.arg[0]} to bake into a kernel")
-    self.baked.add(placeholder)
-    value = scalar_value(self.values[placeholder])
-    return UOp.const(placeholder.dtype, round_to_dtype(value, placeholder.dtype))
-
-
-def bind_kernel_scalars(sink: UOp, sources: dict[UOp, UOp], buffer_count: int,
-                        bindings: ScalarBindings) -> tuple[UOp, list[UOp]]:
-  """The kernel with the scalar parameters that do not fit MAX_KERNEL_ARGS baked in as literals, and the
-  placeholders (`sources`: parameter -> placeholder) of the parameters it keeps, in argument order: what its CALL
-  passes after the buffers."""
-  params = kernel_scalars(sink)
-  room = max(0, MAX_KERNEL_ARGS - buffer_count)
-  if len(params) > room:
-    sink = sink.substitute({p: bindings.literal(sources[p]) for p in params[room:]})
-    params = params[:room]
-  return sink, [sources[p] for p in params]
+def kernel_scalar_arguments(sink: UOp, sources: dict[UOp, UOp]) -> list[UOp]:
+  """The placeholders (`sources`: kernel parameter -> placeholder) of a kernel's scalar parameters, in argument
+  order: what its CALL passes after the buffers."""
+  return [sources[p] for p in kernel_scalars(sink)]

@@ -42,35 +42,37 @@ def load_shared_object(lib: bytes) -> ctypes.CDLL:
 
 
 class CPUProgram:
-  """A compiled kernel: ``CPUProgram(name, lib)`` loads the shared object and finds the C function ``name``.
+  """A compiled kernel: ``CPUProgram(name, lib)`` loads the shared object and finds the kernel's entry point
+  (``<name>_args``, `renderer.ENTRY_SUFFIX`), which takes a pointer to its argument words.
 
-  Called as ``program(*handles, global_size=..., local_size=..., vals=(), wait=False)``: the function receives each
-  handle's address (``T* restrict dataN``), then each value as a 64-bit integer (``long long varN``). The kernel
-  loops over its whole range itself, so the launch sizes are not used. With ``wait=True`` it returns the seconds the
-  call took.
+  Called as ``program(*handles, global_size=..., local_size=..., vals=(), wait=False)``: the entry point gets a
+  table of each handle's address, then each value as a 64-bit word, then the share to run (all of the work). The
+  kernel loops over its whole range itself, so the launch sizes are not used. With ``wait=True`` it returns the
+  seconds the call took.
   """
 
   def __init__(self, name: str, lib: bytes):
+    from tiny_cpu.renderer import ENTRY_SUFFIX
     self.name = name
     self.library = load_shared_object(lib)
     try:
-      self.function = getattr(self.library, name)
+      self.function = getattr(self.library, name + ENTRY_SUFFIX)
     except AttributeError as error:
-      raise RuntimeError(f"the compiled CPU program has no function named {name!r}") from error
+      raise RuntimeError(f"the compiled CPU program has no entry point named {name + ENTRY_SUFFIX!r}") from error
     self.function.restype = None
+    self.function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
     self.address = ctypes.cast(self.function, ctypes.c_void_p).value  # what a queue entry calls
-    self._argument_counts: tuple[int, int] | None = None
 
   def __call__(self, *bufs: HostMemory, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] = (1, 1, 1),
                vals: Sequence[int] = (), wait: bool = False) -> float | None:
-    if global_size[0] > 1: vals = (*vals, 0, 1)  # a threaded kernel called directly: one share, all of the work
-    if self._argument_counts != (len(bufs), len(vals)):
-      # set once per program (it is the same every call); ctypes then converts plain ints quickly
-      self.function.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int64] * len(vals)
-      self._argument_counts = (len(bufs), len(vals))
     start = time.perf_counter()
-    self.function(*[buf.addr for buf in bufs], *vals)
+    self.run_words([buf.addr for buf in bufs] + list(vals))
     return time.perf_counter() - start if wait else None
+
+  def run_words(self, words: Sequence[int]) -> None:
+    """Run the kernel on this calling thread with its argument table: buffer addresses, then scalar words."""
+    table = (ctypes.c_uint64 * max(1, len(words)))(*[w & 0xFFFFFFFFFFFFFFFF for w in words])
+    self.function(table, 0, 1)  # one share: all of the work
 
 
 class CPUDevice(HCQDevice):

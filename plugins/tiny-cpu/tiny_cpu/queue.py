@@ -1,9 +1,12 @@
 """The CPU's HCQ2 queue: a worker thread (in C) running entries from a ring, so Python returns before kernels finish.
 
-Each entry is 64 64-bit words: a function address, then up to 63 arguments. The worker sleeps on a semaphore,
-calls the entry's function with the arguments and bumps `done`. Kernels are entries whose function is the kernel;
-signal stores, waits and timestamps are small helper functions compiled with the worker. A Barrier needs nothing:
-one thread runs the entries in order.
+Each entry is 64 64-bit words: a function address, a flags word, then up to 62 argument words. A call with more
+arguments continues in the entries after it (64 argument words each; the flags word counts them), so a kernel takes
+any number of buffers and scalars. Every entry function is called as `fn(args, share, shares)` with a pointer to
+its argument words. The worker sleeps on a semaphore, calls the entry's function and bumps `done` past it. Kernels
+are entries whose function is the kernel's argument-table entry point (`renderer.ENTRY_SUFFIX`); signal stores,
+waits and timestamps are small helper functions compiled with the worker. A Barrier needs nothing: one thread runs
+the entries in order.
 """
 from __future__ import annotations
 import ctypes
@@ -42,14 +45,24 @@ typedef struct {
   sem_t sem;
   pthread_t thread;
 } tc_queue;
-#define A(i) e[1 + i]
-typedef void (*tc_fn)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
-  uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
-  uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
-static void tc_run_entry(const uint64_t *e) {
-  ((tc_fn)e[0])(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7), A(8), A(9), A(10), A(11), A(12), A(13), A(14),
-                A(15), A(16), A(17), A(18), A(19), A(20), A(21), A(22), A(23), A(24), A(25), A(26), A(27), A(28),
-                A(29), A(30));
+/* an entry: word 0 the function, word 1 the flags (bit 0: may run inline; bits 8-31: continuation entries), then
+   the argument words, which run on through the continuation entries */
+typedef void (*tc_fn)(const uint64_t *args, uint64_t share, uint64_t shares);
+#define TC_WORDS 64
+#define TC_CONTINUED(e) (((e)[1] >> 8) & 0xffffff)
+/* run the entry at ring slot `at`; returns how many slots it takes */
+static uint64_t tc_run_slot(const uint64_t *ring, uint64_t slots, uint64_t at) {
+  const uint64_t *e = ring + at * TC_WORDS;
+  uint64_t more = TC_CONTINUED(e);
+  if (at + more < slots) { ((tc_fn)e[0])(e + 2, 0, 1); return 1 + more; }
+  /* the argument words wrap around the ring's end: gather them first */
+  uint64_t head = (slots - at) * TC_WORDS - 2, total = (1 + more) * TC_WORDS - 2;
+  uint64_t *args = (uint64_t *)malloc(total * 8);
+  memcpy(args, e + 2, head * 8);
+  memcpy(args + head, ring, (total - head) * 8);
+  ((tc_fn)e[0])(args, 0, 1);
+  free(args);
+  return 1 + more;
 }
 static void *tc_worker(void *arg) {
   tc_queue *q = (tc_queue *)arg;
@@ -63,8 +76,8 @@ static void *tc_worker(void *arg) {
       __atomic_store_n(&q->sleeping, 0, __ATOMIC_SEQ_CST);
       continue;
     }
-    tc_run_entry(q->ring + (q->done % q->slots) * 64);
-    __atomic_store_n(&q->done, q->done + 1, __ATOMIC_RELEASE);
+    uint64_t taken = tc_run_slot(q->ring, q->slots, q->done % q->slots);
+    __atomic_store_n(&q->done, q->done + taken, __ATOMIC_RELEASE);
   }
   __atomic_store_n(&q->exited, 1, __ATOMIC_RELEASE);
   return 0;
@@ -86,19 +99,19 @@ void tc_queue_submit(tc_queue *q, const uint64_t *entries, uint64_t n) {
   __atomic_store_n(&q->put, q->put + n, __ATOMIC_SEQ_CST);
   if (__atomic_exchange_n(&q->sleeping, 0, __ATOMIC_SEQ_CST)) sem_post(&q->sem);
 }
-void tc_signal_wait(uint64_t *signal, uint64_t value, tc_queue *q);
+void tc_signal_wait(const uint64_t *a, uint64_t share, uint64_t shares);
 /* run a submission on the calling thread instead, when that cannot change what happens: the worker is idle (so
-   nothing queued runs after it), every entry is marked inline-able (word 32: a tiny kernel or copy, a signal or
+   nothing queued runs after it), every entry is marked inline-able (flag bit 0: a tiny kernel or copy, a signal or
    timestamp) and every wait is already satisfied. Returns 0, having run nothing, otherwise: submit it then. A
    tiny kernel costs less than waking the worker would. */
 int tc_queue_run_inline(tc_queue *q, const uint64_t *entries, uint64_t n) {
   if (__atomic_load_n(&q->done, __ATOMIC_ACQUIRE) != q->put) return 0;
-  for (uint64_t i = 0; i < n; i++) {
-    const uint64_t *e = entries + i * 64;
-    if (!(e[32] & 1)) return 0;
-    if (e[0] == (uint64_t)tc_signal_wait && __atomic_load_n((uint64_t *)e[1], __ATOMIC_ACQUIRE) < e[2]) return 0;
+  for (uint64_t i = 0; i < n; i += 1 + TC_CONTINUED(entries + i * TC_WORDS)) {
+    const uint64_t *e = entries + i * TC_WORDS;
+    if (!(e[1] & 1)) return 0;
+    if (e[0] == (uint64_t)tc_signal_wait && __atomic_load_n((uint64_t *)e[2], __ATOMIC_ACQUIRE) < e[3]) return 0;
   }
-  for (uint64_t i = 0; i < n; i++) tc_run_entry(entries + i * 64);
+  for (uint64_t i = 0; i < n;) i += tc_run_slot(entries, n, i);
   return 1;
 }
 uint64_t tc_queue_done(tc_queue *q) { return __atomic_load_n(&q->done, __ATOMIC_ACQUIRE); }
@@ -121,8 +134,9 @@ void tc_queue_restart(tc_queue *q) {
    itself, then reads the word, then the signal: either the store sees the sleeper or the sleeper sees the value). */
 static uint32_t tc_wake_word;
 static int tc_host_sleepers;
-void tc_signal_store(uint64_t *signal, uint64_t value) {
-  __atomic_store_n(signal, value, __ATOMIC_SEQ_CST);
+/* the helpers' arguments: a[0] a signal (or destination) address, then their values */
+void tc_signal_store(const uint64_t *a, uint64_t share, uint64_t shares) {
+  __atomic_store_n((uint64_t *)a[0], a[1], __ATOMIC_SEQ_CST);
 #ifdef __linux__
   if (__atomic_load_n(&tc_host_sleepers, __ATOMIC_SEQ_CST)) {
     __atomic_add_fetch(&tc_wake_word, 1, __ATOMIC_SEQ_CST);
@@ -130,15 +144,17 @@ void tc_signal_store(uint64_t *signal, uint64_t value) {
   }
 #endif
 }
-void tc_signal_wait(uint64_t *signal, uint64_t value, tc_queue *q) {
+void tc_signal_wait(const uint64_t *a, uint64_t share, uint64_t shares) {
+  uint64_t *signal = (uint64_t *)a[0], value = a[1];
+  tc_queue *q = (tc_queue *)a[2];
   for (uint64_t spins = 0; __atomic_load_n(signal, __ATOMIC_ACQUIRE) < value && !q->stop; spins++) {
     if (spins < 256) sched_yield();
     else { struct timespec pause = {0, 20000}; nanosleep(&pause, 0); }
   }
 }
-void tc_timestamp(uint64_t *signal) {
+void tc_timestamp(const uint64_t *a, uint64_t share, uint64_t shares) {
   struct timespec now; clock_gettime(CLOCK_MONOTONIC, &now);
-  __atomic_store_n(signal, (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec, __ATOMIC_RELEASE);
+  __atomic_store_n((uint64_t *)a[0], (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec, __ATOMIC_RELEASE);
 }
 /* block the calling (host) thread until *signal >= value or timeout_ns passed; 1 if the value was reached. Called
    through ctypes, which releases the GIL. From `futex_after_ns` on (Linux; 0 by default) it sleeps on tc_wake_word
@@ -179,29 +195,23 @@ int tc_host_wait(uint64_t *signal, uint64_t value, uint64_t timeout_ns, uint64_t
 #endif
   return __atomic_load_n(signal, __ATOMIC_ACQUIRE) >= value;
 }
-void tc_memcpy(uint64_t dst, uint64_t src, uint64_t n) { memmove((void *)dst, (const void *)src, n); }
+void tc_memcpy(const uint64_t *a, uint64_t share, uint64_t shares) { memmove((void *)a[0], (const void *)a[1], a[2]); }
 
-/* threaded kernels: a kernel's outermost loop is cut into `shares` (core_id and core_count, appended to the kernel's
-   arguments, are a share's index and the share count), and the worker and the helper threads take shares from one
-   ticket word until none is left; the entry finishes when every share is done. More shares than threads keep every
+/* threaded kernels: a kernel's outermost loop is cut into `shares` (core_id and core_count, passed after the
+   kernel's argument table, are a share's index and the share count), and the worker and the helper threads take
+   shares from one ticket word until none is left; the entry finishes when every share is done. More shares than threads keep every
    core busy to the end when a thread starts late (a helper waking up while the host's Python thread holds the other
    core) or loses its core meanwhile. The worker waits for the shares, not for the helpers: a helper that wakes after
    all shares were taken sees so in the ticket and touches nothing else (a small kernel does not wait for it). */
 typedef struct { struct tc_pool *pool; uint64_t core; sem_t go; pthread_t thread; } tc_helper;
 typedef struct tc_pool {
-  uint64_t threads, fn, nargs, args[32];
+  uint64_t threads, fn;
+  const uint64_t *args;        /* the running kernel's argument words (in its entry, which stays put meanwhile) */
   volatile uint64_t ticket;    /* the share count << 32 | the next share's index (taken by fetch-and-add) */
   volatile uint64_t finished;  /* shares of the running kernel done */
   tc_helper *helpers;
 } tc_pool;
-static void tc_share(tc_pool *p, uint64_t share, uint64_t shares) {
-  uint64_t a[33];
-  memcpy(a, p->args, sizeof p->args);
-  a[p->nargs] = share; a[p->nargs + 1] = shares;
-  ((tc_fn)p->fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
-                 a[16], a[17], a[18], a[19], a[20], a[21], a[22], a[23], a[24], a[25], a[26], a[27], a[28], a[29],
-                 a[30]);
-}
+static void tc_share(tc_pool *p, uint64_t share, uint64_t shares) { ((tc_fn)p->fn)(p->args, share, shares); }
 /* run shares while there are any. A share taken is one of the kernel the ticket belonged to at that moment, whose
    arguments stay put until its last share is done (the worker publishes the arguments before the ticket) */
 static void tc_take_shares(tc_pool *p) {
@@ -241,19 +251,12 @@ void tc_pool_restart(tc_pool *p) {
     pthread_create(&p->helpers[i].thread, 0, tc_helper_main, &p->helpers[i]);
   }
 }
-/* `counts`: the kernel's argument count in the low 8 bits, its share count above them (one word, so a threaded
-   kernel keeps 28 arguments of an entry's 31) */
-void tc_parallel(tc_pool *p, uint64_t fn, uint64_t counts, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3,
-                 uint64_t a4, uint64_t a5, uint64_t a6, uint64_t a7, uint64_t a8, uint64_t a9, uint64_t a10,
-                 uint64_t a11, uint64_t a12, uint64_t a13, uint64_t a14, uint64_t a15, uint64_t a16, uint64_t a17,
-                 uint64_t a18, uint64_t a19, uint64_t a20, uint64_t a21, uint64_t a22, uint64_t a23, uint64_t a24,
-                 uint64_t a25, uint64_t a26, uint64_t a27) {
-  uint64_t given[28] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19,
-                        a20, a21, a22, a23, a24, a25, a26, a27};
-  uint64_t shares = counts >> 8;
-  memset(p->args, 0, sizeof p->args);
-  memcpy(p->args, given, sizeof given);
-  p->fn = fn; p->nargs = counts & 0xff;
+/* a threaded kernel's entry: a[0] the pool, a[1] the kernel's entry point, a[2] the share count, then the kernel's
+   argument words */
+void tc_parallel(const uint64_t *a, uint64_t unused_share, uint64_t unused_shares) {
+  tc_pool *p = (tc_pool *)a[0];
+  uint64_t shares = a[2];
+  p->fn = a[1]; p->args = a + 3;
   __atomic_store_n(&p->finished, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&p->ticket, shares << 32, __ATOMIC_RELEASE);  /* the arguments, then the shares to take */
   for (uint64_t i = 1; i < p->threads; i++) sem_post(&p->helpers[i].go);
@@ -262,9 +265,9 @@ void tc_parallel(tc_pool *p, uint64_t fn, uint64_t counts, uint64_t a0, uint64_t
     if (spins > 64) sched_yield();
 }
 """
-MAX_ARGS = 31
-# the word after the most arguments an entry passes: 1 if it may run on the submitting thread (tc_queue_run_inline)
-INLINE_WORD = 32
+ARGUMENT_WORDS = ENTRY_WORDS - 2  # an entry's argument words after its function and flags (more continue after it)
+INLINE_FLAG = 1                   # flags bit: the entry may run on the submitting thread (tc_queue_run_inline)
+CONTINUED_SHIFT = 8               # flags bits 8-31: how many continuation entries follow
 # a kernel of at most this many loop iterations (a few microseconds) runs on the submitting thread when the worker is
 # idle: waking the worker (a futex call and a context switch, far more on a busy machine) costs more than the kernel
 INLINE_MAX_ITERATIONS = 1 << 14
@@ -333,15 +336,17 @@ class CPUQueue(HWQueue):
   def done(self) -> int: return self.worker.lib.tc_queue_done(self.handle)
 
   def _entry(self, out: CommandWriter, function: int, args: Sequence[Value], inline: bool = True) -> None:
-    if len(args) > MAX_ARGS: raise ValueError(f"a CPU queue entry takes at most {MAX_ARGS} arguments, got {len(args)}")
-    out.words([function, *args, *[0] * (INLINE_WORD - 1 - len(args)), int(inline)], pad_to=ENTRY_WORDS)
+    """One call: its entry, and as many continuation entries as its arguments need."""
+    continued = max(0, -(-(len(args) - ARGUMENT_WORDS) // ENTRY_WORDS))
+    flags = (INLINE_FLAG if inline else 0) | continued << CONTINUED_SHIFT
+    out.words([function, flags, *args], pad_to=ENTRY_WORDS * (1 + continued))
+
   def exec(self, out: CommandWriter, command: Exec) -> None:
     args = [*command.buffers, *command.vals]
     if command.global_size[0] > 1:  # a threaded kernel: every core runs its share, then the entry is done
       if self.pool is None: raise RuntimeError(f"{self.device.device} has no thread pool for a threaded kernel")
-      counts = len(args) | command.global_size[0] << 8  # tc_parallel's `counts` word
-      self._entry(out, self.worker.address["tc_parallel"], [self.pool, command.program.program.address, counts, *args],
-                  inline=False)
+      self._entry(out, self.worker.address["tc_parallel"],
+                  [self.pool, command.program.program.address, command.global_size[0], *args], inline=False)
     else:
       iterations = kernel_iterations(getattr(command.program, "source", ""))
       tiny = iterations is not None and iterations <= INLINE_MAX_ITERATIONS
@@ -364,7 +369,7 @@ class CPUQueue(HWQueue):
     pass  # one worker runs entries in order: nothing to do
 
   def submit(self, encoded: Encoded, values: dict[Any, int]) -> None:
-    count = encoded.entries
+    count = len(encoded.blob) // (ENTRY_WORDS * 8)  # ring entries (a call with many arguments takes several)
     if count == 0: return
     if count > RING_ENTRIES: raise ValueError(f"a submission of {count} entries does not fit a ring of {RING_ENTRIES}")
     data = encoded.patched(values)

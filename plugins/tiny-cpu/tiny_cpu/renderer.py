@@ -58,9 +58,18 @@ LANE_VECTORS = 4   # vector accumulators per reduction loop: enough adds in flig
 LANE_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64})
 
 
+# the suffix of a kernel's entry point: `void <name>_args(const unsigned long long *args, long long core_id,
+# long long core_count)` calls the kernel with its buffers and scalars read from an argument table, so a queue entry
+# (or ctypes) passes any number of them as one pointer
+ENTRY_SUFFIX = "_args"
+
+
 class CPURenderer(CStyleRenderer):
-  """Renders a kernel as a C function ``void name(T* restrict data0, ..., long long var0, ...)``."""
+  """Renders a kernel as a C function ``void name(T* restrict data0, ..., long long var0, ...)`` (kept out of line)
+  and its entry point ``void name_args(const unsigned long long *args, long long core_id, long long core_count)``,
+  which reads the buffers, then the scalars, from the argument table."""
   device = "CPU"
+  kernel_qualifier = "__attribute__((noinline))"
   prelude = CStyleRenderer.prelude + MULTIPLY_ADD + EXP2F + ZERO_CELLS
   # kernels with at least this many loop iterations split their outermost loop across `threads` worker threads
   parallel_threshold = 1 << 16
@@ -81,7 +90,18 @@ class CPURenderer(CStyleRenderer):
   def write_source(self, name: str, sink: UOp, kernel: LinearKernel) -> str:
     # the trip count first (the queue runs a tiny kernel on the submitting thread), and no #include to preprocess
     from tiny_cpu.kernel_source import annotated_source
-    return annotated_source(super().write_source(name, sink, kernel), kernel.iterations())
+    source = super().write_source(name, sink, kernel) + self.entry_point(name, sink, kernel)
+    return annotated_source(source, kernel.iterations())
+
+  def entry_point(self, name: str, sink: UOp, kernel: LinearKernel) -> str:
+    """The kernel's entry point: its arguments read from a table of 64-bit words (buffers, then scalars)."""
+    written = {u.src[0].src[0].arg for u in sink.src if u.op is Ops.STORE}
+    args = [f"({'' if p.arg in written else 'const '}{self.storage_type(p.dtype)}*)tc_args[{i}]"
+            for i, p in enumerate(kernel.params)]
+    args += [f"(long long)tc_args[{len(kernel.params) + i}]" for i in range(len(self._scalar_words))]
+    if self._split is not None: args += ["core_id", "core_count"]
+    return (f"void {name}{ENTRY_SUFFIX}(const unsigned long long *tc_args, long long core_id, long long core_count) "
+            f"{{ {name}({', '.join(args)}); }}\n")
 
   def threaded_loop(self, kernel: LinearKernel) -> UOp | None:
     """The outermost output loop to split across threads, or None for a kernel too small (or too narrow)."""

@@ -8,7 +8,8 @@ are staged by the core.
 Queues: "compute" and "copy", each a thread that decodes this command format (64-bit little-endian words):
 
     word 0 of a record: opcode | (number of operand words << 8), then the operands
-    EXEC      = 1: function address, then the kernel's arguments (buffer addresses, then variable values)
+    EXEC      = 1: entry point address, then the kernel's argument words (buffer addresses, then variable
+                   values), which the entry point gets as one table
     COPY      = 2: destination address, source address, byte count
     SIGNAL    = 3: signal address, value            (signal := value)
     WAIT      = 4: signal address, value            (wait until signal >= value)
@@ -30,6 +31,7 @@ from tinycore.plugin import (HOST_DEVICE, Barrier, BufferStorage, BufferSpec, Co
                              wait_for_queues)
 
 EXEC, COPY, SIGNAL, WAIT, TIMESTAMP, BARRIER = 1, 2, 3, 4, 5, 6
+ENTRY_POINT = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 
 class SimMemory:
@@ -77,7 +79,7 @@ class SimQueue(HWQueue):
     super().__init__(device, kind)
     self.pending: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
     self.submitted = self.finished = 0
-    self._functions: dict[tuple[int, int], Any] = {}
+    self._functions: dict[int, Any] = {}
     self.thread = threading.Thread(target=self._run, name=f"{device.device} {kind}", daemon=True)
     self.thread.start()
 
@@ -116,7 +118,7 @@ class SimQueue(HWQueue):
         opcode, count = words[i] & 0xFF, words[i] >> 8
         operands = words[i + 1:i + 1 + count]
         i += 1 + count
-        if opcode == EXEC: self._function(operands[0], count - 1)(*operands[1:])
+        if opcode == EXEC: self._entry_point(operands[0])((ctypes.c_uint64 * max(1, count - 1))(*operands[1:]), 0, 1)
         elif opcode == COPY: ctypes.memmove(operands[0], operands[1], operands[2])
         elif opcode == SIGNAL: ctypes.c_uint64.from_address(operands[0]).value = operands[1]
         elif opcode == WAIT:
@@ -126,9 +128,10 @@ class SimQueue(HWQueue):
         elif opcode != BARRIER: raise RuntimeError(f"SIM queue: unknown opcode {opcode}")
       self.finished += 1
 
-  def _function(self, address: int, argc: int) -> Any:
-    if (fn := self._functions.get((address, argc))) is None:
-      fn = self._functions[(address, argc)] = ctypes.CFUNCTYPE(None, *[ctypes.c_uint64] * argc)(address)
+  def _entry_point(self, address: int) -> Any:
+    """A CPU kernel's entry point (tiny-cpu's `<name>_args`): (argument table, share, shares)."""
+    if (fn := self._functions.get(address)) is None:
+      fn = self._functions[address] = ENTRY_POINT(address)
     return fn
 
   def __repr__(self) -> str: return f"submitted={self.submitted} finished={self.finished}"
