@@ -234,6 +234,10 @@ class Compiled:
   # capabilities of the opened device (what its DeviceSpec cannot know); queue devices (HCQDevice) override them
   has_copy_queue: bool = False                  # copies between it and host memory can run on its own DMA queue
   host_devs: frozenset[str] = frozenset()       # host device kinds whose memory its queues address in place
+  # the most arguments (buffers and scalars) one kernel may take, where the device's launch has a fixed room for them
+  # (OpenCL's max parameter size, CUDA's parameter buffer); None: any number. The scheduler splits a kernel that
+  # would take more into several (`tinycore.schedule.realize_points.limit_kernel_arguments`).
+  max_kernel_args: int | None = None
 
   @property
   def can_compute(self) -> bool:
@@ -260,4 +264,5 @@ class Compiled:
       caps["copy_queue"] = True
       caps["host_devs"] = sorted(self.host_devs)
     if self.renderer is not None: caps["dtypes"] = sorted(d.name for d in self.renderer.supported_dtypes)
+    if self.max_kernel_args is not None: caps["max_kernel_args"] = self.max_kernel_args
     return caps

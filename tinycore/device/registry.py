@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from tinycore.plugin.spec import DeviceSpec
 from tinycore.schedule.copies import CopyTraits, install_device_traits
 from tinycore.schedule.split_reduce import install_core_count
+from tinycore.schedule.realize_points import install_argument_limit
 
 if TYPE_CHECKING:
   from tinycore.device.compiled import Compiled
@@ -248,3 +249,13 @@ def core_count(name: str) -> int:
 
 
 install_core_count(core_count)
+
+
+@functools.lru_cache(maxsize=4096)
+def kernel_argument_limit(name: str) -> int | None:
+  """The most arguments one kernel of a device takes (`Compiled.max_kernel_args`; None: any number)."""
+  if not Device.spec_for(name).compute: return None
+  return Device[name].max_kernel_args
+
+
+install_argument_limit(kernel_argument_limit)

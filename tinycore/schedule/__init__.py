@@ -12,16 +12,23 @@ from tinycore.schedule.context import ScheduleContext, ScheduleError, StoreCycle
 from tinycore.schedule.multi import MultiLowering, is_multi, lane_roots, lanes_of, lower_multi, multi_value
 from tinycore.schedule.copies import lower_copies
 from tinycore.schedule.split_reduce import split_reductions
-from tinycore.schedule.realize_points import decide_realize_points, forced_realize_points, is_buffer_view
+from tinycore.schedule.realize_points import (decide_realize_points, forced_realize_points, is_buffer_view,
+                                             limit_kernel_arguments)
 from tinycore.schedule.jobs import lower_kernels, order_jobs, stack_lane_jobs
 from tinycore.schedule.snapshots import snapshot_crossed_reads
 
-__all__ = ["create_schedule", "ScheduleError", "StoreCycleError"]
+__all__ = ["create_schedule", "explain_realize_points", "ScheduleError", "StoreCycleError"]
 
 
-def create_schedule(original_roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
-  """Schedule the roots: the passes below, each once and in this order. Python scalars replaced by placeholders (the
-  schedule cache does that) become kernel arguments."""
+class PreparedGraph:
+  """The graph after the graph passes (1-4 below): the context with every realize point, the single-device SINK,
+  what the copy rules and split reductions made of each node, and the multi-device lowering."""
+  def __init__(self, ctx: ScheduleContext, sink: UOp, lowered: dict[UOp, UOp], multi: MultiLowering):
+    self.ctx, self.sink, self.lowered, self.multi = ctx, sink, lowered, multi
+
+
+def prepare_graph(original_roots: list[UOp]) -> PreparedGraph:
+  """Passes 1-4: everything decided about the graph before any kernel is built."""
   original = UOp(Ops.SINK, None, tuple(original_roots))
   if spec_enabled(): check_spec(original, "tensor")
   # 1. a graph over device tuples becomes one graph per lane (allreduces lowered to copies and sums)
@@ -34,14 +41,24 @@ def create_schedule(original_roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   lowered = {node: split.get(low, low) for node, low in lowered.items()}
   sink = lowered[lane_sink]
   graph = sink.toposort()
+  # 4. realize points: the forced ones, splits for devices with an argument limit, then the fusion rules (one pass
+  # over the graph, consumers first)
   ctx = ScheduleContext()
-  # 4. realize points: the forced ones, then the fusion rules, in one pass over the graph
   forced_realize_points(ctx, list(sink.src), graph)
+  limit_kernel_arguments(ctx, graph)
   decide_realize_points(ctx, graph)
   ctx.realized = {node: None for node in graph if node in ctx.realized}  # in graph order: jobs keep it
+  return PreparedGraph(ctx, sink, lowered, multi)
+
+
+def create_schedule(original_roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
+  """Schedule the roots: the passes below, each once and in this order. Python scalars replaced by placeholders (the
+  schedule cache does that) become kernel arguments."""
+  prepared = prepare_graph(original_roots)
+  ctx, multi = prepared.ctx, prepared.multi
   # 5. each kernel lowered once; the lanes of a tuple value running one kernel become one CALL
   jobs = lower_kernels(ctx)
-  jobs = stack_lane_jobs(jobs, [tuple(lowered.get(lane, lane) for lane in g) for g in multi.groups])
+  jobs = stack_lane_jobs(jobs, [tuple(prepared.lowered.get(lane, lane) for lane in g) for g in multi.groups])
   # 6. order the calls; stores that read each other's old values read snapshots taken first
   ordered = order_jobs(ctx, jobs)
   if ordered is None: ordered = order_jobs(ctx, snapshot_crossed_reads(ctx, jobs))
@@ -49,7 +66,14 @@ def create_schedule(original_roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   linear = UOp(Ops.LINEAR, None, tuple(job.call for job in ordered))
   if spec_enabled(): check_spec(linear, "linear")
   # 7. what every node of the user's graph became
-  return linear, realized_buffers(ctx, list(sink.src), lowered, multi)
+  return linear, realized_buffers(ctx, list(prepared.sink.src), prepared.lowered, multi)
+
+
+def explain_realize_points(roots: list[UOp]) -> list[tuple[UOp, str]]:
+  """Every node the schedule of `roots` realizes, in graph order, with the rule that realized it (for debugging a
+  schedule: why a kernel ends where it does)."""
+  ctx = prepare_graph(roots).ctx
+  return [(node, ctx.reasons.get(node, "")) for node in ctx.realized]
 
 
 def realized_buffers(ctx: ScheduleContext, roots: list[UOp], lowered: dict[UOp, UOp],

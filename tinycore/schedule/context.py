@@ -15,9 +15,12 @@ class StoreCycleError(ScheduleError):
 class ScheduleContext:
   def __init__(self) -> None:
     self.realized: dict[UOp, None] = {}      # nodes materialized into a buffer of their own (ordered set)
+    self.reasons: dict[UOp, str] = {}        # realized node -> the rule that realized it
     self.buffers: dict[UOp, UOp] = {}        # realized node -> the BUFFER uop that holds it
 
-  def realize(self, node: UOp) -> None:
+  def realize(self, node: UOp, reason: str) -> None:
+    """Give `node` a buffer of its own; `reason` names the rule (see `explain_realize_points`)."""
+    if node not in self.realized: self.reasons[node] = reason
     self.realized[node] = None
 
   def buffer_for(self, node: UOp) -> UOp:

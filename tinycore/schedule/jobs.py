@@ -48,6 +48,11 @@ def stack_lane_jobs(jobs: list[Job], groups: list[tuple[UOp, ...]]) -> list[Job]
   return out
 
 
+class LoweringStats:
+  """Process-wide: how many kernels the scheduler lowered (each kernel of a schedule exactly once)."""
+  kernels = 0
+
+
 def lower_kernels(ctx: ScheduleContext) -> list[Job]:
   """One job per realized node, each kernel lowered once (its realize points are decided): a kernel computing the
   node, or for an AFTER one kernel or copy per store."""
@@ -88,9 +93,10 @@ def copy_job(ctx: ScheduleContext, after: UOp, store: UOp) -> Job:
 
 
 def kernel_call(kb: KernelBuilder) -> UOp:
-  """CALL(kernel, *buffers, *scalars). Simplification can remove every load of a buffer (the empty side of a cat):
+  """CALL(kernel, *buffers, *scalars) of a lowered kernel. Simplification can remove every load of a buffer (the empty side of a cat):
   such buffers leave the call and the remaining parameters are renumbered, so slots and buffers always line up.
   The scalars are the placeholders of the Python scalars the kernel takes as arguments."""
+  LoweringStats.kernels += 1
   sink = graph_rewrite(kb.sink, symbolic)
   used = sorted({u.arg for u in sink.toposort() if u.op is Ops.PARAM})
   buffers = kb.buffers

@@ -5,9 +5,11 @@ Fusion is the default: everything between two realized nodes lowers into one ker
 once, consumers before sources, and carries each node's *uses*: the kernel that computes it, the index that kernel
 reads it at (the kernel's loops, through the movement ops in between) and the reduction it is read inside, if any.
 When a node is reached every use it will ever have is known, so its decision is made once, by these rules (each
-names why in `RealizePoints.reasons`):
+names why in `ScheduleContext.reasons`, which `explain_realize_points` lists):
 
 - forced (`forced_realize_points`): the roots, CONTIGUOUS, AFTER, the sources of cross-device stores;
+- on a device whose kernels take a limited number of arguments, the sources of a node that would read more
+  (`limit_kernel_arguments`, bottom-up before the rest: it splits a sum of hundreds of tensors into several kernels);
 - a reduce read by two kernels is computed once, in its own;
 - a reduce read at an index that is not a prefix of its kernel's output loops would be recomputed for every
   iteration of a loop it does not depend on (a reduce broadcast along an outer loop, or indexed by another
@@ -25,6 +27,7 @@ A realized node starts a kernel of its own, so its sources get that kernel's use
 visited once: the pass costs what lowering every kernel once costs, and no decision is revisited.
 """
 from __future__ import annotations
+from typing import Callable
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
@@ -39,6 +42,43 @@ from tinycore.schedule.rangeify import target_address
 # an elementwise value read by several kernels is recomputed by each while it reads at most this many buffers (and
 # computes no reduction): a few loads per element cost less than a kernel and a buffer of its own
 MAX_SHARED_READS = 3
+
+
+# the device layer installs the lookup (device name -> the most arguments one kernel takes; None: any number)
+_argument_limit_of: list[Callable[[str], int | None]] = []
+
+
+def install_argument_limit(lookup: Callable[[str], int | None]) -> None:
+  """Called once by the device registry: how the scheduler learns a device's kernel argument limit."""
+  _argument_limit_of[:] = [lookup]
+
+
+def argument_limit(device: object) -> int | None:
+  if not isinstance(device, str) or not _argument_limit_of: return None
+  return _argument_limit_of[0](device)
+
+
+def limit_kernel_arguments(ctx: ScheduleContext, graph: dict[UOp, None]) -> None:
+  """Bottom-up: the arguments each node's kernel would take (the buffers and scalars it reads through nodes not
+  realized yet, plus its output); where a node on a device with an argument limit would take more, its sources
+  carrying the most are realized (each then one argument) until it fits. Only devices with a limit pay for this."""
+  limits = {d: argument_limit(d) for d in {n.src[1].arg for n in graph if n.op is Ops.BUFFER}}
+  if not any(limits.values()): return
+  args: dict[UOp, frozenset[UOp]] = {}
+  for node in graph:
+    if node.op in (Ops.BUFFER, Ops.DEFINE_VAR) or node in ctx.realized:
+      args[node] = frozenset((node,))
+      continue
+    limit = limits.get(node.device) if isinstance(node.device, str) else None
+    reads = frozenset().union(*(args[s] for s in node.src)) if node.src else frozenset()
+    if limit is not None and len(reads) + 1 > limit:
+      for src in sorted(dict.fromkeys(node.src), key=lambda s: -len(args[s])):
+        if len(args[src]) <= 1 or max_numel(src.shape or ()) == 0: break
+        ctx.realize(src, f"a kernel on {node.device} takes at most {limit} arguments")
+        args[src] = frozenset((src,))
+        reads = frozenset().union(*(args[s] for s in node.src))
+        if len(reads) + 1 <= limit: break
+    args[node] = reads
 
 
 class PlannedKernel:
@@ -87,13 +127,13 @@ def forced_realize_points(ctx: ScheduleContext, roots: list[UOp], graph: dict[UO
   every AFTER (a stored version), the roots that are not views of stored data, and the source of each cross-device
   store (realized on its own device first, so the store only moves bytes)."""
   for node in graph:
-    if node.op is Ops.CONTIGUOUS and not has_buffer_identity(node.src[0]): ctx.realize(node)
-    elif node.op is Ops.AFTER: ctx.realize(node)
+    if node.op is Ops.CONTIGUOUS and not has_buffer_identity(node.src[0]): ctx.realize(node, "contiguous")
+    elif node.op is Ops.AFTER: ctx.realize(node, "a stored version of a buffer")
   for root in roots:
     # (a reshape of a node realized anyway reads that node's buffer: it is not stored twice)
     if not is_buffer_view(root) and not (root.op is Ops.CONTIGUOUS and has_buffer_identity(root.src[0])) and \
         not (root.op is Ops.RESHAPE and _strip_reshapes(root) in ctx.realized):
-      ctx.realize(root)
+      ctx.realize(root, "a root of the realize")
   for node in graph:
     if node.op is Ops.STORE and is_cross_device_store(node) and contiguous_region(node.src[1], ctx.realized) is None:
       value = node.src[1]
@@ -103,7 +143,7 @@ def forced_realize_points(ctx: ScheduleContext, roots: list[UOp], graph: dict[UO
       if is_storage_only(value.device):
         raise ScheduleError(f"{value.device} cannot compute (it only stores bytes): move the tensor to a compute "
                             "device first, e.g. .to(Device.DEFAULT)")
-      ctx.realize(value)
+      ctx.realize(value, "the source of a cross-device store is realized on its own device")
 
 
 class RealizePoints:
@@ -112,7 +152,6 @@ class RealizePoints:
   def __init__(self, ctx: ScheduleContext, graph: dict[UOp, None]):
     self.ctx, self.graph = ctx, graph
     self.uses: dict[UOp, dict[tuple, Use]] = {}
-    self.reasons: dict[UOp, str] = {}
     self.holds_reduce: dict[UOp, bool] = {}
     self.reads: dict[UOp, frozenset[UOp]] = {}
 
@@ -122,8 +161,7 @@ class RealizePoints:
     for node in reversed(self.graph):
       uses = self.uses.pop(node, None)
       if uses and node not in realized and (reason := self.reason_to_realize(node, list(uses.values()))):
-        self.ctx.realize(node)
-        self.reasons[node] = reason
+        self.ctx.realize(node, reason)
       if node.op is Ops.BUFFER or node in realized:
         if uses: self.check_hazards(node, uses.values())
         if node.op is not Ops.BUFFER and max_numel(node.shape) != 0: self.start_kernels(node)
@@ -181,8 +219,7 @@ class RealizePoints:
       if kernel.out_buffer is not buffer: continue
       if graph_rewrite(flat_index(use.idx, node.shape), symbolic) is kernel.store_address: continue
       value = kernel.value
-      self.ctx.realize(value)
-      self.reasons[value] = "the stored value reads its own destination at other addresses"
+      self.ctx.realize(value, "the stored value reads its own destination at other addresses")
       # the store's kernel now computes the value into its own buffer: same loops, no destination to guard
       kernel.out_buffer = kernel.store_address = kernel.value = None
 
@@ -226,9 +263,6 @@ class RealizePoints:
       for s in node.src: self.add_use(s, use)
 
 
-def decide_realize_points(ctx: ScheduleContext, graph: dict[UOp, None]) -> dict[UOp, str]:
-  """Add every realize point the rules above find to `ctx.realized` (which holds the forced ones); returns why each
-  was added."""
-  points = RealizePoints(ctx, graph)
-  points.decide()
-  return points.reasons
+def decide_realize_points(ctx: ScheduleContext, graph: dict[UOp, None]) -> None:
+  """Add every realize point the fusion rules above find to `ctx.realized` (which holds the forced ones)."""
+  RealizePoints(ctx, graph).decide()

@@ -195,6 +195,8 @@ class CLDevice(Compiled):
                           max_work_item_sizes=self.cl_device.max_work_item_sizes)
     super().__init__(name, CLAllocator(self), renderer, CLCompiler(self.context, self.cl_device),
                      functools.partial(CLProgram, device=self))
+    # every kernel argument (a buffer pointer or a 64-bit scalar) takes 8 bytes of the device's parameter room
+    self.max_kernel_args = max(2, self.cl_device.max_parameter_size // 8)
 
   def synchronize(self) -> None:
     self.allocator.synchronize()

@@ -223,6 +223,9 @@ class NVDevice(HCQDevice):
   """An NVIDIA GPU (ordinal `ordinal` of `driver`) on HCQ2: device memory, a compute stream and a copy stream.
   `emulated`: the driver is the mock (kernels are compiled to PTX for it instead of cubins)."""
   host_devs = frozenset({HOST_DEVICE, "CPU"})
+  # cuLaunchKernel's parameter buffer holds 4 KiB on every GPU and driver (newer ones allow 32 KiB): 8 bytes a pointer
+  # or 64-bit scalar
+  max_kernel_args = 4096 // 8
 
   def __init__(self, name: str, ordinal: int, driver: Any, emulated: bool = False):
     self.driver, self.ordinal, self.emulated = driver, ordinal, emulated
