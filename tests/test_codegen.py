@@ -90,15 +90,15 @@ def test_dump_binaries_names_an_unwritable_directory(tmp_path, monkeypatch):
 def test_clear_caches_makes_the_next_realize_schedule_and_render_again():
   from tinycore.caches import BoundedCache, clear_caches
   from tinycore.codegen import CodegenStats
-  from tinycore.schedule.cache import ScheduleCacheStats
+  from tinycore.engine.plan import PlanCacheStats
   a = Tensor(data(4, 9)).realize()
   (a * 2 + 5).numpy()
-  misses, rendered = ScheduleCacheStats.misses, CodegenStats.rendered
+  misses, rendered = PlanCacheStats.misses, CodegenStats.rendered
   np.testing.assert_allclose((a * 2 + 5).numpy(), data(4, 9) * 2 + 5)
-  assert (ScheduleCacheStats.misses, CodegenStats.rendered) == (misses, rendered)  # all from the caches
+  assert (PlanCacheStats.misses, CodegenStats.rendered) == (misses, rendered)  # all from the caches
   clear_caches()
   np.testing.assert_allclose((a * 2 + 5).numpy(), data(4, 9) * 2 + 5)
-  assert ScheduleCacheStats.misses == misses + 1 and CodegenStats.rendered > rendered
+  assert PlanCacheStats.misses == misses + 1 and CodegenStats.rendered > rendered
   # a bounded cache drops its oldest entry when full
   cache = BoundedCache("test", 2)
   for key in "abc": cache.put(key, key.upper())

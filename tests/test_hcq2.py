@@ -13,7 +13,8 @@ from tinycore.device.buffers import attach_buffer, linear_buffers
 from tinycore.engine.realize import run_linear
 from tinycore.hcq import HCQTimeoutError, SignalWait, staging
 from tinycore.hcq.commands import InputAddress, Variable
-from tinycore.hcq.runtime import call_is_hcq, compile_linear, compiled_templates
+from tinycore.engine.plan import BatchStep, PlanCacheStats, plan_for, plans
+from tinycore.hcq.runtime import call_is_hcq, compile_linear
 from tinycore.uop.ops import Ops, UOp
 from stalled_queue import stall_compute_queue
 
@@ -120,17 +121,19 @@ def test_compiling_a_compiled_linear_returns_it():
   assert all(not call.src[0].arg.patches for call in baked.src if call_is_hcq(call))
 
 
-def test_small_eager_schedules_are_cached_and_large_ones_are_not():
-  _, small, small_inputs = chain("CPU", 3)
-  before = len(compiled_templates)
-  first = compile_linear(small, input_uops=small_inputs)
-  second = compile_linear(small, input_uops=small_inputs)
-  assert first.src[0].src[0] is second.src[0].src[0]  # the same compiled batch serves both
-  assert len(compiled_templates) <= before + 1
-  _, large, large_inputs = chain("CPU", 65)
-  count = len(compiled_templates)
-  compile_linear(large, input_uops=large_inputs)
-  assert len(compiled_templates) == count
+@pytest.mark.parametrize("length", [3, 65])
+def test_a_repeated_eager_graph_reuses_its_compiled_batches(length):
+  """Small and large schedules alike: a graph of the same shape on new buffers finds its plan, whose compiled batch
+  serves every call (only the buffers' addresses are patched in)."""
+  plan_count, misses = len(plans), PlanCacheStats.misses
+  batches = []
+  for _ in range(2):
+    y, _, _ = chain("CPU", length)
+    plan, _ = plan_for([y.uop])
+    batches.append([step.batch for step in plan.run_plan.steps() if type(step) is BatchStep])
+    np.testing.assert_equal(y.numpy(), np.arange(17 * 33, dtype=np.float32).reshape(17, 33) + length)
+  assert batches[0] and [id(b) for b in batches[0]] == [id(b) for b in batches[1]]
+  assert len(plans) <= plan_count + 2 and PlanCacheStats.misses <= misses + 2  # (the graph and its read-back)
 
 
 @needs_sim

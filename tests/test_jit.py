@@ -7,10 +7,10 @@ from tinycore.codegen import CodegenStats
 from tinycore.jit import JitError
 from tinycore.nn import optim
 from tinycore.nn.state import get_parameters
-from tinycore.schedule.cache import ScheduleCacheStats
+from tinycore.engine.plan import PlanCacheStats
 
 
-def scheduled() -> int: return ScheduleCacheStats.hits + ScheduleCacheStats.misses
+def scheduled() -> int: return PlanCacheStats.hits + PlanCacheStats.misses
 
 
 def realized(value: np.ndarray, device: str | None = None) -> Tensor: return Tensor(value, device=device).realize()
@@ -105,7 +105,7 @@ def test_dropout_in_jit_draws_fresh_numbers_each_replay(device):
   """A random draw's counter is a kernel argument that every replay advances: the jitted calls give exactly the
   eager calls' numbers for the same seed, with no scheduling or compiling on replays."""
   from tinycore.codegen import CodegenStats
-  from tinycore.schedule.cache import ScheduleCacheStats
+  from tinycore.engine.plan import PlanCacheStats
   x_np = np.arange(1, 257, dtype=np.float32)
   x = Tensor(x_np, device=device).realize()
 
@@ -116,9 +116,9 @@ def test_dropout_in_jit_draws_fresh_numbers_each_replay(device):
   Tensor.manual_seed(3)
   jitted, outs = TinyJit(step), []
   for call in range(5):
-    before = (ScheduleCacheStats.hits + ScheduleCacheStats.misses, CodegenStats.compiled)
+    before = (PlanCacheStats.hits + PlanCacheStats.misses, CodegenStats.compiled)
     out = jitted(x)
-    if call >= 2: assert (ScheduleCacheStats.hits + ScheduleCacheStats.misses, CodegenStats.compiled) == before
+    if call >= 2: assert (PlanCacheStats.hits + PlanCacheStats.misses, CodegenStats.compiled) == before
     outs.append(out.numpy())
   for got, want in zip(outs, eager): np.testing.assert_allclose(got, want, rtol=1e-6)
   kept = [o != o.min() for o in outs]  # dropped elements hold only the rand sum

@@ -287,19 +287,19 @@ def test_train_digits_with_TINYCORE_PROFILE_on_SIM(tmp_path):
 
 def test_batches_carry_timestamps_only_while_profiling(recording):
   """Off, a compiled batch has no Timestamp command (nothing runs for the profiler); on, each kernel and copy is
-  bracketed by two, and the cached template of each form is kept apart."""
+  bracketed by two, and the compiled steps of each form are kept apart."""
+  from tinycore.engine.plan import BatchStep, plan_for
   from tinycore.hcq.commands import Exec, Timestamp
-  from tinycore.hcq.runtime import compile_template
   x = Tensor(np.arange(32, dtype=np.float32), device="SIM").realize()
-  linear = ((x + 1) * x).sum().schedule_linear()
+  plan, _ = plan_for([((x + 1) * x).sum().uop])
 
   def commands(profile: bool) -> list:
     profiler.enable() if profile else profiler.disable()
-    compiled = compile_template(linear)
+    steps = plan.run_plan.steps()
     profiler.disable()
-    batches = [call.src[0].arg for call in compiled.src if call.src[0].op is Ops.PROGRAM]
+    batches = [step.batch for step in steps if type(step) is BatchStep]
     return [type(c) for batch in batches for cmds in batch.plan.values() for c in cmds]
   off, on = commands(False), commands(True)
   assert Timestamp not in off and off.count(Exec) == 1
   assert on.count(Exec) == 1 and on.count(Timestamp) == 2
-  assert commands(False) == off  # the plain form is still the cached one
+  assert commands(False) == off  # the plain form is still the one kept

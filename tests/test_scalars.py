@@ -13,8 +13,8 @@ from tinycore.device.kernels import compile_kernel
 from tinycore.device.registry import Device
 from tinycore.engine.realize import run_linear
 from tinycore.hcq.commands import Variable
-from tinycore.hcq.runtime import call_is_hcq, compile_template, compiled_templates
-from tinycore.schedule.cache import ScheduleCacheStats, plain_template, schedule_template
+from tinycore.engine.plan import BatchStep, PlanCacheStats, plan_for, plans
+from tinycore.schedule.keys import general_key, plain_key
 from tinycore.uop.ops import Ops
 from tinycore.uop.scalars import call_scalars, kernel_scalars, scalar_word
 
@@ -67,9 +67,9 @@ def test_kernel_and_schedule_do_not_depend_on_the_value():
   assert [s.arg for s in call_scalars(second.src[0])] == [0.75, -9.5]
   source = compile_kernel("CPU", first.src[0].src[0]).source
   assert "0.25" not in source and "3.5" not in source and "long long var1" in source
-  hits = ScheduleCacheStats.hits
-  schedule_template([(x * 0.125 + 1.5).uop])
-  assert ScheduleCacheStats.hits == hits + 1
+  hits = PlanCacheStats.hits
+  plan_for([(x * 0.125 + 1.5).uop])
+  assert PlanCacheStats.hits == hits + 1
 
 
 def test_values_whose_folding_matters_stay_literals():
@@ -90,20 +90,16 @@ def test_values_whose_folding_matters_stay_literals():
 
 
 def test_eager_key_matches_the_general_one():
-  # the eager path keys a graph in one pass (plain_template); it must find the template schedule_template finds,
-  # bound to the same buffers and scalars: a divisor or shift count stays a literal even after being taken for a
-  # scalar, a tensor divisor is an input like any other
+  # the eager path keys a graph in one pass (plain_key); it must make the key general_key makes, bound to the same
+  # buffers and scalars: a divisor or shift count stays a literal even after being taken for a scalar, a tensor
+  # divisor is an input like any other
   x = Tensor(np.arange(6, dtype=np.float32)).realize()
   xi = Tensor(np.arange(-6, 6, dtype=np.int32)).realize()
   di = Tensor(np.arange(1, 13, dtype=np.int32)).realize()
   graphs = [x * 2.5 + 3.5, xi * 7 // 7, (xi + 9) % 9 * 9, xi // di + 4, (xi << 3) * 3, x @ x.reshape(6, 1) * 0.5]
   for out in graphs:
-    plain, general = plain_template([out.uop]), schedule_template([out.uop])
-    assert plain is not None and plain[0] is general[0]
-    fresh = {k for k in general[1] if k.op is Ops.BUFFER and k.src[0].arg > 0}  # new storage: differs per call
-    assert {k: v for k, v in plain[1].items() if k not in fresh} == {k: v for k, v in general[1].items()
-                                                                      if k not in fresh}
-    assert {k for k in plain[1] if k in fresh} == fresh
+    plain, general = plain_key([out.uop]), general_key([out.uop])
+    assert plain is not None and plain.graph is general.graph and plain.mapping == general.mapping
   np.testing.assert_array_equal((xi * 7 // 7).numpy(), np.arange(-6, 6))
   np.testing.assert_array_equal((xi // di + 4).numpy(), np.arange(-6, 6) // np.arange(1, 13) + 4)
 
@@ -164,30 +160,30 @@ def test_every_scalar_is_an_argument_however_many(device):
     ref = np.float32(coeffs[0]) + x * np.float32(0.0)
     for c in coeffs[1:]: ref = ref * x + np.float32(c)
     np.testing.assert_allclose(poly(coeffs).numpy(), ref, rtol=1e-5, atol=1e-4)
-    if i == 0: misses = ScheduleCacheStats.misses  # (after the first read-back scheduled its copy)
-  assert ScheduleCacheStats.misses == misses  # new values: the same schedules
+    if i == 0: misses = PlanCacheStats.misses  # (after the first read-back scheduled its copy)
+  assert PlanCacheStats.misses == misses  # new values: the same schedules
 
 
 @pytest.mark.skipif(not _has("SIM"), reason="tests/hcq_sim not installed")
 def test_replayed_batch_patches_the_new_value():
   x = np.arange(10, dtype=np.float32)
   xt = Tensor(x, device="SIM").realize()
-  template, _ = schedule_template([(xt * 0.5 + 0.25).uop])
-  compiled = compile_template(template.src[0])
-  batch = next(call.src[0].arg for call in compiled.src if call_is_hcq(call))
+  plan, _ = plan_for([(xt * 0.5 + 0.25).uop])
+  batch = next(step.batch for step in plan.run_plan.steps() if type(step) is BatchStep)
   assert {ref for ref in batch.patches if isinstance(ref, Variable)} == {Variable("scalar0"), Variable("scalar1")}
   for i, lr in enumerate((0.125, 3.0, -7.5, 11.0)):
     np.testing.assert_array_equal((xt * lr + 0.25).numpy(), x * np.float32(lr) + np.float32(0.25))
-    assert compile_template(schedule_template([(xt * lr + 0.25).uop])[0].src[0]) is compiled   # replayed, not rebuilt
-    if i == 0: templates = len(compiled_templates)  # (after the first read-back compiled its copy)
-  assert len(compiled_templates) == templates
+    again, _ = plan_for([(xt * lr + 0.25).uop])
+    assert again is plan and next(s.batch for s in again.run_plan.steps() if type(s) is BatchStep) is batch  # replayed
+    if i == 0: planned = len(plans)  # (after the first read-back planned its copy)
+  assert len(plans) == planned
 
 
 def test_an_unbound_template_is_a_clear_error():
   x = Tensor(np.arange(4, dtype=np.float32)).realize()
-  template, _ = schedule_template([(x * 0.5).uop])
+  plan, _ = plan_for([(x * 0.5).uop])
   with pytest.raises(ValueError, match="scalar0 has no value"):
-    run_linear(template.src[0])
+    run_linear(plan.linear)
 
 
 def test_schedule_linear_runs_with_its_values():

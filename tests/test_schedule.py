@@ -4,7 +4,7 @@ import pytest
 from tinycore import GlobalCounters, Tensor
 from tinycore.codegen import CodegenStats
 from tinycore.engine.realize import run_linear
-from tinycore.schedule.cache import ScheduleCacheStats
+from tinycore.engine.plan import PlanCacheStats
 from tinycore.schedule.split_reduce import SPLIT_MIN_ELEMENTS
 from tinycore.uop.ops import Ops
 
@@ -38,11 +38,11 @@ def test_elementwise_of_realized_inputs_is_one_kernel():
 def test_repeating_a_computation_compiles_nothing_new():
   (a, _), (b, _) = realized(33, 17), realized(33, 17)
   (a * b + 1).max(axis=1).numpy()
-  rendered, compiled, hits = CodegenStats.rendered, CodegenStats.compiled, ScheduleCacheStats.hits
+  rendered, compiled, hits = CodegenStats.rendered, CodegenStats.compiled, PlanCacheStats.hits
   (a2, _), (b2, _) = realized(33, 17), realized(33, 17)
   out = (a2 * b2 + 1).max(axis=1).numpy()
   assert (CodegenStats.rendered, CodegenStats.compiled) == (rendered, compiled)
-  assert ScheduleCacheStats.hits > hits
+  assert PlanCacheStats.hits > hits
   np.testing.assert_allclose(out, (a2.numpy() * b2.numpy() + 1).max(axis=1), rtol=1e-6)
 
 

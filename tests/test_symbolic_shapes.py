@@ -6,7 +6,7 @@ import pytest
 from tinycore import Device, Tensor, TinyJit, Variable
 from tinycore.codegen import CodegenStats
 from tinycore.jit import JitError
-from tinycore.schedule.cache import ScheduleCacheStats
+from tinycore.engine.plan import PlanCacheStats
 
 DEVICES = ["CPU", "SIM", "PYTHON"]
 RNG = np.random.default_rng(7)
@@ -20,7 +20,7 @@ class CompileCounter:
   def __init__(self): self.first: tuple[int, int] | None = None
 
   def check(self) -> None:
-    now = (CodegenStats.compiled, ScheduleCacheStats.misses)
+    now = (CodegenStats.compiled, PlanCacheStats.misses)
     if self.first is None: self.first = now
     else: assert now == self.first, f"a new value compiled or scheduled again: {self.first} -> {now}"
 
@@ -158,9 +158,9 @@ def test_jit_symbolic_inputs_replay_without_scheduling(device):
     vi = v.bind(value)
     a_np, b_np = RNG.standard_normal((3, value)).astype(np.float32), RNG.standard_normal((value, 5)).astype(np.float32)
     a, b = realized(a_np, device), realized(b_np, device)
-    before = (ScheduleCacheStats.hits + ScheduleCacheStats.misses, CodegenStats.compiled)
+    before = (PlanCacheStats.hits + PlanCacheStats.misses, CodegenStats.compiled)
     product, scaled = matmul(a.reshape(3, vi), b.reshape(vi, 5)), scale(a.reshape(3, vi))
-    if call >= 2: assert (ScheduleCacheStats.hits + ScheduleCacheStats.misses, CodegenStats.compiled) == before
+    if call >= 2: assert (PlanCacheStats.hits + PlanCacheStats.misses, CodegenStats.compiled) == before
     assert scaled.shape[1] is vi  # a symbolic output takes this call's value
     np.testing.assert_allclose(product.numpy(), a_np @ b_np, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(scaled.numpy(), a_np * 2 + 1, rtol=1e-6)

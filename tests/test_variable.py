@@ -5,7 +5,7 @@ import pytest
 from tinycore import Device, Tensor, TinyJit, Variable, dtypes
 from tinycore.codegen import CodegenStats
 from tinycore.jit import JitError
-from tinycore.schedule.cache import ScheduleCacheStats
+from tinycore.engine.plan import PlanCacheStats
 
 DEVICES = ["CPU", "SIM", "PYTHON"]
 
@@ -66,10 +66,10 @@ def test_one_schedule_for_all_values():
   v = Variable("k", 0, 1000)
   t = realized(np.ones(4, np.float32), "CPU")
   (t * v.bind(2)).tolist()
-  misses = ScheduleCacheStats.misses
+  misses = PlanCacheStats.misses
   for value in (5, 17, 999):
     assert (t * v.bind(value)).tolist() == [value] * 4
-  assert ScheduleCacheStats.misses == misses  # all from the schedule cache
+  assert PlanCacheStats.misses == misses  # all from the schedule cache
 
 
 def test_two_variables_and_a_python_scalar():
@@ -97,10 +97,10 @@ def test_jit_replays_with_new_values(device):
   x = realized(x_np, device)
   compiled = None
   for call, value in enumerate((2, 5, 9, 64, 1, 9)):
-    before = ScheduleCacheStats.hits + ScheduleCacheStats.misses
+    before = PlanCacheStats.hits + PlanCacheStats.misses
     out = jitted(x, v.bind(value))
     if call >= 2:  # replays: neither scheduled nor compiled, and the new value is used
-      assert ScheduleCacheStats.hits + ScheduleCacheStats.misses == before
+      assert PlanCacheStats.hits + PlanCacheStats.misses == before
       assert CodegenStats.compiled == compiled
     compiled = CodegenStats.compiled
     np.testing.assert_allclose(out.numpy(), (x_np * value + 1).sum(0), rtol=1e-6)

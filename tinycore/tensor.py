@@ -17,7 +17,7 @@ from tinycore.gradient import compute_gradient, full_like, functional
 from tinycore.helpers import Context, TRAINING
 from tinycore.engine.jit import JitError, is_capturing, record_random_draw
 from tinycore.engine.realize import realize_roots
-from tinycore.hcq.runtime import runtime_lock
+from tinycore.hcq.lock import runtime_lock
 from tinycore.tensor_assign import apply_becomes
 from tinycore.tensor_ops import TensorOps
 from tinycore.errors import ArgumentError, DTypeError, ShapeError

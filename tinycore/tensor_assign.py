@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterator
 from tinycore.uop.ops import GroupOp, Ops, UOp, substitute_all
 from tinycore.dtype import FLOATS
 from tinycore.errors import DTypeError
-from tinycore.hcq.runtime import holding_runtime_lock
+from tinycore.hcq.lock import holding_runtime_lock
 from tinycore.schedule.copies import is_storage_only, storage_root
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """The host fence: before the host reads or writes device memory, queued work that may use it must finish.
 
 The device layer calls `host_fence()` without knowing how devices queue work; a queue runtime (HCQ2,
-`tinycore.hcq.runtime`) registers its wait here when it is imported, which is before it can queue anything.
+`tinycore.hcq.in_flight`) registers its wait here when it is imported, which is before it can queue anything.
 """
 from __future__ import annotations
 from typing import Callable

@@ -10,6 +10,7 @@ from tinycore.device.python import HOST_DEVICE
 from tinycore.device.registry import Device
 from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
                                    Value, Variable)
+from tinycore.hcq.in_flight import release_finished
 from tinycore.hcq.signal import Signal, signal_pool
 
 
@@ -204,7 +205,6 @@ class HCQDevice(Compiled):
   def synchronize(self, timeout_ms: int | None = None) -> None:
     """Wait until the device finished everything submitted. No progress for `timeout_ms` (default
     `wait_timeout_ms`) raises HCQTimeoutError naming the device, its queues and the signal values."""
-    from tinycore.hcq.runtime import release_finished
     if self.unusable is not None and self.in_flight: raise RuntimeError(self.unusable)
     timeout = (self.wait_timeout_ms if timeout_ms is None else timeout_ms) / 1000
     last_seen, last_change = self.timeline.value, time.perf_counter()

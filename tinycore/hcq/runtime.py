@@ -1,4 +1,4 @@
-"""The generic side of HCQ2: LINEAR -> command batches on device queues, ordered by signals, and their replay.
+"""The generic side of HCQ2: LINEAR -> command batches on device queues, ordered by signals, and their submission.
 
 `compile_linear` turns consecutive calls that queues can run (kernels on queue devices, copies a copy queue can
 do) into one `CALL(PROGRAM(CompiledBatch), *buffers)`; everything else stays a host call. A CompiledBatch holds
@@ -10,17 +10,12 @@ serves every call with new buffers of the same shapes. Kernels' scalar arguments
 `tinycore.uop.scalars`) are patched in the same way: a new learning rate replays the batch with one new word.
 """
 from __future__ import annotations
-import ctypes
-import functools
 import itertools
-import os
-import threading
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Sequence
 import attrs
 import tinycore.profiler as profiler
-from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp
-from tinycore.device.fence import register_host_fence
+from tinycore.device.buffers import linear_buffers
 from tinycore.device.registry import Device
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
@@ -28,27 +23,12 @@ from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, S
 from tinycore.hcq.device import Encoded, HCQDevice, is_hcq_device
 from tinycore.hcq.signal import Signal, signal_pool
 from tinycore.hcq import profiling, staging
+from tinycore.hcq.in_flight import devices_in_flight, in_flight, release_finished, track_in_flight
+from tinycore.hcq.lock import holding_runtime_lock
+import tinycore.hcq.fork  # noqa: F401  (queue devices survive os.fork: the handlers register on import)
 from tinycore.codegen.estimates import estimated_ops
 
-MAX_CACHED_CALLS = 32     # eager schedules with more calls than this bake nothing into the cache
-MAX_TEMPLATES = 4096      # compiled eager templates kept (oldest dropped first)
 SIGNAL_SETS = 2           # a compiled batch may be in flight this many times at once
-
-# One process-wide, re-entrant lock serializes what several Python threads would otherwise race on: realizing
-# (schedule, compile and template caches), submitting to queues (device epochs, batch signal sets, rings) and the
-# list of work in flight. Threads still build tensor graphs in parallel; kernels run on the devices' own workers.
-runtime_lock = threading.RLock()
-_Fn = TypeVar("_Fn", bound=Callable[..., Any])
-
-
-def holding_runtime_lock(fn: _Fn) -> _Fn:
-  """`fn` runs while this thread holds `runtime_lock`."""
-  @functools.wraps(fn)
-  def locked(*args: Any, **kwargs: Any) -> Any:
-    with runtime_lock: return fn(*args, **kwargs)
-  return locked  # type: ignore[return-value]
-
-_in_flight: list[tuple[dict[HCQDevice, int], list[Any]]] = []   # (epochs to reach, buffers kept alive until then)
 
 
 def _device(name: str) -> Any: return Device[name]
@@ -289,10 +269,10 @@ class CompiledBatch:
     values: dict[Any, int] = {ref: dev.device_address(buffers[ref.slot].ensure_allocated()) + ref.offset
                               for ref, dev in self.inputs}
     for ref in self.variables: values[ref] = (var_vals or {})[ref.name]
-    if _in_flight: release_finished()
-    if self.whole_runs is not None and not _in_flight: return self.run_whole(which, values, buffers)
+    if in_flight: release_finished()
+    if self.whole_runs is not None and not in_flight: return self.run_whole(which, values, buffers)
     # every queue first waits for everything submitted before, on this batch's devices and any still running
-    previous = {d: d.epoch for d in [*self.devices, *(d for epochs, _ in _in_flight for d in epochs)]}
+    previous = {d: d.epoch for d in [*self.devices, *devices_in_flight()]}
     # each device ends the batch on one queue (compute if it has work there) by writing its next epoch to its
     # timeline, after its other queues finished
     epochs: dict[HCQDevice, int] = {}
@@ -314,7 +294,7 @@ class CompiledBatch:
       if queue in finalize: commands = commands + hw.encode(finalize[queue])
       hw.submit(commands, values)
     self.set_epochs[which] = epochs
-    if not _reached(epochs): _in_flight.append((epochs, list(buffers)))  # (a tiny batch may have run already)
+    track_in_flight(epochs, buffers)  # (a tiny batch may have run already)
     return which, epochs
 
   def run_whole(self, which: int, values: dict[Any, int], buffers: Sequence[Any]) -> tuple[int, dict[HCQDevice, int]]:
@@ -326,7 +306,7 @@ class CompiledBatch:
     values[EPOCH] = dev.epoch
     dev.queues[kind].submit(self.whole_runs[which], values)
     self.set_epochs[which] = epochs = {dev: dev.epoch}
-    if not _reached(epochs): _in_flight.append((epochs, list(buffers)))
+    track_in_flight(epochs, buffers)
     return which, epochs
 
 
@@ -344,135 +324,20 @@ def ref_address(ref: InputAddress, buffers: Sequence[Any]) -> int:
   return _device(ref.device).device_address(buffers[ref.slot].ensure_allocated()) + ref.offset
 
 
-@holding_runtime_lock
-def release_finished() -> None:
-  """Drop the references that kept buffers alive while queues still used them."""
-  _in_flight[:] = [entry for entry in _in_flight if not _reached(entry[0])]
-
-
-def _reached(epochs: dict[HCQDevice, int]) -> bool:
-  for dev, epoch in epochs.items():
-    if dev.timeline.value < epoch: return False
-  return True
-
-
-@holding_runtime_lock
-def wait_for_queues() -> None:
-  """Host calls run after every queue device finished what it was given (a simple, safe fence)."""
-  for epochs, _ in list(_in_flight):
-    for dev in epochs: dev.synchronize()
-  release_finished()
-
-
-def wait_if_in_flight() -> None:
-  """The host fence (`tinycore.device.fence`): wait for the queues, only when something is in flight."""
-  if _in_flight: wait_for_queues()
-
-
-register_host_fence(wait_if_in_flight)
-
-
-def keep_in_flight_memory(*owners: Any) -> None:
-  """At exit, for a queue whose worker could not be stopped in time: the buffers of the work in flight, every signal
-  and `owners` (say, the device with its allocator's cached memory) are never freed, so the kernel still running
-  never touches unmapped memory while the interpreter shuts down. The process's exit releases them."""
-  for owner in (_in_flight, signal_pool, *owners): ctypes.pythonapi.Py_IncRef(ctypes.py_object(owner))
-
-
-# --- fork: the parent's queues are drained before the fork (the child's copy of memory is then complete), and the
-# child restarts what did not survive it (worker threads), or marks the device unusable with the reason
-_fork_failure: str | None = None
-
-
-def _opened_queue_devices() -> list[HCQDevice]:
-  from tinycore.device.registry import Device
-  return [dev for dev in Device.opened().values() if is_hcq_device(dev)]
-
-
-def _before_fork() -> None:
-  global _fork_failure
-  runtime_lock.acquire()
-  _fork_failure = None
-  try:
-    for dev in _opened_queue_devices(): dev.synchronize()
-    release_finished()
-  except Exception as error:  # the child learns why when it uses the device; the parent goes on
-    _fork_failure = f"its queues were still busy when the process forked ({error})"
-
-
-def _after_fork_in_parent() -> None: runtime_lock.release()
-
-
-def _after_fork_in_child() -> None:
-  runtime_lock.release()
-  for dev in _opened_queue_devices():
-    reason = _fork_failure
-    if reason is None:
-      try: dev.restart_after_fork()
-      except Exception as error: reason = f"{type(error).__name__}: {error}"
-    if reason is not None:
-      dev.unusable = (f"{dev.device} was opened before this process was forked and cannot be used in the child: "
-                      f"{reason}. Use the 'spawn' or 'forkserver' start method "
-                      "(multiprocessing.set_start_method('spawn')), or open the device only in the child")
-
-
-os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
-
-
-
-compiled_templates: BoundedCache[UOp] = BoundedCache("compiled queue templates by buffer-free LINEAR", MAX_TEMPLATES)
-
-
-@holding_runtime_lock
-def compile_template(linear: UOp) -> UOp:
-  """compile_linear for a cached schedule's template LINEAR (its buffers are placeholders, all patched at run time),
-  cached by the template itself: a repeated computation neither compiles nor builds a cache key."""
-  from tinycore.device.buffers import linear_buffers
-  return cached_template(linear, linear_buffers(linear), profile=profiler.enabled)
-
-
-def cached_template(template: UOp, placeholders: Sequence[UOp], profile: bool) -> UOp:
-  """The compiled form of a buffer-free LINEAR whose `placeholders` are patched at every run, from the one cache of
-  compiled templates (keyed with the profile flag and the settings a compiled batch bakes in)."""
-  key = (template, profile, *compile_settings(template))
-  if (done := compiled_templates.get(key)) is not None: return done
-  compiled = _compile(template, placeholders, profile) if any(uses_queues(call) for call in template.src) else template
-  return compiled_templates.put(key, compiled)
-
-
-linear_devices: BoundedCache[list[str]] = BoundedCache("devices by template LINEAR", MAX_TEMPLATES)
-
-
-def compile_settings(linear: UOp) -> tuple:
-  """What else a compiled batch depends on: the devices' host_devs and the staging ring (a staged copy bakes the
-  ring's address and chunking)."""
-  if (devices := linear_devices.get(linear)) is None:
-    devices = linear_devices.put(linear, sorted({b.device for call in linear.src for b in call_buffers(call)}))
+def queue_settings(devices: Sequence[str]) -> tuple:
+  """What a compiled batch over these devices bakes in besides its calls: the devices' host_devs and the staging
+  ring (a staged copy bakes the ring's address and chunking). A batch compiled under other settings is stale."""
   host_devs = tuple(getattr(_device(d), "host_devs", None) for d in devices)
   return host_devs, staging.STAGING_SIZE, staging.STAGING_SLOTS, staging._staging
 
 
 @holding_runtime_lock
 def compile_linear(linear: UOp, input_uops: Sequence[UOp] | None = None, profile: bool = False) -> UOp:
-  """A LINEAR whose queue calls are grouped into compiled batches. `input_uops` (eager use) are the buffers whose
-  addresses are patched in at every run; None (JIT use) bakes every address. Compiling a compiled LINEAR returns
-  it unchanged; small eager schedules are cached as templates keyed by their buffer-free and value-free form."""
-  from tinycore.schedule.cache import buffer_placeholder
-  from tinycore.schedule.scalars import scalar_placeholder
+  """A LINEAR whose runs of consecutive queue calls are each one compiled batch (host calls stay as they are).
+  `input_uops` are the buffers whose addresses are patched in at every run (a plan's placeholders, TinyJit's
+  inputs); every other buffer's address is written in now. Compiling a compiled LINEAR returns it unchanged."""
   if any(call_is_hcq(call) for call in linear.src): return linear
-  if input_uops is not None and len(linear.src) <= MAX_CACHED_CALLS:
-    inputs = list(input_uops)
-    placeholders = [buffer_placeholder(i, b) for i, b in enumerate(inputs)]
-    values = list(dict.fromkeys(s for call in linear.src for s in call_scalars(call) if s.op is Ops.CONST))
-    scalar_slots = [scalar_placeholder(i, v) for i, v in enumerate(values)]
-    binding = dict(zip(placeholders, inputs)) | dict(zip(scalar_slots, values))
-    template = cached_template(linear.substitute({v: k for k, v in binding.items()}), placeholders, profile)
-    return template.substitute(binding)
-  return _compile(linear, list(input_uops) if input_uops is not None else [], profile)
-
-
-def _compile(linear: UOp, inputs: Sequence[UOp], profile: bool = False) -> UOp:
-  from tinycore.device.buffers import linear_buffers
+  inputs = list(input_uops) if input_uops is not None else []
   start = profiler.clock_ns() if profiler.enabled else 0
   expanded: list[UOp] = []
   for call in linear.src:

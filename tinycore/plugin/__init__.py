@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
                                      Value, Variable)
   from tinycore.hcq.device import (CommandWriter, Encoded, HCQDevice, HCQTimeoutError, HWQueue, is_hcq_device,
                                    queue_timeout_s, raise_timeout_hint)
-  from tinycore.hcq.runtime import keep_in_flight_memory, wait_for_queues
+  from tinycore.hcq.in_flight import keep_in_flight_memory, wait_for_queues
   from tinycore.hcq.signal import Signal, signal_pool
   from tinycore.plugin.known_failures import KnownFailure
   from tinycore.uop.ops import GroupOp, Ops, UOp
@@ -72,7 +72,7 @@ _LAZY_EXPORTS: dict[str, str] = {
                    "queue_timeout_s", "raise_timeout_hint"), "tinycore.hcq.device"),
   "KnownFailure": "tinycore.plugin.known_failures",
   **dict.fromkeys(("Signal", "signal_pool"), "tinycore.hcq.signal"),
-  **dict.fromkeys(("wait_for_queues", "keep_in_flight_memory"), "tinycore.hcq.runtime"),
+  **dict.fromkeys(("wait_for_queues", "keep_in_flight_memory"), "tinycore.hcq.in_flight"),
 }
 
 __all__ = ["API_VERSION", "DeviceSpec", "hookimpl", "hookspec", *sorted(_LAZY_EXPORTS)]

@@ -1,29 +1,34 @@
-"""The schedule cache: a realize whose graph has the same shape as an earlier one reuses that schedule.
+"""Graph keys: a realize's graph with its buffers and Python scalars replaced by numbered placeholders.
 
-The key is the graph with its input buffers and its Python scalars replaced by numbered placeholders, and each bound
-Variable by its DEFINE_VAR (the graph's shape); the value is the schedule built for that key. A hit binds the
-placeholders to this call's buffers and scalar values (and Variables to theirs) and gives every buffer the schedule
-creates fresh storage, so scheduling work is done once per graph shape, and a new scalar value (a learning rate per
-step) is a new kernel argument, not a new schedule or program.
+Two graphs with the same key are the same computation on other data (another batch, another learning rate): the
+engine keeps one plan per key (`tinycore.engine.plan`) and runs it with each call's buffers and scalars. The key
+holds the graph with its input buffers and its Python scalars replaced by numbered placeholders, each bound
+Variable by its DEFINE_VAR, and each Variable of a symbolic shape by its placeholder (the graph's shape); the
+`GraphKey.mapping` binds the placeholders back to this call's values.
 """
 from __future__ import annotations
-from tinycore.caches import BoundedCache
 from tinycore.uop.ops import Ops, UOp, toposort_roots
 from tinycore.uop.symbolic_shapes import (SYMBOLIC_ARG_OPS, is_shape_placeholder, shape_binds, shape_placeholder,
                                           substitute_with_args)
-from tinycore.schedule import create_schedule
-from tinycore.schedule.multi import allreduce_settings
 from tinycore.schedule.scalars import (STEERING_OPS, bound_variables, is_python_scalar, python_scalars,
                                       scalar_placeholder, steering_const)
 
-MAX_ENTRIES = 4096
-# key -> (template, fresh buffers)
-schedules: BoundedCache[tuple[UOp, tuple[UOp, ...]]] = BoundedCache("schedule templates by graph shape", MAX_ENTRIES)
+MAX_PLACEHOLDERS = 4096
 
 
-class ScheduleCacheStats:
-  hits = 0
-  misses = 0
+class GraphKey:
+  """A graph's key: `graph` (SINK of the roots' key nodes) and `mapping` (each placeholder -> this call's buffer,
+  scalar CONST or BIND); for a plain graph (no Variables, no symbolic shapes) also `real_of` (key node -> the graph
+  node it stands for), so binding a plan's realized nodes needs no substitution."""
+  __slots__ = ("graph", "mapping", "real_of", "symbolic")
+
+  def __init__(self, graph: UOp, mapping: dict[UOp, UOp], real_of: dict[UOp, UOp] | None, symbolic: bool):
+    self.graph, self.mapping, self.real_of, self.symbolic = graph, mapping, real_of, symbolic
+
+
+def graph_key(roots: list[UOp]) -> GraphKey:
+  """The key of the graph under `roots`, in one pass over its nodes for an eager op's plain graph."""
+  return plain_key(roots) or general_key(roots)
 
 
 def buffer_placeholder(i: int, buf: UOp) -> UOp:
@@ -31,7 +36,7 @@ def buffer_placeholder(i: int, buf: UOp) -> UOp:
   key = (i, buf.dtype, buf.src[1], buf.arg)
   if (hit := _placeholders.get(key)) is not None: return hit
   placeholder = UOp(Ops.BUFFER, buf.dtype, (UOp(Ops.UNIQUE, None, (), -(i + 1)), buf.src[1]), buf.arg)
-  if len(_placeholders) >= MAX_ENTRIES: _placeholders.pop(next(iter(_placeholders)))
+  if len(_placeholders) >= MAX_PLACEHOLDERS: _placeholders.pop(next(iter(_placeholders)))
   _placeholders[key] = placeholder
   return placeholder
 
@@ -39,11 +44,10 @@ def buffer_placeholder(i: int, buf: UOp) -> UOp:
 _placeholders: dict[tuple, UOp] = {}  # (slot, dtype, DEVICE, size) -> its placeholder (kept: eager ops reuse a few)
 
 
-def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
-  """The cached schedule for these roots' graph shape, as SINK(linear, SINK(*realized), SINK(*their buffers)) over
-  placeholder buffers and scalars, and the mapping that binds it to this call: placeholders to the graph's buffers
-  and scalars (CONSTs) and Variables to their values (those of symbolic shapes too: `bind_template` puts them back
-  into the realized nodes' shapes), and every buffer the schedule creates to fresh storage."""
+def general_key(roots: list[UOp]) -> GraphKey:
+  """The key of any graph: placeholders for its buffers and scalars, each bound Variable's DEFINE_VAR, and a
+  placeholder for each Variable of a symbolic shape (`bind_realized` puts their values back into the realized
+  nodes' shapes)."""
   sink = UOp(Ops.SINK, None, tuple(roots))
   nodes = sink.toposort()
   inputs = [n for n in nodes if n.op is Ops.BUFFER]
@@ -55,27 +59,22 @@ def schedule_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
   if in_shapes: bound_variables([*variables, *in_shapes])  # one value per name
   key = substitute_with_args(sink, dict(zip(inputs, placeholders)) | dict(zip(scalars, scalar_slots)) |
                              {bind: bind.src[0] for bind in variables}, {b: shape_placeholder(b) for b in in_shapes})
-  values = shape_values(in_shapes, nodes) | dict(zip(scalar_slots, scalars)) | {bind.src[0]: bind for bind in variables}
-  template, fresh = _cached(key)
-  return template, (dict(zip(placeholders, inputs)) | values | {shape_placeholder(b): b for b in in_shapes} |
-                    {f: UOp.new_buffer(f.device, f.arg, f.dtype) for f in fresh})
+  mapping = (dict(zip(placeholders, inputs)) | shape_values(in_shapes, nodes) | dict(zip(scalar_slots, scalars)) |
+             {bind.src[0]: bind for bind in variables} | {shape_placeholder(b): b for b in in_shapes})
+  return GraphKey(key, mapping, None, bool(in_shapes))
 
 
-def plain_template(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp], dict[UOp, UOp]] | None:
-  """`schedule_template` for a graph without bound Variables and symbolic shapes (an eager op's), keyed in one pass
-  over its nodes: (template, mapping, the graph node each node of the key stands for), the last so that binding the
-  realized nodes needs no second substitution. None for any other graph (use `schedule_template`)."""
+def plain_key(roots: list[UOp]) -> GraphKey | None:
+  """The key of a graph without bound Variables and symbolic shapes (an eager op's), made in one pass over its
+  nodes; None for any other graph (`general_key`)."""
   nodes = toposort_roots(roots)  # (no SINK of the real roots: it would be one more node made and dropped per call)
   keyed = key_graph(nodes, frozenset())
   if keyed is not None and keyed.steered:  # a divisor or shift count was taken for a scalar: key again, it a literal
     keyed = key_graph(nodes, frozenset(steering_const(n.src[1]) for n in nodes if n.op in STEERING_OPS))
   if keyed is None: return None
   key_of = keyed.key_of
-  values = {key_of[c]: c for c in keyed.scalars}
-  template, fresh = _cached(UOp(Ops.SINK, None, tuple([key_of[r] for r in roots])))
-  mapping = {key_of[b]: b for b in keyed.inputs} | values
-  for f in fresh: mapping[f] = UOp.new_buffer(f.device, f.arg, f.dtype)
-  return template, mapping, keyed.real_of
+  mapping = {key_of[b]: b for b in keyed.inputs} | {key_of[c]: c for c in keyed.scalars}
+  return GraphKey(UOp(Ops.SINK, None, tuple([key_of[r] for r in roots])), mapping, keyed.real_of, False)
 
 
 class KeyGraph:
@@ -93,9 +92,8 @@ class KeyGraph:
 
 
 def key_graph(nodes: dict[UOp, None], literals: frozenset[UOp]) -> KeyGraph | None:
-  """The cache key of a graph (its nodes sources first) with input buffers and Python scalars (less `literals`)
-  replaced by placeholders, as `schedule_template` makes it; None if the graph has a bound Variable or a symbolic
-  shape."""
+  """The key of a graph (its nodes sources first) with input buffers and Python scalars (less `literals`) replaced
+  by placeholders, as `general_key` makes it; None if the graph has a bound Variable or a symbolic shape."""
   keyed = KeyGraph()
   key_of, real_of, inputs, scalars = keyed.key_of, keyed.real_of, keyed.inputs, keyed.scalars
   # the ops compared per node, read once (an Ops member read costs ~0.1 us on Python 3.11: see uop.ops._infer_shape)
@@ -137,30 +135,9 @@ def shape_values(in_shapes: list[UOp], nodes: dict[UOp, None]) -> dict[UOp, UOp]
   return {UOp(Ops.DEFINE_VAR, b.dtype, (d,), b.src[0].arg): b for b in in_shapes for d in devices}
 
 
-def bind_template(template: UOp, mapping: dict[UOp, UOp]) -> tuple[UOp, UOp, UOp]:
-  """(LINEAR, SINK(realized nodes), SINK(their buffers)) of a template bound to one call: placeholders replaced,
-  and the symbolic shapes of the realized nodes rebound to this call's Variable values (in their args)."""
+def bind_realized(keys: UOp, values: UOp, mapping: dict[UOp, UOp]) -> tuple[UOp, UOp]:
+  """SINK(realized nodes), SINK(their buffers) of a plan bound to one call: placeholders replaced, and the symbolic
+  shapes of the realized nodes rebound to this call's Variable values (in their args)."""
   in_shapes = {k: v for k, v in mapping.items() if is_shape_placeholder(k)}
-  if not in_shapes: return template.substitute(mapping).src
-  linear, keys, values = template.src
-  becomes = substitute_with_args(UOp(Ops.SINK, None, (keys, values)), mapping, in_shapes)
-  return linear.substitute(mapping), *becomes.src
-
-
-def _cached(graph: UOp) -> tuple[UOp, tuple[UOp, ...]]:
-  key = (graph, allreduce_settings())  # the settings that choose how a multi-device graph is lowered
-  if (hit := schedules.get(key)) is not None:
-    ScheduleCacheStats.hits += 1
-    return hit
-  ScheduleCacheStats.misses += 1
-  linear, becomes = create_schedule(list(graph.src))
-  keys, bound = tuple(becomes.keys()), tuple(becomes.values())
-  template = UOp(Ops.SINK, None, (linear, UOp(Ops.SINK, None, keys), UOp(Ops.SINK, None, bound)))
-  fresh = tuple(n for n in template.toposort() if n.op is Ops.BUFFER and n.src[0].arg > 0)
-  return schedules.put(key, (template, fresh))
-
-
-def cached_schedule(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
-  """(LINEAR, becomes) for these roots, from the schedule cache, bound to their buffers and scalar values."""
-  linear, keys, values = bind_template(*schedule_template(roots))
-  return linear, dict(zip(keys.src, values.src))
+  if not in_shapes: return UOp(Ops.SINK, None, (keys, values)).substitute(mapping).src
+  return substitute_with_args(UOp(Ops.SINK, None, (keys, values)), mapping, in_shapes).src
