@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 import tinycore.profiler as profiler
 from tinycore.caches import BoundedCache
-from tinycore.uop.ops import GroupOp, Ops, UOp
+from tinycore.uop.ops import GroupOp, Ops, UOp, substitute_all
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 from tinycore.codegen.estimates import estimated_ops
 from tinycore.device.buffers import buffer_of, linear_buffers
@@ -230,7 +230,9 @@ class SchedulePlan:
       keys, values = bind_realized(self.keys, self.values, mapping)
       return dict(zip(keys.src, values.src))
     real_of = key.real_of or {}
-    return {real_of[node] if node in real_of else node.substitute(mapping): rebind_view(value, chain, mapping)
+    # the realized nodes the key does not name (the scheduler's own, a general key's): one walk over all of them
+    others = substitute_all([node for node, _, _ in self.realized if node not in real_of], mapping)
+    return {real_of[node] if node in real_of else others[node]: rebind_view(value, chain, mapping)
             for node, value, chain in self.realized}
 
 

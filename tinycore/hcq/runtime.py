@@ -15,7 +15,8 @@ from typing import Any, Sequence
 import attrs
 import tinycore.profiler as profiler
 from tinycore.uop.ops import Ops, UOp
-from tinycore.device.buffers import linear_buffers
+from tinycore.device.buffers import buffer_of, linear_buffers
+from tinycore.device.kernels import compile_kernel
 from tinycore.device.registry import Device
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
@@ -122,8 +123,6 @@ def place_call(call: UOp, slots: Sequence[UOp], slot_of: dict[UOp, int], baked: 
                scalar_names: dict[UOp, str]) -> PlacedCommand:
   """A queue call as an Exec or Copy on its queue; a baked slot's address is written now, others are patched, and
   each scalar argument is the run-time variable named in `scalar_names`."""
-  from tinycore.device.kernels import compile_kernel
-  from tinycore.device.buffers import buffer_of
   queue = queue_of(call)
   assert queue is not None, "only queue calls go into a batch"
   dev = queue[0]
