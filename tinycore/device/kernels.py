@@ -5,10 +5,11 @@ Compiled programs are cached twice: in memory by (device, kernel) so a repeated 
 all, and on disk by source (Compiler.compile_cached) so a new process does not run the compiler again.
 """
 from __future__ import annotations
+import concurrent.futures
 import hashlib
 import os
 import pathlib
-from typing import Any
+from typing import Any, Sequence
 import tinycore.profiler as profiler
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import UOp
@@ -36,34 +37,75 @@ compiled_kernels: BoundedCache[CompiledKernel] = BoundedCache("compiled kernels 
 binaries: BoundedCache[bytes] = BoundedCache("compiled binaries by (compiler, source)", MAX_CACHED_KERNELS)
 
 
+class RenderedSource:
+  """A kernel rendered for one device, before its compiler ran: what building and loading it needs."""
+  __slots__ = ("device", "sink", "name", "source", "rendered", "key", "started")
+
+  def __init__(self, device: str, sink: UOp):
+    self.device, self.sink, self.started = device, sink, profiler.clock_ns() if profiler.enabled else 0
+    dev = Device[device]
+    if not dev.can_compute:
+      raise RuntimeError(f"device {device} cannot run kernels (it only stores bytes): move the tensor to a compute "
+                         "device first, e.g. .to(Device.DEFAULT)")
+    check_dtypes(dev.renderer, sink, device)
+    # a renderer may describe its machine (vector width, registers, cores) for the tiles; else the default shapes
+    optimized = optimize_kernel(sink, getattr(dev.renderer, "kernel_target", DEFAULT_TARGET))
+    if kernel_scalars(optimized) != kernel_scalars(sink):
+      raise AssertionError("optimizing a kernel changed its scalar parameters: its CALL's arguments would not match")
+    self.name = kernel_name(optimized)
+    self.rendered = dev.renderer.render(self.name, optimized)
+    self.source = self.rendered.source
+    if capture.listener is not None: capture.listener.kernel_rendered(device, sink, optimized, self.name, self.source)
+    CodegenStats.rendered += 1
+    self.key = (type(dev.compiler).__name__ + str(getattr(dev.compiler, "cachekey", "")), self.source)
+
+  def build(self) -> bytes:
+    """The binary: the compiler's output for this source (the on-disk cache first). Safe from any thread."""
+    return Device[self.device].compiler.compile_cached(self.source)
+
+  def load(self, lib: bytes, built: bool) -> CompiledKernel:
+    """The loaded kernel, kept in the caches."""
+    dev = Device[self.device]
+    binaries.put(self.key, lib)
+    if built: CodegenStats.compiled += 1
+    dump_binary(self.name, lib, getattr(dev.compiler, "binary_extension", ".bin"))
+    kernel = CompiledKernel(self.name, self.source, dev.runtime(self.name, lib), self.rendered.global_size,
+                            self.rendered.local_size)
+    if self.started and profiler.enabled:
+      profiler.record(self.name, "compile", profiler.HOST_PROCESS, "compile", self.started, profiler.clock_ns(),
+                      device=self.device, source_bytes=len(self.source), binary="built" if built else "cached")
+    return compiled_kernels.put((self.device, self.sink), kernel)
+
+
 def compile_kernel(device: str, sink: UOp) -> CompiledKernel:
   """The kernel `sink` compiled for `device` (by canonical name), from the caches when it was compiled before."""
   if (hit := compiled_kernels.get((device, sink))) is not None: return hit
-  start, compiled_before = (profiler.clock_ns() if profiler.enabled else 0), CodegenStats.compiled
-  dev = Device[device]
-  if not dev.can_compute:
-    raise RuntimeError(f"device {device} cannot run kernels (it only stores bytes): move the tensor to a compute "
-                       "device first, e.g. .to(Device.DEFAULT)")
-  check_dtypes(dev.renderer, sink, device)
-  # a renderer may describe its machine (vector width, registers, cores) for the tiles; else the default shapes
-  optimized = optimize_kernel(sink, getattr(dev.renderer, "kernel_target", DEFAULT_TARGET))
-  if kernel_scalars(optimized) != kernel_scalars(sink):
-    raise AssertionError("optimizing a kernel changed its scalar parameters: its CALL's arguments would not match")
-  name = kernel_name(optimized)
-  rendered = dev.renderer.render(name, optimized)
-  source = rendered.source
-  if capture.listener is not None: capture.listener.kernel_rendered(device, sink, optimized, name, source)
-  CodegenStats.rendered += 1
-  key = (type(dev.compiler).__name__ + str(getattr(dev.compiler, "cachekey", "")), source)
-  if (lib := binaries.get(key)) is None:
-    lib = binaries.put(key, dev.compiler.compile_cached(source))
-    CodegenStats.compiled += 1
-  dump_binary(name, lib, getattr(dev.compiler, "binary_extension", ".bin"))
-  kernel = CompiledKernel(name, source, dev.runtime(name, lib), rendered.global_size, rendered.local_size)
-  if start and profiler.enabled:
-    profiler.record(name, "compile", profiler.HOST_PROCESS, "compile", start, profiler.clock_ns(), device=device,
-                    source_bytes=len(source), binary="built" if CodegenStats.compiled > compiled_before else "cached")
-  return compiled_kernels.put((device, sink), kernel)
+  rendered = RenderedSource(device, sink)
+  if (lib := binaries.get(rendered.key)) is not None: return rendered.load(lib, False)
+  return rendered.load(rendered.build(), True)
+
+
+def compile_kernels(kernels: Sequence[tuple[str, UOp]]) -> None:
+  """Compile, side by side, the kernels (device, kernel SINK) that are not compiled yet: each is rendered here, then
+  their compilers run on threads, one per core (a compiler is another process: the threads only wait), then they
+  load. A model's first call compiles its distinct kernels in about the time of the slowest of each core's share.
+  The first kernel (in order) that fails to render or compile raises, as `compile_kernel` would."""
+  rendered = [RenderedSource(device, sink) for device, sink in dict.fromkeys(kernels)
+              if compiled_kernels.get((device, sink)) is None]
+  unbuilt = list({r.key: r for r in rendered if binaries.get(r.key) is None}.values())
+  built: dict[tuple, bytes] = {}
+  with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(unbuilt), compile_threads()))) as pool:
+    futures = {r.key: pool.submit(r.build) for r in unbuilt}
+    for key, future in futures.items(): built[key] = future.result()
+  for r in rendered:
+    if (lib := binaries.get(r.key)) is not None: r.load(lib, False)
+    else: r.load(built[r.key], True)
+
+
+def compile_threads() -> int:
+  """How many compilers run at once: the cores this process may use."""
+  try: return max(1, len(os.sched_getaffinity(0)))
+  except AttributeError: return max(1, os.cpu_count() or 1)
 
 
 DUMP_BINARIES_ENV = "TINYCORE_DUMP_BINARIES"

@@ -25,7 +25,7 @@ from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scala
 from tinycore.codegen.estimates import estimated_ops
 from tinycore.device.buffers import buffer_of, linear_buffers
 from tinycore.device.copy import run_copy
-from tinycore.device.kernels import CompiledKernel, compile_kernel
+from tinycore.device.kernels import CompiledKernel, compile_kernel, compile_kernels
 from tinycore.device.registry import Device
 from tinycore.schedule import create_schedule
 from tinycore.schedule.keys import GraphKey, bind_realized, graph_key
@@ -152,6 +152,7 @@ class RunPlan:
     settings = queue_settings(self.devices) if self.queued else ()
     if (hit := self.compiled.get(profile)) is not None and hit[0] == settings: return hit[1]
     linear = self.linear
+    compile_kernels([(call.src[1].device, call.src[0]) for call in linear.src if call.src[0].op is Ops.SINK])
     if self.queued:
       patched = linear_buffers(linear) if self.patched is None else self.patched
       linear = compile_linear(linear, input_uops=patched, profile=profile)

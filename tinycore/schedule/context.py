@@ -17,6 +17,8 @@ class ScheduleContext:
     self.realized: dict[UOp, None] = {}      # nodes materialized into a buffer of their own (ordered set)
     self.reasons: dict[UOp, str] = {}        # realized node -> the rule that realized it
     self.buffers: dict[UOp, UOp] = {}        # realized node -> the BUFFER uop that holds it
+    self.simplified: dict[UOp, object] = {}  # lowered kernel -> its SimplifiedKernel (kernels lowered alike)
+    self.index_memo: dict = {}  # (movement op, arg, source shape, index) -> the source's index and its gate
 
   def realize(self, node: UOp, reason: str) -> None:
     """Give `node` a buffer of its own; `reason` names the rule (see `explain_realize_points`)."""

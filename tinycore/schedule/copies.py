@@ -101,6 +101,8 @@ anonymous_store_rules = PatternMatcher([
 
 def lower_copies(sink: UOp) -> dict[UOp, UOp]:
   """Apply the COPY rules (STORE-dropping first, parent before child, then bare COPYs); what every node became."""
+  nodes = sink.toposort()
+  if not any(n.op is Ops.COPY for n in nodes): return {n: n for n in nodes}
   first = graph_rewrite_map(sink, copy_rules)
   second = graph_rewrite_map(first[sink], anonymous_store_rules)
   return {node: second.get(mid, mid) for node, mid in first.items()}

@@ -71,8 +71,17 @@ def reshape_index(idx: Index, out_shape: tuple[int, ...], src_shape: tuple[int, 
   return unflatten_index(flat_index(idx, out_shape), src_shape)
 
 
-def source_index(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
-  """For movement op u and an index into u's shape: the index into u.src[0] and the in-bounds condition (PAD only)."""
+def source_index(u: UOp, idx: Index, memo: dict | None = None) -> tuple[Index, UOp | None]:
+  """For movement op u and an index into u's shape: the index into u.src[0] and the in-bounds condition (PAD only).
+  `memo` (one per schedule) keeps the answers: the same movement read at the same loops (each layer of a model, in
+  kernels lowered alike) is worked out once."""
+  if memo is None: return _source_index(u, idx)
+  key = (u.op, u.arg, u.src[0].shape, idx)
+  if (hit := memo.get(key)) is None: hit = memo[key] = _source_index(u, idx)
+  return hit
+
+
+def _source_index(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
   src_shape = u.src[0].shape
   if u.op is Ops.RESHAPE: return reshape_index(idx, u.shape, src_shape), None
   src_shape = index_shape(src_shape)

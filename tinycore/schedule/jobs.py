@@ -14,7 +14,6 @@ from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
 from tinycore.uop.capture import report_pass
 from tinycore.schedule.context import ScheduleContext, ScheduleError
-from tinycore.schedule.scalars import kernel_scalar_arguments
 from tinycore.schedule.rangeify import KernelBuilder, build_store_kernel, build_value_kernel
 from tinycore.schedule.copies import contiguous_region, is_cross_device_store, region_uop
 from tinycore.schedule.multi import stacked_call
@@ -62,7 +61,7 @@ def lower_kernels(ctx: ScheduleContext) -> list[Job]:
     if node.op is not Ops.AFTER:
       kb = build_value_kernel(ctx, node, ctx.buffer_for(node))
       report_pass("rangeify", node, kb.sink)
-      jobs.append(Job(node, kernel_call(kb), kb.reads))
+      jobs.append(Job(node, kernel_call(kb, ctx.simplified), kb.reads))
       continue
     for effect in node.src[1:]:
       if effect.op is not Ops.STORE: raise ScheduleError(f"AFTER effects must be STOREs, got {effect.op}")
@@ -71,7 +70,7 @@ def lower_kernels(ctx: ScheduleContext) -> list[Job]:
         continue
       kb = build_store_kernel(ctx, effect, ctx.buffer_for(node))
       report_pass("rangeify", effect, kb.sink)
-      jobs.append(Job(node, kernel_call(kb), kb.reads, after_prev=node.src[0]))
+      jobs.append(Job(node, kernel_call(kb, ctx.simplified), kb.reads, after_prev=node.src[0]))
   return jobs
 
 
@@ -92,28 +91,37 @@ def copy_job(ctx: ScheduleContext, after: UOp, store: UOp) -> Job:
   return Job(after, UOp(Ops.CALL, None, (callee, dst_arg, src_arg)), [src.version], after_prev=after.src[0])
 
 
-def kernel_call(kb: KernelBuilder) -> UOp:
-  """CALL(kernel, *buffers, *scalars) of a lowered kernel. Simplification can remove every load of a buffer (the empty side of a cat):
-  such buffers leave the call and the remaining parameters are renumbered, so slots and buffers always line up.
-  The scalars are the placeholders of the Python scalars the kernel takes as arguments."""
+def kernel_call(kb: KernelBuilder, simplified: dict[UOp, SimplifiedKernel]) -> UOp:
+  """CALL(kernel, *buffers, *scalars) of a lowered kernel. Simplification can remove every load of a buffer (the
+  empty side of a cat): such buffers leave the call and the remaining parameters are renumbered, so slots and buffers
+  always line up. The scalars are the placeholders of the Python scalars the kernel takes as arguments. Kernels
+  lowered alike (the layers of a model, the updates of same-shaped parameters) are simplified once: `simplified`
+  maps a lowered kernel to its simplified form."""
   LoweringStats.kernels += 1
-  sink = graph_rewrite(kb.sink, symbolic)
-  used = sorted({u.arg for u in sink.toposort() if u.op is Ops.PARAM})
-  buffers = kb.buffers
-  if used != list(range(len(kb.buffers))):
-    renumber = {UOp(Ops.PARAM, kb.buffers[slot].dtype, (), slot): UOp(Ops.PARAM, kb.buffers[slot].dtype, (), i)
-                for i, slot in enumerate(used)}
-    renumbered, buffers = sink.substitute(renumber), [kb.buffers[slot] for slot in used]
-    report_pass("renumber parameters", sink, renumbered)
-    sink = renumbered
-  placeholders = kernel_scalar_arguments(sink, shape_parameters(sink, buffers[0].device) | kb.scalar_sources)
-  return UOp(Ops.CALL, None, (sink, *buffers, *placeholders))
+  if (done := simplified.get(kb.sink)) is None: done = simplified[kb.sink] = SimplifiedKernel(kb.sink)
+  buffers = [kb.buffers[slot] for slot in done.slots]
+  device = buffers[0].device
+  # each scalar parameter's placeholder: a Python scalar's, or a symbolic shape's Variable on the kernel's device
+  placeholders = [kb.scalar_sources.get(p) or UOp(Ops.DEFINE_VAR, p.dtype, (UOp(Ops.DEVICE, None, (), device),), p.arg)
+                  for p in done.scalars]
+  return UOp(Ops.CALL, None, (done.sink, *buffers, *placeholders))
 
 
-def shape_parameters(sink: UOp, device: str) -> dict[UOp, UOp]:
-  """The kernel's Variables that come from symbolic shapes (loop bounds, strides), each with the placeholder its CALL
-  passes: the Variable on the kernel's device, as for a Variable used as a value."""
-  return {u: UOp(Ops.DEFINE_VAR, u.dtype, (UOp(Ops.DEVICE, None, (), device),), u.arg) for u in kernel_scalars(sink)}
+class SimplifiedKernel:
+  """A lowered kernel simplified (`sink`), its parameters renumbered to the buffer `slots` it still reads, and its
+  scalar parameters in argument order (`scalars`)."""
+  __slots__ = ("sink", "slots", "scalars")
+
+  def __init__(self, lowered: UOp):
+    sink = graph_rewrite(lowered, symbolic)
+    params = {u.arg: u for u in sink.toposort() if u.op is Ops.PARAM}
+    self.slots = sorted(params)
+    if self.slots != list(range(len(self.slots))):
+      renumbered = sink.substitute({params[slot]: UOp(Ops.PARAM, params[slot].dtype, (), i)
+                                    for i, slot in enumerate(self.slots)})
+      report_pass("renumber parameters", sink, renumbered)
+      sink = renumbered
+    self.sink, self.scalars = sink, kernel_scalars(sink)
 
 
 def order_jobs(ctx: ScheduleContext, jobs: list[Job]) -> list[Job] | None:

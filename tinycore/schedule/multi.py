@@ -256,10 +256,19 @@ class MultiLowering:
     self.nodes, self.groups = nodes, groups
 
 
+def on_a_device_tuple(u: UOp) -> bool:
+  """Whether a node names a device tuple (its DEVICE, a copy onto one) or is a multi-device op."""
+  return (u.op in (Ops.DEVICE, Ops.COPY) and isinstance(u.arg, tuple)) or \
+    u.op in (Ops.UNSHARD, Ops.MSTACK, Ops.MSELECT, Ops.ALLREDUCE)
+
+
 def lower_multi(sink: UOp) -> MultiLowering:
-  """Lower the logical graph under sink to per-lane graphs (ALLREDUCEs included)."""
+  """Lower the logical graph under sink to per-lane graphs (ALLREDUCEs included); a graph on single devices only is
+  its own lowering."""
+  nodes = sink.toposort()
+  if not any(on_a_device_tuple(n) for n in nodes): return MultiLowering({n: n for n in nodes}, [])
   done: dict[UOp, UOp] = {}
-  for node in sink.toposort():
+  for node in nodes:
     done[node] = lower_multi_node(node, [done[s] for s in node.src])
   groups: list[tuple[UOp, ...]] = []
   if any(n.op is Ops.ALLREDUCE for n in done[sink].toposort()):

@@ -51,7 +51,7 @@ class KernelBuilder:
     op = u.op
     if op is Ops.BUFFER or (not top and u in self.ctx.realized): return self.load(u, idx, valid)
     if op in GroupOp.Movement:
-      src_idx, cond = source_index(u, idx)
+      src_idx, cond = source_index(u, idx, self.ctx.index_memo)
       inner = self.lower(u.src[0], src_idx, and_valid(valid, cond))
       return inner if cond is None else UOp(Ops.WHERE, u.dtype, (cond, inner, UOp.const(u.dtype, 0)))
     if op is Ops.CONST: return UOp.const(u.dtype, u.arg)

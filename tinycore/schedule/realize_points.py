@@ -248,7 +248,7 @@ class RealizePoints:
     """The uses of node's sources when the kernel of `use` computes node (the index math of lowering)."""
     op, kernel, idx, valid = node.op, use.kernel, use.idx, use.valid
     if op in GroupOp.Movement:
-      src_idx, cond = source_index(node, idx)
+      src_idx, cond = source_index(node, idx, self.ctx.index_memo)
       self.add_use(node.src[0], Use(kernel, src_idx, and_valid(valid, cond), use.enclosing))
     elif op in (Ops.CONTIGUOUS, Ops.DETACH): self.add_use(node.src[0], use)
     elif op is Ops.REDUCE_AXIS:

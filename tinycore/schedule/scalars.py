@@ -13,7 +13,7 @@ import math
 from typing import Iterable
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp
-from tinycore.uop.scalars import kernel_scalars, scalar_bounds
+from tinycore.uop.scalars import scalar_bounds
 
 
 def is_python_scalar(u: UOp) -> bool:
@@ -63,9 +63,3 @@ def scalar_placeholder(i: int, const: UOp) -> UOp:
 def kernel_parameter(placeholder: UOp) -> UOp:
   """The scalar parameter a kernel reads for a placeholder: the same DEFINE_VAR without its device."""
   return UOp(Ops.DEFINE_VAR, placeholder.dtype, (), placeholder.arg)
-
-
-def kernel_scalar_arguments(sink: UOp, sources: dict[UOp, UOp]) -> list[UOp]:
-  """The placeholders (`sources`: kernel parameter -> placeholder) of a kernel's scalar parameters, in argument
-  order: what its CALL passes after the buffers."""
-  return [sources[p] for p in kernel_scalars(sink)]

@@ -20,7 +20,7 @@ def snapshot_job(ctx: ScheduleContext, buffer: UOp) -> Job:
   store = UOp(Ops.STORE, None, (scratch, buffer))
   snapshot = UOp(Ops.AFTER, scratch.dtype, (scratch, store))
   kb = build_store_kernel(ctx, store, scratch)
-  return Job(snapshot, kernel_call(kb), kb.reads, after_prev=scratch)
+  return Job(snapshot, kernel_call(kb, ctx.simplified), kb.reads, after_prev=scratch)
 
 
 def redirected(job: Job, buffer: UOp, snapshot: Job) -> Job:

@@ -102,7 +102,8 @@ def _split(ctx: set[UOp], r: UOp) -> UOp | None:
   if r in ctx or (plan := split_plan(r)) is None: return None
   how, parts = plan
   out = split_everything(r, parts) if how == "everything" else split_outer_axis(r, parts)
-  ctx.update(u for u in out.toposort() if u.op is Ops.REDUCE_AXIS)  # the new reductions are not split again
+  # the new reductions (all above r's source: not walked into) are not split again
+  ctx.update(u for u in out.toposort(gate=lambda u: u is not r.src[0]) if u.op is Ops.REDUCE_AXIS)
   return out
 
 
@@ -113,6 +114,8 @@ split_rules = PatternMatcher([
 
 
 def split_reductions(sink: UOp) -> dict[UOp, UOp]:
-  """What every node under sink became with its big reductions split."""
+  """What every node under sink became with its big reductions split (a graph with none to split: itself)."""
+  nodes = sink.toposort()
+  if not any(n.op is Ops.REDUCE_AXIS and split_plan(n) is not None for n in nodes): return {n: n for n in nodes}
   return graph_rewrite_map(sink, split_rules, ctx=set())
 
