@@ -32,7 +32,7 @@ def apply_becomes(becomes: dict[UOp, UOp]) -> None:
       else: t.forward_graph = None  # the tensor holds another value since
     if u.op is buffer_op or (u.op is reshape_op and u.src[0].op is buffer_op): continue
     lazy.append((t, kept is not None))
-  new_uops = substitute_all([t.uop for t, _ in lazy], becomes)
+  new_uops = substitute_all([t.uop for t, _ in lazy if t.uop not in becomes], becomes)
   tensor_nodes: set[UOp] = set()  # realized nodes that are a tensor's own value
   for t, had_kept in lazy:
     u = t.uop

@@ -211,13 +211,16 @@ class SchedulePlan:
   """The schedule of one graph key and its RunPlan. `template` is SINK(LINEAR, SINK(realized nodes), SINK(their
   buffers)) over the key's placeholders; `fresh` the buffers the schedule creates (new storage on every run)."""
 
-  def __init__(self, template: UOp):
+  def __init__(self, template: UOp, graph: UOp):
     self.template = template
     self.linear, keys, values = template.src
-    self.keys, self.values = keys, values
     self.fresh = tuple(n for n in template.toposort() if n.op is Ops.BUFFER and n.src[0].arg > 0)
     self.run_plan = RunPlan(self.linear)
-    self.realized = [(key, value, view_chain(value)) for key, value in zip(keys.src, values.src)]
+    # what the tensors can hold: the nodes of the key's graph (the scheduler's own lowered nodes never leave it)
+    in_graph = graph.toposort()
+    self.realized = [(key, value, view_chain(value)) for key, value in zip(keys.src, values.src) if key in in_graph]
+    self.keys = UOp(Ops.SINK, None, tuple(key for key, _, _ in self.realized))
+    self.values = UOp(Ops.SINK, None, tuple(value for _, value, _ in self.realized))
 
   def bind(self, key: GraphKey) -> dict[UOp, UOp]:
     """The placeholders bound to this call: the key's values, and fresh storage for every buffer it creates."""
@@ -272,4 +275,4 @@ def plan_for(roots: list[UOp]) -> tuple[SchedulePlan, GraphKey]:
   linear, becomes = create_schedule(list(key.graph.src))
   template = UOp(Ops.SINK, None, (linear, UOp(Ops.SINK, None, tuple(becomes)), UOp(Ops.SINK, None,
                                                                                   tuple(becomes.values()))))
-  return plans.put(cache_key, SchedulePlan(template)), key
+  return plans.put(cache_key, SchedulePlan(template, key.graph)), key
