@@ -14,6 +14,8 @@ names why in `ScheduleContext.reasons`, which `explain_realize_points` lists):
 - a reduce read at an index that is not a prefix of its kernel's output loops would be recomputed for every
   iteration of a loop it does not depend on (a reduce broadcast along an outer loop, or indexed by another
   reduction's loop);
+- a value computed from a reduce read through a pad that at least doubles it (the pieces of a cat, the gradient of
+  a chunk) would be computed for every element the pad adds, and discarded there;
 - a value computed from a reduce (a softmax, a layernorm), read inside another reduction but broadcast along one
   of that reduction's output loops (attention's probabilities @ V: the same row for every output column), would be
   recomputed for every element of that loop;
@@ -95,15 +97,25 @@ class PlannedKernel:
 
 class Use:
   """A node read by `kernel` at `idx` (gated by `valid`), inside the reduction `enclosing` describes: (the loops
-  its result depends on, its own loops), or None outside any."""
-  __slots__ = ("kernel", "idx", "valid", "enclosing")
+  its result depends on, its own loops), or None outside any; `masked` when a pad above it adds at least as many
+  elements as it has (the kernel computes it for elements it then discards)."""
+  __slots__ = ("kernel", "idx", "valid", "enclosing", "masked")
 
   def __init__(self, kernel: PlannedKernel, idx: Index, valid: UOp | None,
-               enclosing: tuple[frozenset[UOp], frozenset[UOp]] | None):
-    self.kernel, self.idx, self.valid, self.enclosing = kernel, idx, valid, enclosing
+               enclosing: tuple[frozenset[UOp], frozenset[UOp]] | None, masked: bool = False):
+    self.kernel, self.idx, self.valid, self.enclosing, self.masked = kernel, idx, valid, enclosing, masked
 
   def key(self) -> tuple:
-    return (id(self.kernel), self.idx, self.valid, self.enclosing)
+    return (id(self.kernel), self.idx, self.valid, self.enclosing, self.masked)
+
+
+# a pad that makes its source at least this many times larger (the pieces of a cat, a chunk's gradient) leaves most
+# of what its source computes unused
+MASKING_PAD_RATIO = 2
+
+
+def masks_most(pad: UOp) -> bool:
+  return max_numel(pad.shape) >= MASKING_PAD_RATIO * max(1, max_numel(pad.src[0].shape))
 
 
 def stored_buffer(u: UOp) -> UOp | None:
@@ -187,6 +199,8 @@ class RealizePoints:
   # --- the rules
   def reason_to_realize(self, node: UOp, uses: list[Use]) -> str | None:
     op = node.op
+    if self.holds_reduce[node] and any(use.masked for use in uses):
+      return "a reduce read through a pad that discards most of it would be computed for every element of the pad"
     if op is Ops.REDUCE_AXIS:
       for use in uses:
         used, outputs = kept_ranges(node, use.idx), use.kernel.loops.output_ranges
@@ -249,7 +263,8 @@ class RealizePoints:
     op, kernel, idx, valid = node.op, use.kernel, use.idx, use.valid
     if op in GroupOp.Movement:
       src_idx, cond = source_index(node, idx, self.ctx.index_memo)
-      self.add_use(node.src[0], Use(kernel, src_idx, and_valid(valid, cond), use.enclosing))
+      masked = use.masked or (op is Ops.PAD and cond is not None and masks_most(node))
+      self.add_use(node.src[0], Use(kernel, src_idx, and_valid(valid, cond), use.enclosing, masked))
     elif op in (Ops.CONTIGUOUS, Ops.DETACH): self.add_use(node.src[0], use)
     elif op is Ops.REDUCE_AXIS:
       if any(max_int(node.src[0].shape[axis]) == 0 for axis in node.arg[1]): return
@@ -257,8 +272,8 @@ class RealizePoints:
       enclosing = (frozenset(kept_ranges(node, idx)), frozenset(reduce_ranges))
       self.add_use(node.src[0], Use(kernel, src_idx, and_valid(valid, gate), enclosing))
     elif op is Ops.BITCAST and node.dtype.itemsize != node.src[0].dtype.itemsize:
-      for src_idx in resized_bitcast_indices(node, idx): self.add_use(node.src[0], Use(kernel, src_idx, valid,
-                                                                                       use.enclosing))
+      for src_idx in resized_bitcast_indices(node, idx):
+        self.add_use(node.src[0], Use(kernel, src_idx, valid, use.enclosing, use.masked))
     elif op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
       for s in node.src: self.add_use(s, use)
 
