@@ -155,9 +155,8 @@ def train_worker(lib_name: str, layers: int, repeat: int) -> dict[str, Any]:
       result[f"{mode}_ms"] = median_ms(run, repeat)
       if mode == "eager" and lib_name == "tinycore":
         opt.zero_grad()
-        loss = net(Tensor(rng.integers(0, 256, (TRAIN_BATCH, TRAIN_SEQ)).astype(np.int32))).sparse_categorical_crossentropy(
-          Tensor(rng.integers(0, 256, (TRAIN_BATCH, TRAIN_SEQ)).astype(np.int32)))
-        loss.backward()
+        tokens, targets = (Tensor(rng.integers(0, 256, (TRAIN_BATCH, TRAIN_SEQ)).astype(np.int32)) for _ in range(2))
+        net(tokens).sparse_categorical_crossentropy(targets).backward()
         result |= tinycore_schedule_and_plan([t.uop for t in opt.schedule_step()])
   return result
 
@@ -212,32 +211,32 @@ def fmt(value: Any, spec: str) -> str:
   return "-" if value is None else format(value, spec)
 
 
-def print_forward(model: str, rows: list[tuple[int, dict]]) -> None:
-  title = {"transformer": f"transformer forward (d_model 64, 4 heads, batch {FORWARD_BATCH} x {FORWARD_SEQ})",
-           "encoder": f"BERT-style encoder forward (hidden 384, 12 heads, batch {ENCODER_BATCH} x {ENCODER_SEQ})"}[model]
+# (header, library, result field, format) of the forward tables and of the training table
+FORWARD_COLUMNS = [("kernels", "tinycore", "kernels", "d"), ("sched ms", "tinycore", "schedule_ms", ".1f"),
+                   ("plan ms", "tinycore", "plan_ms", ".1f"), ("ms/kernel", "tinycore", "per_kernel", ".3f"),
+                   ("first s", "tinycore", "first_s", ".2f"), ("repeat ms", "tinycore", "repeat_ms", ".1f"),
+                   ("| torch ms", "torch", "repeat_ms", ".1f"), ("| tinygrad first s", "tinygrad", "first_s", ".2f"),
+                   ("repeat ms", "tinygrad", "repeat_ms", ".1f")]
+TRAIN_COLUMNS = [*FORWARD_COLUMNS[:5], ("eager ms", "tinycore", "eager_ms", ".1f"),
+                 ("jit ms", "tinycore", "jit_ms", ".1f"), ("| torch ms", "torch", "eager_ms", ".1f"),
+                 ("| tinygrad eager ms", "tinygrad", "eager_ms", ".1f"), ("jit ms", "tinygrad", "jit_ms", ".1f")]
+
+
+def print_table(title: str, columns: list[tuple[str, str, str, str]], rows: list[tuple[int, dict]]) -> None:
+  """One row per depth; ms/kernel is (scheduler + planner) / kernels, flat when both grow linearly."""
   print(f"\n{title}")
-  print(f"{'layers':>6} {'kernels':>8} {'sched ms':>9} {'plan ms':>8} {'ms/kernel':>10} {'first s':>8} "
-        f"{'repeat ms':>10} | {'torch ms':>9} | {'tinygrad first s':>16} {'repeat ms':>10}")
-  for layers, r in rows:
-    ours, torch, tg = r.get("tinycore") or {}, r.get("torch") or {}, r.get("tinygrad") or {}
-    per_kernel = ((ours["schedule_ms"] + ours["plan_ms"]) / ours["kernels"]) if ours.get("kernels") else None
-    print(f"{layers:>6} {fmt(ours.get('kernels'), 'd'):>8} {fmt(ours.get('schedule_ms'), '.1f'):>9} "
-          f"{fmt(ours.get('plan_ms'), '.1f'):>8} {fmt(per_kernel, '.3f'):>10} {fmt(ours.get('first_s'), '.2f'):>8} "
-          f"{fmt(ours.get('repeat_ms'), '.1f'):>10} | {fmt(torch.get('repeat_ms'), '.1f'):>9} | "
-          f"{fmt(tg.get('first_s'), '.2f'):>16} {fmt(tg.get('repeat_ms'), '.1f'):>10}")
+  print(f"{'layers':>6} " + " ".join(f"{header:>{max(9, len(header))}}" for header, _, _, _ in columns))
+  for layers, results in rows:
+    ours = results.get("tinycore") or {}
+    if ours.get("kernels"): ours["per_kernel"] = (ours["schedule_ms"] + ours["plan_ms"]) / ours["kernels"]
+    cells = [fmt((results.get(lib) or {}).get(field), spec).rjust(max(9, len(header)))
+             for header, lib, field, spec in columns]
+    print(f"{layers:>6} " + " ".join(cells))
 
 
-def print_train(rows: list[tuple[int, dict]]) -> None:
-  print(f"\ntransformer training step (d_model 64, 4 heads, batch {TRAIN_BATCH} x {TRAIN_SEQ}, Adam)")
-  print(f"{'layers':>6} {'kernels':>8} {'sched ms':>9} {'plan ms':>8} {'ms/kernel':>10} {'first s':>8} "
-        f"{'eager ms':>9} {'jit ms':>8} | {'torch ms':>9} | {'tinygrad eager ms':>17} {'jit ms':>8}")
-  for layers, r in rows:
-    ours, torch, tg = r.get("tinycore") or {}, r.get("torch") or {}, r.get("tinygrad") or {}
-    per_kernel = ((ours["schedule_ms"] + ours["plan_ms"]) / ours["kernels"]) if ours.get("kernels") else None
-    print(f"{layers:>6} {fmt(ours.get('kernels'), 'd'):>8} {fmt(ours.get('schedule_ms'), '.1f'):>9} "
-          f"{fmt(ours.get('plan_ms'), '.1f'):>8} {fmt(per_kernel, '.3f'):>10} {fmt(ours.get('first_s'), '.2f'):>8} "
-          f"{fmt(ours.get('eager_ms'), '.1f'):>9} {fmt(ours.get('jit_ms'), '.1f'):>8} | "
-          f"{fmt(torch.get('eager_ms'), '.1f'):>9} | {fmt(tg.get('eager_ms'), '.1f'):>17} {fmt(tg.get('jit_ms'), '.1f'):>8}")
+TITLES = {"transformer": f"transformer forward (d_model 64, 4 heads, batch {FORWARD_BATCH} x {FORWARD_SEQ})",
+          "encoder": f"BERT-style encoder forward (hidden 384, 12 heads, batch {ENCODER_BATCH} x {ENCODER_SEQ})",
+          "train": f"transformer training step (d_model 64, 4 heads, batch {TRAIN_BATCH} x {TRAIN_SEQ}, Adam)"}
 
 
 def installed(name: str) -> bool:
@@ -247,7 +246,7 @@ def installed(name: str) -> bool:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--layers", default="1,2,4,8,12,24", help="depths, comma-separated")
-  parser.add_argument("--models", default="transformer,encoder,train", help="which tables (transformer, encoder, train)")
+  parser.add_argument("--models", default="transformer,encoder,train", help="tables: transformer, encoder, train")
   parser.add_argument("--peers", default="torch,tinygrad", help="peer libraries measured when installed ('' for none)")
   parser.add_argument("--repeat", type=int, default=5)
   parser.add_argument("--device", default=None, help="tinycore's device (default: Device.DEFAULT)")
@@ -263,7 +262,7 @@ def main() -> None:
     for depth in layers:
       results = {lib: run_worker(lib, model, depth, args) for lib in ["tinycore", *peers]}
       rows.append((depth, results))
-    print_train(rows) if model == "train" else print_forward(model, rows)
+    print_table(TITLES[model], TRAIN_COLUMNS if model == "train" else FORWARD_COLUMNS, rows)
     sys.stdout.flush()
 
 

@@ -256,12 +256,15 @@ def _packed_columns(outputs: list[UOp], coefficients: list[dict[UOp, int]], colu
   """When no load reads an output dim contiguously (x @ w.T: both operands run along k) but the target packs operand
   panels (codegen.packing) and a panel of `columns` along every reduced dim fits its budget (as float32): an output
   dim `columns` wide whose load packs into a contiguous panel, provided another output dim is read by some load
-  without it (the tile's rows)."""
+  without it and the packed load does not read that dim (the tile's rows: each packed column is reused by them)."""
   panel = columns * 4 * prod(_range_size(r) for r in reduce_ranges)
   if target.panel_bytes <= 0 or panel > target.panel_bytes: return None
   for r in reversed(outputs):
     if _range_size(r) % columns or not any(c.get(r) for c in coefficients): continue
-    if any(c.get(q) and not c.get(r) for q in outputs if q is not r for c in coefficients): return r
+    # a tile reuses each load across the other dim: some load reads the rows dim without r, and some reads r without
+    # the rows (x @ w.T: x's rows, w's columns); a softmax's rows read both and only a mask beside them: no tile
+    if any(any(c.get(q) and not c.get(r) for c in coefficients) and any(c.get(r) and not c.get(q) for c in coefficients)
+           for q in outputs if q is not r): return r
   return None
 
 

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 # Allocator.map/_map/_unmap and Buffer.get_storage/get_buf, RenderedKernel, tinycore_known_failures. 1.2: Panel,
 # find_panels, KernelTarget.panel_bytes and CStyleRenderer.packed_load (packed operand panels). 1.3: start_bounded
 # and finish_bounded (a compiler started ahead of need, fed later), KernelTarget.broadcast_strips and split_gates.
-API_VERSION = "1.3"
+# 1.4: Compiled.max_kernel_args (a device's limit on one kernel's arguments; None: any number).
+API_VERSION = "1.4"
 
 hookspec = pluggy.HookspecMarker("tinycore")
 hookimpl = pluggy.HookimplMarker("tinycore")

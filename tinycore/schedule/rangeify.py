@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 class KernelBuilder:
   """Builds one kernel: `STORE(INDEX(PARAM 0, offset, gate), value)` wrapped in a SINK, plus its buffer list."""
 
-  def __init__(self, ctx: ScheduleContext, owner: UOp):
-    self.ctx, self.owner = ctx, owner
+  def __init__(self, ctx: ScheduleContext):
+    self.ctx = ctx
     self.buffers: list[UOp] = []          # BUFFER uops, by param slot
     self.scalar_sources: dict[UOp, UOp] = {}  # scalar parameter (kernel DEFINE_VAR) -> the placeholder it reads
     self.reads: list[UOp] = []            # the value nodes this kernel loads (for ordering)
@@ -115,7 +115,7 @@ def _uint_of(size: int):
 
 def build_value_kernel(ctx: ScheduleContext, node: UOp, out_buf: UOp) -> KernelBuilder:
   """The kernel computing `node` into `out_buf`, row-major."""
-  kb = KernelBuilder(ctx, node)
+  kb = KernelBuilder(ctx)
   kb.param(out_buf)
   idx, gate = kb.loops.output_index(node.shape)
   value = kb.lower(node, idx, gate, top=True)
@@ -128,7 +128,7 @@ def build_value_kernel(ctx: ScheduleContext, node: UOp, out_buf: UOp) -> KernelB
 def build_store_kernel(ctx: ScheduleContext, store: UOp, out_buf: UOp) -> KernelBuilder:
   """The kernel for STORE(target view, value): value's elements written at the target view's addresses."""
   target, value = store.src
-  kb = KernelBuilder(ctx, store)
+  kb = KernelBuilder(ctx)
   kb.param(out_buf)
   idx, shape_gate = kb.loops.output_index(target.shape)
   address, gate = target_address(target, idx)

@@ -199,10 +199,11 @@ void tc_memcpy(const uint64_t *a, uint64_t share, uint64_t shares) { memmove((vo
 
 /* threaded kernels: a kernel's outermost loop is cut into `shares` (core_id and core_count, passed after the
    kernel's argument table, are a share's index and the share count), and the worker and the helper threads take
-   shares from one ticket word until none is left; the entry finishes when every share is done. More shares than threads keep every
-   core busy to the end when a thread starts late (a helper waking up while the host's Python thread holds the other
-   core) or loses its core meanwhile. The worker waits for the shares, not for the helpers: a helper that wakes after
-   all shares were taken sees so in the ticket and touches nothing else (a small kernel does not wait for it). */
+   shares from one ticket word until none is left; the entry finishes when every share is done. More shares than
+   threads keep every core busy to the end when a thread starts late (a helper waking up while the host's Python
+   thread holds the other core) or loses its core meanwhile. The worker waits for the shares, not for the helpers:
+   a helper that wakes after all shares were taken sees so in the ticket and touches nothing else (a small kernel
+   does not wait for it). */
 typedef struct { struct tc_pool *pool; uint64_t core; sem_t go; pthread_t thread; } tc_helper;
 typedef struct tc_pool {
   uint64_t threads, fn;
