@@ -130,15 +130,16 @@ def test_integer_and_bool_kernels():
 
 @pytest.fixture
 def kernels(monkeypatch):
-  """The kernels run from now on (CompiledKernel objects: source, global and local size), in order."""
-  import tinycore.device.kernels
+  """The kernels run from now on (CompiledKernel objects: source, global and local size), in order: each host kernel
+  step of a run plan looks its kernel up when the plan is made."""
+  import tinycore.engine.plan
   seen = []
-  real = tinycore.device.kernels.compile_kernel
+  real = tinycore.engine.plan.compile_kernel
   def recording(device, sink):
     kernel = real(device, sink)
     seen.append(kernel)
     return kernel
-  monkeypatch.setattr(tinycore.device.kernels, "compile_kernel", recording)
+  monkeypatch.setattr(tinycore.engine.plan, "compile_kernel", recording)
   return seen
 
 
