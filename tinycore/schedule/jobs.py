@@ -8,7 +8,6 @@ become one job (`stack_lane_jobs`).
 from __future__ import annotations
 import heapq
 from tinycore.uop.ops import Ops, UOp
-from tinycore.uop.scalars import kernel_scalars
 from tinycore.uop.symbolic_shapes import max_numel
 from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
@@ -109,7 +108,8 @@ def kernel_call(kb: KernelBuilder, simplified: dict[UOp, SimplifiedKernel]) -> U
 
 class SimplifiedKernel:
   """A lowered kernel simplified (`sink`), its parameters renumbered to the buffer `slots` it still reads, and its
-  scalar parameters in argument order (`scalars`)."""
+  scalar parameters renamed by their place in the kernel (so kernels alike but for which scalars they read, the
+  layers of a model, are one kernel to compile); `scalars` are the parameters as lowered, in argument order."""
   __slots__ = ("sink", "slots", "scalars")
 
   def __init__(self, lowered: UOp):
@@ -121,7 +121,14 @@ class SimplifiedKernel:
                                     for i, slot in enumerate(self.slots)})
       report_pass("renumber parameters", sink, renumbered)
       sink = renumbered
-    self.sink, self.scalars = sink, kernel_scalars(sink)
+    # the scalar parameters in the order the kernel first reads them, named so that name order is that order
+    self.scalars = [u for u in sink.toposort() if u.op is Ops.DEFINE_VAR and not u.src]
+    if self.scalars:
+      named = sink.substitute({p: UOp(Ops.DEFINE_VAR, p.dtype, (), (f"arg{i:04d}", *p.arg[1:]))
+                               for i, p in enumerate(self.scalars)})
+      report_pass("name scalar parameters", sink, named)
+      sink = named
+    self.sink = sink
 
 
 def order_jobs(ctx: ScheduleContext, jobs: list[Job]) -> list[Job] | None:
