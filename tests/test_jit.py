@@ -124,3 +124,85 @@ def test_dropout_in_jit_draws_fresh_numbers_each_replay(device):
   kept = [o != o.min() for o in outs]  # dropped elements hold only the rand sum
   assert all(0.3 < k.mean() < 0.7 for k in kept)
   assert all((kept[i] != kept[j]).any() for i in range(5) for j in range(i))  # fresh masks every call
+
+
+# ---------------------------------------------------------------------------- inputs that are views, chained calls
+def test_views_of_a_realized_tensor_are_read_as_the_elements_they_name():
+  # a batch sliced from a realized dataset each step: every call reads its own rows, not the first capture's
+  data = realized(np.arange(16, dtype=np.float32).reshape(4, 4))
+  row_sum = TinyJit(lambda x: x.sum(axis=1).realize())
+  np.testing.assert_equal([row_sum(data[i:i + 1]).numpy().tolist() for i in range(4)], [[6], [22], [38], [54]])
+
+
+@pytest.mark.parametrize("device", ["CPU", "SIM"])
+def test_a_transpose_flip_or_offset_view_after_a_contiguous_capture_replays_its_own_elements(device):
+  Device[device]
+  base = np.arange(12, dtype=np.float32).reshape(3, 4)
+  big = realized(np.arange(40, dtype=np.float32).reshape(10, 4), device)
+  square = realized(np.arange(16, dtype=np.float32).reshape(4, 4), device)
+  f = TinyJit(lambda x: (x * 2 + 1).realize())
+  for i in range(3): np.testing.assert_equal(f(realized(base + i, device)).numpy(), (base + i) * 2 + 1)
+  np.testing.assert_equal(f(big[3:6]).numpy(), np.arange(40).reshape(10, 4)[3:6] * 2 + 1)
+  np.testing.assert_equal(f(big[::-1][:3]).numpy(), np.arange(40).reshape(10, 4)[::-1][:3] * 2 + 1)
+  np.testing.assert_equal(f(square.T[:3]).numpy(), np.arange(16).reshape(4, 4).T[:3] * 2 + 1)
+  np.testing.assert_equal(f(big[1:7:2]).numpy(), np.arange(40).reshape(10, 4)[1:7:2] * 2 + 1)
+
+
+def test_a_view_input_the_function_writes_into_raises():
+  state = realized(np.zeros(8, np.float32))
+
+  def bump(x: Tensor) -> Tensor:
+    x.assign(x + 1)
+    return (x * 1).realize()
+  f = TinyJit(bump)
+  f(state[:4])
+  with pytest.raises(JitError, match="writes into an input passed as a view"): f(state[:4])
+
+
+def test_an_output_fed_back_as_the_next_input_is_not_read_while_written():
+  # f(f(x)): the replay's input is the buffer its flip kernel writes; each call must read the previous result
+  f = TinyJit(lambda x: (x[::-1] * 2 + 1).realize())
+  x, expected = realized(np.array([1.0, 3.0], np.float32)), np.array([1.0, 3.0], np.float32)
+  for _ in range(5):
+    x, expected = f(x), expected[::-1] * 2 + 1
+    np.testing.assert_equal(x.numpy(), expected)
+
+
+def test_a_slice_of_an_input_copied_to_another_device_follows_each_input():
+  Device["CPU:1"]
+  f = TinyJit(lambda x: (x[2:4].to("CPU:1") * 1).realize())
+  for i in range(4):
+    np.testing.assert_equal(f(realized(np.arange(6, dtype=np.float32) + 10 * i)).numpy(), [2 + 10 * i, 3 + 10 * i])
+
+
+# ---------------------------------------------------------------------------- what TinyJit refuses
+def test_a_tinyjit_inside_a_tinyjit_raises():
+  inner = TinyJit(lambda x: (x + 1).realize())
+  outer = TinyJit(lambda x: (inner(x) * 2).realize())
+  np.testing.assert_equal(outer(realized(np.array([1.0], np.float32))).numpy(), [4])  # the eager call is fine
+  with pytest.raises(JitError, match="inside a TinyJit is not supported"): outer(realized(np.array([2.0], np.float32)))
+  inner.reset()  # the outer's capture failed, so it tries again (and fails again) on the next call
+  with pytest.raises(JitError, match="inside a TinyJit is not supported"): outer(realized(np.array([2.0], np.float32)))
+
+
+def test_a_function_that_runs_no_kernel_raises_rather_than_freezing_its_result():
+  f = TinyJit(lambda x: x)
+  f(realized(np.array([0.0], np.float32)))
+  with pytest.raises(JitError, match="didn't JIT anything"): f(realized(np.array([1.0], np.float32)))
+
+
+def test_prune_replays_every_kernel_that_reads_state_a_replayed_kernel_writes():
+  # the input updates `state`; `doubled` reads state and the output reads `doubled`: neither reads the input, but
+  # both must replay (a fixpoint of two rounds: doubled is found from state, the output from doubled)
+  state, doubled = realized(np.zeros(4, np.float32)), realized(np.zeros(4, np.float32))
+
+  def step(x: Tensor) -> Tensor:
+    state.assign(state + x).realize()
+    doubled.assign(state * 2).realize()
+    return (doubled + 1).realize()
+  f, total = TinyJit(prune=True)(step), np.zeros(4, np.float32)
+  for i in range(5):
+    x = np.arange(4, dtype=np.float32) + i
+    total += x
+    np.testing.assert_equal(f(realized(x)).numpy(), total * 2 + 1)
+  assert f.plan.kernel_count == 3

@@ -37,6 +37,7 @@ class DeviceRow:
 def collect_rows() -> list[DeviceRow]:
   """Open every device instance the plugins list and describe it; then the failed plugins."""
   from tinycore.device.registry import Device, probe_device_kind
+  from tinycore.errors import DeviceUnavailable
   default = _default_device()
   rows: list[DeviceRow] = []
   for spec in Device.specs():
@@ -56,7 +57,9 @@ def collect_rows() -> list[DeviceRow]:
         capabilities = device.capabilities()
       except Exception as error:
         cause = error.__cause__ or error  # the registry wraps the plugin's exception; show the plugin's own words
-        rows.append(_spec_row(spec, canonical, f"failed: {type(cause).__name__}: {cause}"))
+        status = f"unavailable: {cause}" if isinstance(cause, DeviceUnavailable) else \
+          f"failed: {type(cause).__name__}: {cause}"
+        rows.append(_spec_row(spec, canonical, status))
         continue
       note = getattr(device, "status_note", None)
       row = _spec_row(spec, canonical, f"ok ({note})" if note else "ok", default=canonical == default)

@@ -39,3 +39,15 @@ class IndexTypeError(IndexError, TypeError):
 class MaskIndexError(IndexError, NotImplementedError):
   """Reading through a boolean mask index (`t[mask]`): its result's shape would depend on the data, which a lazy
   tensor's shape cannot (tinygrad raises IndexError)."""
+
+
+class SettingError(ValueError):
+  """An environment setting with a value it cannot take (`TINYCORE_CPU_THREADS=abc`): raised where the setting is
+  read, naming it, and never taken for a device that is merely unavailable (the default device does not fall back
+  to another device past it)."""
+
+
+class DeviceUnavailable(RuntimeError):
+  """Raised by a plugin's `tinycore_open_device` for a device that is present but cannot work here (its driver
+  builds no kernel on this CPU): `tinycore devices` lists it "unavailable" with the message (its cause and remedy),
+  not "failed", which is for a plugin that broke."""

@@ -15,12 +15,16 @@ or None), and the returned tensors share their buffers with the next call's outp
 random: each draw's counter is a Variable that every replay advances, so a jitted function draws exactly the numbers
 its eager calls would. Inputs may have symbolic shapes (`x.reshape(3, Variable("i", 1, 9).bind(n))`): the
 Variables' values come from the shapes, and a replay patches them (outputs of symbolic shape take the new values).
+A view with fixed offsets and strides (`X[i:i+1]`, `x.T`, `x[::-1]`) is passed as a copy in its own buffer, so each
+call reads the elements it names (a function that writes into such an input raises); an earlier call's output fed
+back in (`f(f(x))`) is copied before the replay writes it. A TinyJit called inside another's capture, and a function
+that runs no kernel, raise JitError, as tinygrad's.
 """
 from __future__ import annotations
 import functools
 from typing import Any, Callable, Generic, TypeVar
 from tinycore.device.buffers import buffer_of
-from tinycore.engine.jit import JitError, ReplayPlan, captured_random_draws, capturing, random_draw_name
+from tinycore.engine.jit import JitError, ReplayPlan, captured_random_draws, capturing, is_capturing, random_draw_name
 from tinycore.schedule.copies import has_buffer_identity
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops, UOp
@@ -39,13 +43,32 @@ def _input_buffers(u: UOp) -> list[UOp]:
   return [u.buffer_uop if has_buffer_identity(u) or u.base.op is Ops.BUFFER else None]
 
 
-def _input_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
+def _is_fixed_view(u: UOp) -> bool:
+  """u reads a realized buffer through a view with fixed offsets and strides (a slice, a transpose, a flip): its
+  kernels bake that view in, so another view of the same buffer must not replay them."""
+  return u.op is not Ops.UNSHARD and not has_buffer_identity(u) and u.base.op is Ops.BUFFER and \
+    not any(has_symbolic_arg(n) for n in u.toposort())
+
+
+def _tensor_arguments(args: tuple, kwargs: dict) -> list[Tensor]:
   tensors = [a for a in args if isinstance(a, Tensor)] + [v for _, v in sorted(kwargs.items()) if isinstance(v, Tensor)]
   if len({id(t) for t in tensors}) != len(tensors): raise JitError("the same tensor is passed twice to a TinyJit")
-  # inputs must be whole realized buffers: realize the ones that are not (a lazy value, a view)
-  lazy = [t for t in tensors if None in _input_buffers(t.uop)]
-  if lazy: Tensor.realize(*lazy)
   return tensors
+
+
+def _prepared_inputs(args: tuple, kwargs: dict) -> tuple[tuple, dict, list[Tensor], set[int]]:
+  """(args, kwargs, input tensors, ids of the inputs that are copies) for a capture or a replay. Inputs must be whole
+  realized buffers, or views whose Variables a replay patches: a lazy input is realized; a fixed view of a buffer
+  (`X[i:i+1]`, `x.T`, `x[::-1]`) is passed as a copy in its own buffer, so each call reads the elements it names."""
+  tensors = _tensor_arguments(args, kwargs)
+  copies = {id(t): t.clone() for t in tensors if _is_fixed_view(t.uop)}
+  if copies:
+    args = tuple(copies.get(id(a), a) if isinstance(a, Tensor) else a for a in args)
+    kwargs = {k: copies.get(id(v), v) if isinstance(v, Tensor) else v for k, v in kwargs.items()}
+    tensors = [copies.get(id(t), t) for t in tensors]
+  copied = {id(c) for c in copies.values()}
+  if lazy := [t for t in tensors if id(t) in copied or None in _input_buffers(t.uop)]: Tensor.realize(*lazy)
+  return args, kwargs, tensors, copied
 
 
 def _variable_values(args: tuple, kwargs: dict, inputs: list[Tensor] = ()) -> dict[str, int]:
@@ -126,24 +149,39 @@ class TinyJit(Generic[ReturnType]):
     return self if obj is None else (lambda *args, **kwargs: self(obj, *args, **kwargs))
 
   def __call__(self, *args, **kwargs) -> ReturnType:
-    inputs = _input_tensors(args, kwargs)
-    self.calls += 1
-    if self.calls == 1: return _realized(self.fxn(*args, **kwargs))
-    if self.calls == 2:
-      try: return self._capture(inputs, args, kwargs)
+    if is_capturing():
+      raise JitError(f"TinyJit {getattr(self.fxn, '__name__', self.fxn)!r} is called while another TinyJit captures: "
+                     "a TinyJit inside a TinyJit is not supported (jit the outer function only)")
+    if self.calls == 0:
+      if lazy := [t for t in _tensor_arguments(args, kwargs) if None in _input_buffers(t.uop)]: Tensor.realize(*lazy)
+      self.calls = 1
+      return _realized(self.fxn(*args, **kwargs))
+    args, kwargs, inputs, copied = _prepared_inputs(args, kwargs)
+    if self.calls == 1:
+      try: ret = self._capture(inputs, copied, args, kwargs)
       except Exception:
-        self.calls = 1  # nothing was captured: the next call tries again
+        self.plan = None  # nothing was captured: the next call tries again
         raise
+      self.calls = 2
+      return ret
+    self.calls += 1
     return self._replay(inputs, _variable_values(args, kwargs, inputs))
 
-  def _capture(self, inputs: list[Tensor], args: tuple, kwargs: dict) -> ReturnType:
+  def _capture(self, inputs: list[Tensor], copied: set[int], args: tuple, kwargs: dict) -> ReturnType:
     input_uops = [b for t in inputs for b in _input_buffers(t.uop)]
     with capturing() as linears:
       ret = self.fxn(*args, **kwargs)
       self.outputs = _output_tensors(ret)
       if self.outputs: Tensor.realize(*self.outputs)
+    if not linears:
+      raise JitError(f"TinyJit {getattr(self.fxn, '__name__', self.fxn)!r} ran no kernel or copy: it didn't JIT "
+                     "anything (a replay would return its inputs' old values); call the function without TinyJit")
     self.random_draws = captured_random_draws()
     self.plan = ReplayPlan(linears, input_uops, prune=self.prune)
+    copied_uops = {b for t in inputs if id(t) in copied for b in _input_buffers(t.uop)}
+    if written := [b for b in self.plan.written if b in copied_uops]:
+      raise JitError(f"a TinyJit function writes into an input passed as a view of another tensor ({len(written)} "
+                     "such input(s)): a replay would write a copy; pass the whole tensor and slice it inside")
     self.signature = [_input_signature(t) for t in inputs]
     self.variable_names = set(_variable_values(args, kwargs, inputs))
     self.output_uops = [t.uop for t in self.outputs]
@@ -159,7 +197,7 @@ class TinyJit(Generic[ReturnType]):
       raise JitError(f"TinyJit Variables changed: captured {sorted(self.variable_names)}, got {sorted(var_vals)}")
     # each random draw of the function starts where the counter is now: fresh numbers on every replay
     draws = {random_draw_name(i): Tensor._next_random_start(count) for i, count in enumerate(self.random_draws)}
-    self.plan.run([buffer_of(b) for t in inputs for b in _input_buffers(t.uop)], var_vals | draws)
+    self.plan.run([self.plan.unaliased(buffer_of(b)) for t in inputs for b in _input_buffers(t.uop)], var_vals | draws)
     fresh = iter([Tensor(_rebind_shapes(u, var_vals)) for u in self.output_uops])
     if isinstance(self.ret, (tuple, list)): return type(self.ret)(next(fresh) for _ in self.ret)
     return next(fresh) if self.outputs else None

@@ -145,6 +145,11 @@ def _broadcast_uop(uop: UOp, shape: tuple[int, ...]) -> UOp:
   return uop.reshape((1,) * (len(shape) - len(uop.shape)) + uop.shape).expand(shape)
 
 
+
+def _is_numpy_scalar(value: Any) -> bool:
+  """A numpy scalar (np.float32(2), np.int64(3), np.bool_(True)), without importing numpy."""
+  return type(value).__module__ == "numpy" and getattr(value, "shape", None) == () and hasattr(value, "item")
+
 class TensorType(type):
   """Tensor's class. `Tensor.training` is the TRAINING setting itself: `Tensor.training = True` (classic tinygrad
   scripts) turns training mode on for BatchNorm, dropout and the optimizers, and reads True inside
@@ -160,6 +165,7 @@ class TensorType(type):
 class Tensor(TensorOps, metaclass=TensorType):
   """A lazily evaluated multi-dimensional array on a device."""
   __slots__ = ("uop", "requires_grad", "grad", "view_of", "forward_graph", "__weakref__")
+  __array_priority__ = 1000  # numpy defers `np.float32(2) * t` and `array + t` to the Tensor's operators, as torch
   _seed: int = 0
   _rng_counter: int = 0
 
@@ -841,13 +847,19 @@ class Tensor(TensorOps, metaclass=TensorType):
     if isinstance(value, int):
       if not dtypes.min(dtypes.int64) <= value <= dtypes.max(dtypes.uint64):
         raise OverflowError(f"Python int {value} does not fit in any integer dtype (int64 or uint64)")
-      # an int tensor keeps its dtype (the scalar wraps to it, as in tinygrad); a bool tensor takes the int's dtype
-      return self.dtype if not dtypes.is_bool(self.dtype) else dtypes.from_py(value)
+      if dtypes.is_bool(self.dtype): return dtypes.from_py(value)  # a bool tensor takes the int's dtype
+      # an int tensor keeps its dtype, and an int it cannot hold raises (numpy 2's rule; tinygrad and torch wrap it)
+      if dtypes.is_int(self.dtype) and not dtypes.min(self.dtype) <= value <= dtypes.max(self.dtype):
+        raise OverflowError(f"Python int {value} is out of bounds for the tensor's dtype {self.dtype.name} "
+                            f"([{dtypes.min(self.dtype)}, {dtypes.max(self.dtype)}]): cast the tensor to a wider dtype")
+      return self.dtype
     if isinstance(value, float): return self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
-    raise TypeError(f"unsupported operand type {type(value).__name__}")
+    hint = ": make it a Tensor first (Tensor(array))" if hasattr(value, "__array_interface__") else ""
+    raise TypeError(f"unsupported operand type {type(value).__name__} for a Tensor{hint}")
 
   def _broadcasted(self, other: Tensor | Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x: Tensor = self
+    if _is_numpy_scalar(other): other = other.item()  # np.float32(2), np.int64(3): the Python number they hold
     if (const := self._broadcast_scalar(other)) is not None:
       y = Tensor._rebuild(const)
       return (y, x) if reverse else (x, y)
@@ -1246,9 +1258,11 @@ class Tensor(TensorOps, metaclass=TensorType):
     self._check_nonempty_reduce(axis, "argmax")
     n = self.shape[axis]
     is_max = (self == self.max(axis, keepdim=True))._or_nan(self)  # the first NaN, when there is one, like numpy
-    countdown = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32)
+    # int32 positions (tinygrad's dtype) while they fit; past int32's range int64 (numpy's and torch's)
+    index_dtype = dtypes.int64 if isinstance(n, int) and n > dtypes.max(dtypes.int32) else dtypes.int32
+    countdown = Tensor.arange(n, 0, -1, device=self.device, dtype=index_dtype)
     countdown = countdown.reshape((n,) + (1,) * (self.ndim - axis - 1))
-    return (n - (is_max * countdown).max(axis, keepdim)).cast(dtypes.int32)
+    return (n - (is_max * countdown).max(axis, keepdim)).cast(index_dtype)
 
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
     """Index of the first minimum. Ints flip their order with ~x, which (unlike -x) has no overflowing value."""
@@ -1575,8 +1589,9 @@ class Tensor(TensorOps, metaclass=TensorType):
     if Y.shape != self.shape[:-1]: raise ValueError(f"labels of shape {Y.shape} for logits of shape {self.shape}")
     log_probs = self.log_softmax(-1)
     classes = self.shape[-1]
-    picked = (log_probs * Y.one_hot(classes).cast(log_probs.dtype)).sum(-1)
-    loss = -(1 - label_smoothing) * picked - label_smoothing * log_probs.mean(-1)
+    # the label's log-probability selected, not multiplied out by a one-hot (0 * -inf at a masked class is NaN)
+    picked = (Y.unsqueeze(-1) == Tensor.arange(classes, device=self.device, dtype=Y.dtype)).where(log_probs, 0).sum(-1)
+    loss = -picked if not label_smoothing else -(1 - label_smoothing) * picked - label_smoothing * log_probs.mean(-1)
     valid = Y != ignore_index if ignore_index != -1 else Y.ones_like(dtype=dtypes.bool)
     loss = valid.where(loss, 0)
     return Tensor._reduce_loss(loss, reduction, valid.sum().cast(loss.dtype) if reduction == "mean" else None)

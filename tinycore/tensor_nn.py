@@ -107,11 +107,12 @@ class TensorNN:
       return type(self)._reduce_loss(-(log_probs * smoothed * class_weight).sum(classes_axis), reduction)
     if Y.shape != self.shape[:classes_axis] + self.shape[classes_axis + 1:]:
       raise ShapeError(f"cross_entropy: targets of shape {Y.shape} for logits of shape {self.shape}")
-    nll = log_probs.nll_loss(Y, weight, ignore_index, "none")
-    smooth = -(log_probs * class_weight).sum(classes_axis)
+    loss = log_probs.nll_loss(Y, weight, ignore_index, "none")
     target_weight = self._target_weight(Y, weight, ignore_index)
-    if ignore_index is not None: smooth = (Y != ignore_index).where(smooth, 0)
-    loss = nll * (1 - label_smoothing) + smooth * (label_smoothing / classes)
+    if label_smoothing:  # (without smoothing, no 0 * -inf from a masked class's log-probability: torch's value)
+      smooth = -(log_probs * class_weight).sum(classes_axis)
+      if ignore_index is not None: smooth = (Y != ignore_index).where(smooth, 0)
+      loss = loss * (1 - label_smoothing) + smooth * (label_smoothing / classes)
     return loss.sum() / target_weight.sum() if reduction == "mean" else type(self)._reduce_loss(loss, reduction)
 
   def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean",

@@ -16,6 +16,7 @@ import warnings
 from stat import S_ISDIR, S_ISREG
 from typing import Any, Callable, Protocol, Sequence
 from tinycore.dtype import DTypeSet
+from tinycore.errors import SettingError
 from tinycore.device.allocator import Allocator
 
 
@@ -26,7 +27,21 @@ def seconds_setting(name: str, default: float) -> float:
   if not raw: return default
   try: value = float(raw)
   except ValueError: value = float("nan")
-  if not value > 0: raise ValueError(f"{name}={raw!r} is not a positive number of seconds")
+  if not value > 0: raise SettingError(f"{name}={raw!r} is not a positive number of seconds")
+  return value
+
+
+def count_setting(name: str, default: int, most: int | None = None) -> int:
+  """A positive whole number from the environment variable `name` (`default` when unset); anything else is a
+  SettingError naming the variable. Above `most` it is `most`, with a warning saying so."""
+  raw = os.environ.get(name, "").strip()
+  if not raw: return default
+  try: value = int(raw)
+  except ValueError: value = 0
+  if value < 1: raise SettingError(f"{name}={raw!r} is not a positive whole number")
+  if most is not None and value > most:
+    warnings.warn(f"{name}={value} is more than {most}, the most it can usefully be here: using {most}", stacklevel=2)
+    return most
   return value
 
 

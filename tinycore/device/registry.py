@@ -11,6 +11,7 @@ import functools
 import os
 import threading
 from typing import TYPE_CHECKING
+from tinycore.errors import SettingError
 from tinycore.plugin.spec import DeviceSpec
 from tinycore.schedule.copies import CopyTraits, install_device_traits
 from tinycore.schedule.split_reduce import install_core_count
@@ -116,6 +117,8 @@ class DeviceRegistry:
       device = open_device(name=name)
     except KeyboardInterrupt:
       raise
+    except SettingError as error:
+      raise SettingError(f"cannot open device {name!r} (plugin {origin}): {error}") from error
     except BaseException as error:  # a plugin calling sys.exit() must not end the process
       raise RuntimeError(f"cannot open device {name!r} (plugin {origin}): {plugin_error_reason(error)}") from error
     if device is None: raise RuntimeError(f"cannot open device {name!r}: plugin {origin} returned no device for it")
@@ -182,6 +185,7 @@ class DeviceRegistry:
       try:
         self[spec.prefix]
         return str(self.canonicalize(spec.prefix))
+      except SettingError: raise  # a setting the user got wrong, not a device to fall back past
       except Exception as error:
         reasons.append(f"{spec.prefix}: {error}")
     raise RuntimeError("no compute device is usable: " + ("; ".join(reasons) or "no device plugin is installed "
@@ -197,6 +201,7 @@ class DeviceRegistry:
           raise ValueError(f"{canonical} does not run kernels, so it cannot be the default device")
         self[canonical]
         return canonical
+      except SettingError: raise
       except Exception as error:
         reasons.append(f"{name}: {error}")
     raise RuntimeError(f"none of the devices in {DEVICE_ENV}={requested!r} could be opened: " +

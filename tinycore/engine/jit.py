@@ -10,6 +10,8 @@ import contextlib
 from typing import Any, Iterator, Sequence
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import call_buffers, call_scalars
+from tinycore.device.buffer import Buffer
+from tinycore.device.buffers import buffer_of
 from tinycore.engine.plan import Binding, RunPlan
 
 _captured: list[list[UOp]] = []   # a stack: the LINEARs recorded by each active capture
@@ -97,9 +99,19 @@ class ReplayPlan:
     self.linear, self.input_uops = linear, list(input_uops)
     self.plan = RunPlan(linear, patched=self.input_uops)
     self.kernel_count = self.plan.kernel_count  # (compiles the plan now, at capture)
+    # the buffers a replay writes, and those of them it does not take as inputs (outputs, intermediates)
+    self.written = {b.src[0] if b.op is Ops.BUFFER_VIEW else b for call in linear.src
+                    for b in written_and_taken_buffers(call)[0]}
+    self._own_written = {id(buffer_of(b)) for b in self.written - set(self.input_uops)}
     # the Variables the captured kernels take, by name: (min, max)
     self.variables = {s.src[0].arg[0]: s.src[0].arg[1:] for call in linear.src for s in call_scalars(call)
                       if s.op is Ops.BIND}
+
+  def unaliased(self, buffer: Any) -> Any:
+    """An input Buffer to replay with: a copy of it when it is one of the buffers the replay itself writes (an
+    earlier call's output fed back, `f(f(x))`), so no kernel reads the buffer it is writing."""
+    if id(buffer.base) not in self._own_written: return buffer
+    return Buffer(buffer.device, buffer.size, buffer.dtype).ensure_allocated().copy_from(buffer)
 
   def run(self, inputs: Sequence[Any], var_vals: dict[str, int] | None = None) -> None:
     """Replay with these input Buffers and Variable values (by name; a Variable not given keeps its captured

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.device.kernels import dump_binary
   from tinycore.device.python import HOST_DEVICE
   from tinycore.device.compiled import (COMPILE_TIMEOUT_ENV, Compiled, Compiler, Program, cache_dir, compile_timeout_s,
-                                        finish_bounded, run_bounded, run_compiler, start_bounded,
+                                        count_setting, finish_bounded, run_bounded, run_compiler, start_bounded,
                                         trusted_cache_dir)
   from tinycore.dtype import DType, dtypes
   from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
                                    queue_timeout_s, raise_timeout_hint)
   from tinycore.hcq.in_flight import keep_in_flight_memory, wait_for_queues
   from tinycore.hcq.signal import Signal, signal_pool
+  from tinycore.errors import DeviceUnavailable, SettingError
   from tinycore.plugin.known_failures import KnownFailure
   from tinycore.uop.ops import GroupOp, Ops, UOp
 
@@ -57,7 +58,7 @@ _LAZY_EXPORTS: dict[str, str] = {
   "HOST_DEVICE": "tinycore.device.python",
   "dump_binary": "tinycore.device.kernels",
   **dict.fromkeys(("Compiled", "Compiler", "Program", "cache_dir", "trusted_cache_dir", "COMPILE_TIMEOUT_ENV",
-                   "compile_timeout_s", "run_bounded", "run_compiler", "start_bounded", "finish_bounded"),
+                   "compile_timeout_s", "count_setting", "run_bounded", "run_compiler", "start_bounded", "finish_bounded"),
                  "tinycore.device.compiled"),
   **dict.fromkeys(("CStyleRenderer", "RenderedKernel"), "tinycore.codegen.c_style"),
   **dict.fromkeys(("AccUpdate", "LinearKernel", "Loop"), "tinycore.codegen.linearize"),
@@ -71,6 +72,7 @@ _LAZY_EXPORTS: dict[str, str] = {
   **dict.fromkeys(("CommandWriter", "Encoded", "HCQDevice", "HCQTimeoutError", "HWQueue", "is_hcq_device",
                    "queue_timeout_s", "raise_timeout_hint"), "tinycore.hcq.device"),
   "KnownFailure": "tinycore.plugin.known_failures",
+  **dict.fromkeys(("DeviceUnavailable", "SettingError"), "tinycore.errors"),
   **dict.fromkeys(("Signal", "signal_pool"), "tinycore.hcq.signal"),
   **dict.fromkeys(("wait_for_queues", "keep_in_flight_memory"), "tinycore.hcq.in_flight"),
 }

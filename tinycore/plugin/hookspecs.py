@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 # Allocator.map/_map/_unmap and Buffer.get_storage/get_buf, RenderedKernel, tinycore_known_failures. 1.2: Panel,
 # find_panels, KernelTarget.panel_bytes and CStyleRenderer.packed_load (packed operand panels). 1.3: start_bounded
 # and finish_bounded (a compiler started ahead of need, fed later), KernelTarget.broadcast_strips and split_gates.
-# 1.4: Compiled.max_kernel_args (a device's limit on one kernel's arguments; None: any number).
-API_VERSION = "1.4"
+# 1.4: Compiled.max_kernel_args (a device's limit on one kernel's arguments; None: any number). 1.5: count_setting
+# and SettingError (a setting with a bad value, which the default device does not fall back past), DeviceUnavailable
+# (a device present but unusable here, listed "unavailable").
+API_VERSION = "1.5"
 
 hookspec = pluggy.HookspecMarker("tinycore")
 hookimpl = pluggy.HookimplMarker("tinycore")
@@ -46,7 +48,9 @@ def tinycore_open_device(name: str) -> Compiled | None:
   """Open the device called ``name`` (canonical: "CPU", "CPU:1", "DISK:/tmp/x") and return its ``Compiled``, or
   None if this plugin does not provide that prefix. The first non-None result wins. Called at most once per name
   per process; the registry caches the result. Raise an exception with a clear message if the device exists
-  but cannot be opened (no driver, no such index)."""
+  but cannot be opened (no driver, no such index): ``tinycore.plugin.DeviceUnavailable`` when it is present but
+  cannot work here (the cause and the remedy in the message), ``tinycore.plugin.SettingError`` for a setting
+  with a value the device cannot take (the default device then stops with it rather than trying the next)."""
 
 
 @hookspec(firstresult=True)

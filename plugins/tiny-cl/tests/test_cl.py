@@ -412,3 +412,43 @@ def test_cross_device_assign_whole_view_and_lazy(dst, src):
   c.assign(Tensor.ones(8, device=src) * 2)                          # computed on its own device, then copied
   np.testing.assert_equal(c.numpy(), np.full(8, 2.0, np.float32))
   assert c.device == Device.canonicalize(dst)
+
+
+# ---------------------------------------------------------------- a driver that builds no kernel
+@needs_device
+def test_a_driver_that_builds_no_kernel_is_unavailable_with_the_remedy(dev, monkeypatch):
+  from tinycore.errors import DeviceUnavailable
+  from tiny_cl.compiler import CLCompiler, PROBE_SOURCE
+  compiler = CLCompiler(dev.context, dev.cl_device)
+  def refuse(self, src):
+    raise RuntimeError("the OpenCL driver failed to build a kernel: error: unknown target CPU 'generic'\n"
+                       f"--- source ---\n{src}")
+  monkeypatch.setattr(CLCompiler, "compile", refuse)
+  monkeypatch.setenv("TINYCORE_DISABLE_COMPILER_CACHE", "1")
+  with pytest.raises(DeviceUnavailable, match="builds no kernel.*unknown target CPU 'generic'.*OCL_ICD_VENDORS"):
+    compiler.check_builds()
+  assert "tinycore_probe" in PROBE_SOURCE
+
+
+@needs_device
+def test_the_binary_cache_key_names_the_host_cpu_for_a_cpu_driver(dev):
+  from tiny_cl.compiler import host_cpu_signature
+  if dev.cl_device.type & cl.device_type.CPU: assert host_cpu_signature() in dev.compiler.cachekey
+
+
+LIST_AND_CHECK = """
+import subprocess, sys
+result = subprocess.run([sys.executable, "-m", "tinycore", "devices", "--check"], capture_output=True, text=True)
+print(result.stdout); print(result.stderr, file=sys.stderr); sys.exit(result.returncode)
+"""
+
+
+@needs_device
+def test_every_cl_device_listed_ok_passes_its_check_with_every_installed_driver(tmp_path):
+  # no OCL_ICD_VENDORS: the loader lists every driver installed (PyPI's PoCL beside the system's, on a machine with
+  # both); one that cannot build is listed unavailable, so --check passes for every device listed ok
+  env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OCL_ICD")}
+  result = subprocess.run([sys.executable, "-c", LIST_AND_CHECK], capture_output=True, text=True, env=env, timeout=900)
+  assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+  rows = [line for line in result.stdout.splitlines() if " tiny-cl " in line]
+  assert rows and all(" ok " in row or "unavailable:" in row for row in rows), rows

@@ -1,7 +1,11 @@
 """CLCompiler: OpenCL C source -> the device's program binary, built by the OpenCL driver."""
 from __future__ import annotations
+import functools
+import hashlib
+import os
+import platform
 from typing import Any
-from tinycore.plugin import Compiler
+from tinycore.plugin import Compiler, DeviceUnavailable
 
 
 def build_options(device: Any) -> list[str]:
@@ -15,6 +19,33 @@ def build_options(device: Any) -> list[str]:
 
 
 POCL_BINARY_MAGIC = b"poclbin\0"
+# a kernel every working driver builds: opening a device builds it once (then it is in the compile cache)
+PROBE_SOURCE = "__kernel void tinycore_probe(__global float *out) { out[get_global_id(0)] = 1.0f; }\n"
+SYSTEM_POCL_ICD = "/etc/OpenCL/vendors/pocl.icd"
+
+
+def pocl_remedy() -> str:
+  """What to do about a PoCL that builds no kernel (PyPI's, on a CPU its LLVM does not know)."""
+  use_it = f"point the OpenCL loader at it alone (OCL_ICD_VENDORS={SYSTEM_POCL_ICD})"
+  if os.path.exists(SYSTEM_POCL_ICD): return f"the system's PoCL is installed: {use_it}"
+  return f"install the system's PoCL (apt-get install pocl-opencl-icd) and {use_it}"
+
+
+@functools.cache
+def host_cpu_signature() -> str:
+  """What a CPU driver compiles for: the machine, and on Linux the CPU's vendor, family, model and a digest of its
+  feature flags. A binary built for one CPU is never loaded on another (a cache directory shared between hosts)."""
+  fields: dict[str, str] = {}
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if not line.strip(): break  # the first processor's block
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+  except OSError: pass
+  flags = hashlib.sha256(fields.get("flags", "").encode()).hexdigest()[:12]
+  return "|".join([platform.machine(), fields.get("vendor_id", ""), fields.get("cpu family", ""),
+                   fields.get("model", ""), flags])
 
 
 def is_complete_binary(lib: bytes) -> bool:
@@ -58,8 +89,24 @@ class CLCompiler(Compiler):
     self.context, self.device = context, device
     self.options = build_options(device)
     platform = device.platform
+    import pyopencl as cl
+    host = f"|{host_cpu_signature()}" if device.type & cl.device_type.CPU else ""  # a CPU driver builds for this one
     self.cachekey = (f"tiny-cl|{platform.name.strip()}|{platform.version.strip()}|{device.name.strip()}|"
-                     f"{device.driver_version.strip()}|{' '.join(self.options)}|{self.BINARY_FORMAT}")
+                     f"{device.driver_version.strip()}|{' '.join(self.options)}|{self.BINARY_FORMAT}{host}")
+
+  def check_builds(self) -> None:
+    """Raise DeviceUnavailable naming the cause and the remedy when this driver cannot build a kernel at all (PyPI's
+    PoCL 3.0 on a CPU its LLVM 14 does not know: "unknown target CPU 'generic'"): such a device is unavailable, not
+    a device whose every kernel fails. A driver that built the probe once answers from the compile cache."""
+    try: self.compile_cached(PROBE_SOURCE)
+    except RuntimeError as error:
+      log = str(error).split("--- source ---")[0].strip()
+      cause = log.splitlines()[-1] if log.splitlines() else log
+      remedy = pocl_remedy() if "Portable Computing Language" in self.device.platform.name else \
+        "update or reinstall its OpenCL driver"
+      raise DeviceUnavailable(f"the OpenCL driver {self.device.platform.name.strip()} "
+                         f"{self.device.driver_version.strip()} ({self.device.name.strip()}) builds no kernel "
+                         f"({cause[:300]}): {remedy}") from error
 
   def compile_cached(self, src: str) -> bytes:
     lib = super().compile_cached(src)

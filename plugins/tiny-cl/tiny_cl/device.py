@@ -193,8 +193,9 @@ class CLDevice(Compiled):
     renderer = CLRenderer(fp64="cl_khr_fp64" in self.extensions, fp16="cl_khr_fp16" in self.extensions,
                           max_local_size=self.cl_device.max_work_group_size,
                           max_work_item_sizes=self.cl_device.max_work_item_sizes)
-    super().__init__(name, CLAllocator(self), renderer, CLCompiler(self.context, self.cl_device),
-                     functools.partial(CLProgram, device=self))
+    compiler = CLCompiler(self.context, self.cl_device)
+    compiler.check_builds()  # a driver that builds no kernel is an unavailable device, never a default
+    super().__init__(name, CLAllocator(self), renderer, compiler, functools.partial(CLProgram, device=self))
     # every kernel argument (a buffer pointer or a 64-bit scalar) takes 8 bytes of the device's parameter room
     self.max_kernel_args = max(2, self.cl_device.max_parameter_size // 8)
 

@@ -7,8 +7,8 @@ import tempfile
 import threading
 import time
 from typing import Any, Sequence
-from tinycore.plugin import (HCQDevice, HostAllocator, HostMemory, Signal, keep_in_flight_memory, queue_timeout_s,
-                             trusted_cache_dir)
+from tinycore.plugin import (HCQDevice, HostAllocator, HostMemory, Signal, count_setting, keep_in_flight_memory,
+                             queue_timeout_s, trusted_cache_dir)
 from tiny_cpu.compiler import CPUCompiler
 
 
@@ -121,8 +121,9 @@ class CPUDevice(HCQDevice):
 
 
 def cpu_threads() -> int:
-  """Threads a large kernel is split across: TINYCORE_CPU_THREADS, else the cores this process may use."""
-  if (configured := os.environ.get("TINYCORE_CPU_THREADS")): return max(1, int(configured))
-  try: return max(1, len(os.sched_getaffinity(0)))
-  except AttributeError: return max(1, os.cpu_count() or 1)
+  """Threads a large kernel is split across: TINYCORE_CPU_THREADS (at most the cores this process may use: more only
+  contend for them), else those cores. A value that is not a positive whole number is a SettingError."""
+  try: cores = max(1, len(os.sched_getaffinity(0)))
+  except AttributeError: cores = max(1, os.cpu_count() or 1)
+  return count_setting("TINYCORE_CPU_THREADS", cores, most=cores)
 

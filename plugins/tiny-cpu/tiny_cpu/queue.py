@@ -11,6 +11,7 @@ the entries in order.
 from __future__ import annotations
 import ctypes
 import threading
+import warnings
 import time
 from typing import Any, Sequence
 from tinycore.plugin import (Barrier, CommandWriter, Copy, Encoded, Exec, HCQTimeoutError, HWQueue, SignalStore,
@@ -87,7 +88,7 @@ tc_queue *tc_queue_new(uint64_t slots) {
   q->slots = slots;
   q->ring = (uint64_t *)calloc(slots * 64, 8);
   sem_init(&q->sem, 0, 0);
-  pthread_create(&q->thread, 0, tc_worker, q);
+  if (pthread_create(&q->thread, 0, tc_worker, q) != 0) { free(q->ring); free(q); return 0; }
   return q;
 }
 /* copy n entries into the ring at the put position (wrapping around) and make them available: one wake-up per
@@ -238,18 +239,20 @@ tc_pool *tc_pool_new(uint64_t threads) {
   tc_pool *p = (tc_pool *)calloc(1, sizeof(tc_pool));
   p->threads = threads;
   p->helpers = (tc_helper *)calloc(threads, sizeof(tc_helper));
+  /* a helper the system cannot start ends the pool there: the threads started take every share (tc_pool_threads) */
   for (uint64_t i = 1; i < threads; i++) {
     p->helpers[i].pool = p; p->helpers[i].core = i;
     sem_init(&p->helpers[i].go, 0, 0);
-    pthread_create(&p->helpers[i].thread, 0, tc_helper_main, &p->helpers[i]);
+    if (pthread_create(&p->helpers[i].thread, 0, tc_helper_main, &p->helpers[i]) != 0) { p->threads = i; break; }
   }
   return p;
 }
+uint64_t tc_pool_threads(tc_pool *p) { return p->threads; }
 void tc_pool_restart(tc_pool *p) {
   p->ticket = 0; p->finished = 0;
   for (uint64_t i = 1; i < p->threads; i++) {
     sem_init(&p->helpers[i].go, 0, 0);
-    pthread_create(&p->helpers[i].thread, 0, tc_helper_main, &p->helpers[i]);
+    if (pthread_create(&p->helpers[i].thread, 0, tc_helper_main, &p->helpers[i]) != 0) { p->threads = i; break; }
   }
 }
 /* a threaded kernel's entry: a[0] the pool, a[1] the kernel's entry point, a[2] the share count, then the kernel's
@@ -305,6 +308,8 @@ class WorkerLibrary:
     lib.tc_pool_new.restype = ctypes.c_void_p
     lib.tc_pool_new.argtypes = [ctypes.c_uint64]
     lib.tc_pool_restart.argtypes = [ctypes.c_void_p]
+    lib.tc_pool_threads.restype = ctypes.c_uint64
+    lib.tc_pool_threads.argtypes = [ctypes.c_void_p]
     lib.tc_host_wait.restype = ctypes.c_int
     lib.tc_host_wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64]
     self.address = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
@@ -327,7 +332,11 @@ class CPUQueue(HWQueue):
     super().__init__(device, kind)
     self.worker = worker
     self.pool = worker.lib.tc_pool_new(threads) if threads > 1 else None
+    if self.pool and (started := worker.lib.tc_pool_threads(self.pool)) < threads:
+      warnings.warn(f"{device.device}: the system started {started} of the {threads} threads asked for; the ones "
+                    "started run every kernel's shares", stacklevel=2)
     self.handle = worker.lib.tc_queue_new(RING_ENTRIES)
+    if not self.handle: raise RuntimeError(f"{device.device}: the system could not start the queue's worker thread")
     self.ring = worker.lib.tc_queue_ring(self.handle)
     self.put = 0
     self.lock = threading.Lock()  # the ring's put counter: one submitter at a time

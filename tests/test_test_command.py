@@ -1,0 +1,42 @@
+"""The README's test command sets up what the backends need itself: `.ci/run` is that command and nothing else, and
+without root it says what it could not install and which envs it skipped (checked with its plan-only mode, which
+makes the set-up's decisions and runs no tox)."""
+from __future__ import annotations
+import os
+import pathlib
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_ci_runs_the_readme_test_command_and_nothing_else():
+  commands = [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()
+              if line.strip() and not line.lstrip().startswith("#")]
+  assert commands[-1] == "bash scripts/test.sh"
+  assert all(c.startswith(("set ", "cd ")) for c in commands[:-1]), commands  # no set-up of its own
+  assert "    bash scripts/test.sh\n" in (ROOT / "README.md").read_text()
+
+
+def test_without_root_the_test_command_names_what_it_could_not_install_and_skips_viz(tmp_path):
+  fake_bin = tmp_path / "bin"
+  fake_bin.mkdir()
+  (fake_bin / "id").write_text("#!/bin/sh\necho 1000\n")  # `id -u` answers: not root
+  (fake_bin / "id").chmod(0o755)
+  env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "TINYCORE_TEST_PLAN_ONLY": "1",
+         "TINYCORE_CHROMIUM": str(tmp_path / "no-chromium"), "TINYCORE_TEST_ENVS": "core,cpu,viz"}
+  result = subprocess.run(["bash", str(ROOT / "scripts/test.sh")], capture_output=True, text=True, env=env,
+                          timeout=120)
+  assert result.returncode == 0, result.stdout + result.stderr
+  assert "chromium not installed (not root): viz env skipped" in result.stdout
+  assert "would run tox -e core,cpu " in result.stdout  # viz left out, the others kept
+
+
+def test_as_root_with_a_browser_every_env_asked_for_is_planned(tmp_path):
+  browser = tmp_path / "chromium"
+  browser.write_text("#!/bin/sh\n")
+  browser.chmod(0o755)
+  env = {**os.environ, "TINYCORE_TEST_PLAN_ONLY": "1", "TINYCORE_CHROMIUM": str(browser),
+         "TINYCORE_TEST_ENVS": "core,viz"}
+  result = subprocess.run(["bash", str(ROOT / "scripts/test.sh")], capture_output=True, text=True, env=env,
+                          timeout=600)
+  assert result.returncode == 0 and "would run tox -e core,viz " in result.stdout, result.stdout + result.stderr
