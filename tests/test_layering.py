@@ -23,6 +23,8 @@ LAYERS = {
   "nn": 7, "cli": 7, "testing": 7, "jit": 7, "plugin": 7, "__init__": 7, "__main__": 7,
   # VIZ: the web page of what the compiler did (the layers report to it through tinycore.uop.capture)
   "viz": 7,
+  # models people bring, written with the public faces (Tensor, nn, TinyJit), and the command that runs them
+  "models": 8, "llm": 8,
 }
 
 

@@ -283,9 +283,20 @@ def test_npy_buffers_are_zero_copy():
   assert buffer.as_memoryview(force_zero_copy=True).obj is not None
 
 
-def test_default_is_read_only():
-  with pytest.raises(AttributeError, match="read-only"):
-    Device.DEFAULT = "CPU"
+@needs_tiny_cpu
+def test_setting_the_default_device_as_tinygrad_scripts_do(monkeypatch):
+  from tinycore import Tensor
+  before = Device.DEFAULT
+  monkeypatch.setenv("TINYCORE_DEVICE", before)  # (restored after the test, as the default below)
+  try:
+    Device.DEFAULT = "cpu:1"
+    assert Device.DEFAULT == "CPU:1" and Tensor([1.0]).device == "CPU:1"
+    with pytest.raises(ValueError, match="does not run kernels"): Device.DEFAULT = "NPY"
+    with pytest.raises(Exception, match="NOPE"): Device.DEFAULT = "NOPE"
+    assert Device.DEFAULT == "CPU:1"  # a refused name changes nothing
+  finally:
+    Device.DEFAULT = before
+  assert Tensor([1.0]).device == before
 
 
 @needs_tiny_cpu

@@ -170,8 +170,16 @@ class DeviceRegistry:
 
   @DEFAULT.setter
   def DEFAULT(self, value: str) -> None:  # noqa: N802
-    raise AttributeError(f"Device.DEFAULT is read-only (tried to set it to {value!r}); set {DEVICE_ENV} in the "
-                         "environment before the first use instead")
+    """`Device.DEFAULT = "CL"`, as in tinygrad: tensors made from now on without a device go there (tensors made
+    before keep theirs). The device must run kernels and open; the choice is exported to child processes too."""
+    if not isinstance(value, str): raise TypeError(f"Device.DEFAULT takes a device name, got {type(value).__name__}")
+    canonical = str(self.canonicalize(value))
+    if not self.spec_for(canonical).compute:
+      raise ValueError(f"{canonical} does not run kernels, so it cannot be the default device")
+    self[canonical]  # opens it: a device that cannot open raises here, not at the next tensor
+    with self._lock:
+      self._default = canonical
+      os.environ[DEVICE_ENV] = canonical
 
   def _choose_default(self) -> str:
     requested = os.environ.get(DEVICE_ENV, "").strip()

@@ -1,0 +1,75 @@
+"""Checkpoints made here by `transformers` (random weights, small configs, saved with `save_pretrained`), each with
+a BPE tokenizer trained here by `tokenizers`: nothing is downloaded."""
+from __future__ import annotations
+import json
+import pathlib
+import pytest
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+tokenizers = pytest.importorskip("tokenizers")
+
+TEXT = ["the quick brown fox jumps over the lazy dog", "a tensor compiler fuses kernels and runs them on devices",
+        "once upon a time there was a small model that generated text one token at a time"] * 20
+VOCAB = 128
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{{ eos_token }}{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def train_tokenizer(directory: pathlib.Path) -> None:
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+  tok = Tokenizer(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<eos>"],
+                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+  tok.train_from_iterator(TEXT, trainer)
+  tok.save(str(directory / "tokenizer.json"))
+  (directory / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<eos>", "chat_template": CHAT_TEMPLATE}))
+
+
+def save(model, directory: pathlib.Path) -> pathlib.Path:
+  torch.manual_seed(0)
+  model.eval().save_pretrained(directory)
+  train_tokenizer(directory)
+  return directory
+
+
+@pytest.fixture(scope="session")
+def gpt2_dir(tmp_path_factory) -> pathlib.Path:
+  torch.manual_seed(0)
+  config = transformers.GPT2Config(vocab_size=VOCAB + 2, n_embd=48, n_layer=2, n_head=4, n_positions=96,
+                                   bos_token_id=VOCAB, eos_token_id=VOCAB)
+  return save(transformers.GPT2LMHeadModel(config), tmp_path_factory.mktemp("gpt2"))
+
+
+def llama_config(**overrides):
+  settings = dict(vocab_size=VOCAB + 2, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=96, bos_token_id=1,
+                  eos_token_id=0, rms_norm_eps=1e-5)
+  settings.update(overrides)
+  return transformers.LlamaConfig(**settings)
+
+
+@pytest.fixture(scope="session")
+def llama_dir(tmp_path_factory) -> pathlib.Path:
+  torch.manual_seed(1)
+  return save(transformers.LlamaForCausalLM(llama_config()), tmp_path_factory.mktemp("llama"))
+
+
+@pytest.fixture(scope="session")
+def llama3_dir(tmp_path_factory) -> pathlib.Path:
+  torch.manual_seed(2)
+  config = llama_config(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+                        rope_theta=500000.0, tie_word_embeddings=True)
+  return save(transformers.LlamaForCausalLM(config), tmp_path_factory.mktemp("llama3"))
+
+
+@pytest.fixture(scope="session")
+def qwen2_dir(tmp_path_factory) -> pathlib.Path:
+  torch.manual_seed(3)
+  config = transformers.Qwen2Config(vocab_size=VOCAB + 2, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                                    num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=96,
+                                    eos_token_id=0)
+  return save(transformers.Qwen2ForCausalLM(config), tmp_path_factory.mktemp("qwen2"))
