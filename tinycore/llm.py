@@ -1,4 +1,4 @@
-"""Run a language model from a Hugging Face checkpoint directory.
+"""Run a language model from a Hugging Face checkpoint directory or a GGUF file.
 
     python -m tinycore.llm --model DIR --prompt "Once upon a time" [--max-new-tokens 64] [--device CPU]
     python -m tinycore.llm --model DIR --chat                  # a conversation on stdin, the chat template applied
@@ -30,8 +30,9 @@ class LanguageModel:
 
   def __init__(self, path: str, device: str | None = None, context: int | None = None):
     self.name = os.path.basename(os.path.normpath(path))
-    read_config(path)  # a missing directory or config.json is named before anything else
-    self.tokenizer = Tokenizer(path)
+    if not path.endswith(".gguf"): read_config(path)  # a missing directory or config.json is named first
+    elif not os.path.isfile(path): raise CheckpointError(f"no GGUF file at {path!r}")
+    self.tokenizer = Tokenizer.load(path)
     self.model = from_pretrained(path, device=device, context=context)
     self.generator = Generator(self.model)
     eos = self.model.config.get("eos_token_id")
@@ -222,7 +223,7 @@ def serve(lm: LanguageModel, port: int) -> None:
 # ---------------------------------------------------------------------------- the command line
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m tinycore.llm", description=__doc__.split("\n\n")[0])
-  parser.add_argument("--model", required=True, help="a Hugging Face checkpoint directory")
+  parser.add_argument("--model", required=True, help="a Hugging Face checkpoint directory or a .gguf file")
   what = parser.add_mutually_exclusive_group()
   what.add_argument("--prompt", help="the text to continue")
   what.add_argument("--chat", action="store_true", help="a conversation: one user turn per line of stdin")

@@ -18,7 +18,7 @@ def llm(*args: str, stdin: str | None = None, timeout: float = 300) -> subproces
 
 
 def expected_text(directory, prompt: str, count: int) -> str:
-  tokenizer = Tokenizer(directory)
+  tokenizer = Tokenizer.load(directory)
   new = generate(from_pretrained(directory), [tokenizer.encode(prompt)], count)[0]
   return tokenizer.decode(new)
 
@@ -39,7 +39,7 @@ def test_chat_applies_the_template_per_turn(llama_dir):
   result = llm("--model", str(llama_dir), "--chat", "--max-new-tokens", "5", stdin="hello\nand again\n")
   assert result.returncode == 0, result.stderr
   assert len(result.stdout.splitlines()) == 2
-  tokenizer = Tokenizer(llama_dir)
+  tokenizer = Tokenizer.load(llama_dir)
   assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}]) == "<|user|>hi<eos><|assistant|>"
 
 
@@ -89,3 +89,15 @@ def test_the_server_answers_the_openai_client(server, gpt2_dir):
   assert chat.choices[0].message.role == "assistant" and "".join(pieces) == chat.choices[0].message.content
   with pytest.raises(openai.BadRequestError, match="messages"):
     client.chat.completions.create(model=name, messages=[], max_tokens=4)
+
+
+def test_a_gguf_file_runs_with_its_own_tokenizer(tmp_path):
+  from tests.models.test_gguf import Q, write_llama_gguf
+  path = tmp_path / "model.gguf"
+  write_llama_gguf(path, Q.Q8_0)
+  result = llm("--model", str(path), "--prompt", "the quick", "--max-new-tokens", "6")
+  assert result.returncode == 0, result.stderr
+  tokenizer = Tokenizer.load(path)
+  model = from_pretrained(path)
+  ids = [1] + tokenizer.encode("the quick")  # (the LLaMA family starts with its bos token)
+  assert result.stdout == "the quick" + tokenizer.decode(generate(model, [ids], 6)[0]) + "\n"

@@ -10,6 +10,7 @@ from typing import Any
 from tinycore.device.registry import Device
 from tinycore.dtype import dtypes, to_dtype
 from tinycore.models.checkpoint import CheckpointError, Weights, load_weights, read_config
+from tinycore.models.gguf_checkpoint import gguf_checkpoint
 from tinycore.models.gpt2 import GPT2
 from tinycore.models.llama import Llama
 
@@ -19,15 +20,17 @@ __all__ = ["ARCHITECTURES", "CheckpointError", "GPT2", "Llama", "from_pretrained
 
 def from_pretrained(path: str | os.PathLike, device: str | None = None, dtype: Any = None,
                     context: int | None = None) -> Any:
-  """The model of a Hugging Face checkpoint directory, its weights on `device` (the default device) in `dtype`
+  """The model of a Hugging Face checkpoint directory (or a LLaMA-family `.gguf` file, its quantized tensors
+  dequantized on the device), its weights on `device` (the default device) in `dtype`
   (float32 unless given); `context` caps the key/value cache (the checkpoint's maximum by default)."""
-  config = read_config(path)
+  device = str(Device.canonicalize(device or Device.DEFAULT))
+  if os.fspath(path).endswith(".gguf"): config, tensors, _ = gguf_checkpoint(path, device)
+  else: config, tensors = read_config(path), load_weights(path)
   kind = config.get("model_type")
   if kind not in ARCHITECTURES:
     raise CheckpointError(f"unknown architecture {kind!r} in {os.fspath(path)}/config.json "
                           f"(supported: {', '.join(sorted(ARCHITECTURES))})")
-  weights = Weights(load_weights(path), str(Device.canonicalize(device or Device.DEFAULT)),
-                    to_dtype(dtype) if dtype is not None else dtypes.float32)
+  weights = Weights(tensors, device, to_dtype(dtype) if dtype is not None else dtypes.float32)
   model = ARCHITECTURES[kind](config, weights, context)
   model.config = config
   return model

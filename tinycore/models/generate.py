@@ -19,7 +19,8 @@ def sample(logits: Tensor, temperature: float = 0.0, top_k: int = 0, top_p: floa
   a draw from softmax(logits / temperature) over the top_k most likely (0: all) within the smallest set whose
   probability reaches top_p."""
   if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
-    raise ValueError(f"sampling needs temperature >= 0, 0 < top_p <= 1, top_k >= 0; got {temperature}, {top_p}, {top_k}")
+    raise ValueError(f"sampling needs temperature >= 0, 0 < top_p <= 1, top_k >= 0; got temperature {temperature}, "
+                     f"top_p {top_p}, top_k {top_k}")
   if temperature == 0: return logits.argmax(-1).cast(dtypes.int32)
   scores = logits.float() / temperature
   k = min(top_k, scores.shape[-1]) if top_k else scores.shape[-1]
@@ -48,7 +49,8 @@ class Generator:
     return self.model(tokens, start_pos)[:, -1, :].realize()
 
   def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
-               top_p: float = 1.0, seed: int | None = None, stop_tokens: Sequence[int] = ()) -> Iterator[list[int | None]]:
+               top_p: float = 1.0, seed: int | None = None,
+               stop_tokens: Sequence[int] = ()) -> Iterator[list[int | None]]:
     """Yield, per step, each row's new token (None for a row that is still reading its prompt or has stopped)."""
     if not prompts or any(len(p) == 0 for p in prompts): raise ValueError("every prompt needs at least one token")
     context = self.model.context

@@ -45,7 +45,8 @@ class GPT2:
     self.vocab_size, self.max_context = config["vocab_size"], config["n_positions"]
     self.context = min(context or self.max_context, self.max_context)
     act = config.get("activation_function", "gelu_new")
-    if act not in ACTIVATIONS: raise CheckpointError(f"GPT-2 activation {act!r} is not supported ({sorted(ACTIVATIONS)})")
+    if act not in ACTIVATIONS:
+      raise CheckpointError(f"GPT-2 activation {act!r} is not supported ({sorted(ACTIVATIONS)})")
     prefix = "transformer." if weights.has("transformer.wte.weight") else ""
     self.wte = weights.take(prefix + "wte.weight", (self.vocab_size, dim))
     self.wpe = weights.take(prefix + "wpe.weight", (self.max_context, dim))

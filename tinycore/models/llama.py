@@ -57,9 +57,10 @@ class LlamaBlock:
     self.eps, inner = config.get("rms_norm_eps", 1e-6), config["intermediate_size"]
     take = lambda name, *shape: w.take(prefix + name, shape)  # noqa: E731
     maybe = lambda name, *shape: take(name, *shape) if w.has(prefix + name) else None  # noqa: E731
-    self.q = (take("self_attn.q_proj.weight", self.heads * head_dim, dim), maybe("self_attn.q_proj.bias", self.heads * head_dim))
-    self.k = (take("self_attn.k_proj.weight", self.kv_heads * head_dim, dim), maybe("self_attn.k_proj.bias", self.kv_heads * head_dim))
-    self.v = (take("self_attn.v_proj.weight", self.kv_heads * head_dim, dim), maybe("self_attn.v_proj.bias", self.kv_heads * head_dim))
+    q_width, kv_width = self.heads * head_dim, self.kv_heads * head_dim
+    self.q = (take("self_attn.q_proj.weight", q_width, dim), maybe("self_attn.q_proj.bias", q_width))
+    self.k = (take("self_attn.k_proj.weight", kv_width, dim), maybe("self_attn.k_proj.bias", kv_width))
+    self.v = (take("self_attn.v_proj.weight", kv_width, dim), maybe("self_attn.v_proj.bias", kv_width))
     self.o = (take("self_attn.o_proj.weight", dim, self.heads * head_dim), maybe("self_attn.o_proj.bias", dim))
     self.gate, self.up = take("mlp.gate_proj.weight", inner, dim), take("mlp.up_proj.weight", inner, dim)
     self.down = take("mlp.down_proj.weight", dim, inner)
@@ -108,7 +109,10 @@ class Llama:
     tied = config.get("tie_word_embeddings", False) or not weights.has("lm_head.weight")
     self.lm_head = self.embed if tied else weights.take("lm_head.weight", (self.vocab_size, dim))
     theta, scaling = rope_settings(config)
-    inv = Tensor(rope_frequencies(head_dim, theta, scaling), device=weights.device)
+    frequencies = rope_frequencies(head_dim, theta, scaling)
+    if factors := config.get("rope_frequency_factors"):  # a GGUF's rope_freqs: each frequency divided by its factor
+      frequencies = [f / factor for f, factor in zip(frequencies, factors)]
+    inv = Tensor(frequencies, device=weights.device)
     angles = Tensor.arange(self.context, device=weights.device).float().reshape(-1, 1) * inv.reshape(1, -1)
     angles = angles.cat(angles, dim=-1)  # (context, head_dim): the halves convention
     self.cos, self.sin = angles.cos().cast(weights.dtype).contiguous().realize(), \

@@ -8,21 +8,55 @@ from tinycore.models.checkpoint import CheckpointError
 
 
 class Tokenizer:
-  def __init__(self, directory: str | os.PathLike):
+  """Text <-> token ids (a `tokenizers.Tokenizer`), the special tokens and the chat template. `Tokenizer.load(path)`
+  reads a checkpoint directory's tokenizer.json or a GGUF file's tokenizer.ggml.* metadata."""
+
+  def __init__(self, backend: Any, config: dict[str, Any], chat_template: str | None):
+    self.backend, self.config, self.chat_template = backend, config, chat_template
+
+  @staticmethod
+  def load(path: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Tokenizer:
+    if os.fspath(path).endswith(".gguf"):
+      if metadata is None:
+        from tinycore.nn.gguf import gguf_load
+        metadata = gguf_load(path)[0]
+      return Tokenizer.from_gguf(metadata, os.fspath(path))
+    return Tokenizer.from_directory(path)
+
+  @staticmethod
+  def from_directory(directory: str | os.PathLike) -> Tokenizer:
     path = os.path.join(directory, "tokenizer.json")
     if not os.path.isfile(path): raise CheckpointError(f"the checkpoint {os.fspath(directory)!r} has no tokenizer.json")
-    try: from tokenizers import Tokenizer as HFTokenizer
-    except ImportError as error:
-      raise CheckpointError("reading tokenizer.json needs the tokenizers package (pip install tokenizers)") from error
-    self.backend = HFTokenizer.from_file(path)
+    backend = _tokenizers().Tokenizer.from_file(path)
     config_path = os.path.join(directory, "tokenizer_config.json")
-    self.config: dict[str, Any] = {}
+    config: dict[str, Any] = {}
     if os.path.isfile(config_path):
-      with open(config_path) as f: self.config = json.load(f)
-    self.chat_template: str | None = self.config.get("chat_template")
+      with open(config_path) as f: config = json.load(f)
+    template = config.get("chat_template")
     template_file = os.path.join(directory, "chat_template.jinja")
-    if self.chat_template is None and os.path.isfile(template_file):
-      with open(template_file) as f: self.chat_template = f.read()
+    if template is None and os.path.isfile(template_file):
+      with open(template_file) as f: template = f.read()
+    return Tokenizer(backend, config, template)
+
+  @staticmethod
+  def from_gguf(metadata: dict[str, Any], where: str = "the GGUF file") -> Tokenizer:
+    """A byte-level BPE tokenizer (GPT-2's kind, `tokenizer.ggml.model` "gpt2") from the file's vocabulary and
+    merges, as transformers builds it from a GGUF."""
+    kind = metadata.get("tokenizer.ggml.model")
+    if kind != "gpt2":
+      raise CheckpointError(f"{where}: tokenizer model {kind!r} is not supported (a byte-level BPE, 'gpt2', is)")
+    tk = _tokenizers()
+    tokens = metadata["tokenizer.ggml.tokens"]
+    merges = [tuple(m.split(" ", 1)) for m in metadata.get("tokenizer.ggml.merges", [])]
+    backend = tk.Tokenizer(tk.models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+    backend.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = tk.decoders.ByteLevel()
+    types = metadata.get("tokenizer.ggml.token_type", [])
+    special = [t for t, kind_ in zip(tokens, types) if kind_ == 3]  # CONTROL tokens
+    if special: backend.add_special_tokens(special)
+    config = {key: tokens[metadata[f"tokenizer.ggml.{key}_id"]] for key in ("bos_token", "eos_token")
+              if isinstance(metadata.get(f"tokenizer.ggml.{key}_id"), int)}
+    return Tokenizer(backend, config, metadata.get("tokenizer.chat_template"))
 
   def special(self, key: str) -> str | None:
     value = self.config.get(key)
@@ -49,3 +83,10 @@ class Tokenizer:
 
 
 def _raise_template_error(message: str) -> None: raise CheckpointError(f"the chat template refused: {message}")
+
+
+def _tokenizers() -> Any:
+  try: import tokenizers
+  except ImportError as error:
+    raise CheckpointError("a tokenizer needs the tokenizers package (pip install tokenizers)") from error
+  return tokenizers

@@ -27,6 +27,7 @@ from tinycore.dtype import DType, dtypes
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import prod
 from tinycore.nn.torch_format import torch_load  # noqa: F401  (tinygrad's nn.state.torch_load)
+from tinycore.nn.gguf import gguf_load  # noqa: F401  (tinygrad's nn.state.gguf_load)
 
 # the safetensors dtype names (https://github.com/huggingface/safetensors)
 safe_dtypes: dict[str, DType] = {

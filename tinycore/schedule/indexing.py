@@ -20,6 +20,25 @@ def and_valid(a: UOp | None, b: UOp | None) -> UOp | None:
   return UOp(Ops.AND, dtypes.bool, (a, b))
 
 
+def valid_conjuncts(valid: UOp) -> list[UOp]:
+  """The conditions a gate ANDs together."""
+  return [c for s in valid.src for c in valid_conjuncts(s)] if valid.op is Ops.AND and valid.dtype is dtypes.bool \
+    else [valid]
+
+
+def gate_within(valid: UOp | None, ranges: set[UOp]) -> UOp | None:
+  """The conditions of a load gate that concern these loops (or no loop): what a value computed over them needs.
+  A gate only keeps loads in bounds (values past a pad or a symbolic size are masked where they are read, by a WHERE),
+  so a condition on another loop cannot change such a value's loads: dropped, the value does not depend on that loop
+  (a reduce inside another loop's body is then the same node as outside it, and computed once)."""
+  if valid is None: return None
+  kept = None
+  for condition in valid_conjuncts(valid):
+    loops = {n for n in condition.toposort() if n.op is Ops.RANGE}
+    if not loops or loops & ranges: kept = and_valid(kept, condition)
+  return kept
+
+
 def index_size(size: int | UOp) -> int | UOp:
   """A shape entry for index math: an int stays an int; a symbolic size (an expression of the Variables, unbound in
   the schedule) is rebuilt in the index dtype, its Variables cast."""

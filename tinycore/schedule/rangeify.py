@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
 from tinycore.uop.symbolic_shapes import max_int
-from tinycore.schedule.indexing import (Index, KernelLoops, and_valid, flat_index, resized_bitcast_indices,
-                                        source_index)
+from tinycore.schedule.indexing import (Index, KernelLoops, and_valid, flat_index, gate_within, kept_ranges,
+                                        resized_bitcast_indices, source_index)
 from tinycore.schedule.scalars import kernel_parameter
 
 if TYPE_CHECKING:
@@ -41,6 +41,9 @@ class KernelBuilder:
 
   # --- lowering
   def lower(self, u: UOp, idx: Index, valid: UOp | None, top: bool = False) -> UOp:
+    # of the gate a reduce is read under, it keeps what concerns the loops it depends on (`gate_within`): read
+    # inside another loop's body it is the same node as outside it, computed once
+    if u.op is Ops.REDUCE_AXIS and valid is not None: valid = gate_within(valid, kept_ranges(u, idx))
     key = (u, idx, valid, top)
     if (done := self.memo.get(key)) is not None: return done
     result = self._lower(u, idx, valid, top)

@@ -1,0 +1,145 @@
+"""GGUF: files written here by the `gguf` package (its writer, its quantizers where it has them, its dequantizer as
+the reference) load through tinycore.nn.gguf and run the LLaMA model: every supported tensor type dequantized on the
+device exactly as the gguf package does, logits against transformers holding the same dequantized weights, and the
+file's tokenizer."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from tinycore import Tensor
+from tinycore.models import from_pretrained
+from tinycore.models.generate import generate
+from tinycore.models.tokenizer import Tokenizer
+from tinycore.nn.gguf import GGUFError, gguf_load
+from tests.models.conftest import TEXT, VOCAB, torch, transformers
+
+gguf = pytest.importorskip("gguf")
+Q = gguf.GGMLQuantizationType
+QUANTIZED_BY_THE_PACKAGE = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1]
+K_QUANTS = {Q.Q4_K: (144, 0), Q.Q6_K: (210, 208)}  # block bytes, where the f16 scale is (the package has no quantizer)
+
+
+def encode(x: np.ndarray, qtype, rng) -> np.ndarray:
+  """x in qtype's bytes: the package's quantizer, or for a K-quant random blocks with small scales."""
+  if qtype == Q.F32: return x.astype(np.float32)
+  if qtype == Q.F16: return x.astype(np.float16)
+  if qtype in K_QUANTS:
+    block_bytes, scale_at = K_QUANTS[qtype]
+    rows, cols = x.shape
+    raw = rng.integers(0, 256, (rows, cols // 256 * block_bytes), dtype=np.uint8).reshape(rows, -1, block_bytes)
+    scale = (rng.random(raw.shape[:2]) * 2e-4 + 1e-5).astype(np.float16).view(np.uint8).reshape(*raw.shape[:2], 2)
+    raw[:, :, scale_at:scale_at + 2] = scale
+    if qtype == Q.Q4_K: raw[:, :, 2:4] = scale  # dmin
+    return raw.reshape(rows, -1)
+  return gguf.quants.quantize(x, qtype)
+
+
+def decode(raw: np.ndarray, qtype) -> np.ndarray:
+  return raw.astype(np.float32) if qtype in (Q.F32, Q.F16) else gguf.quants.dequantize(raw, qtype)
+
+
+@pytest.mark.parametrize("qtype", QUANTIZED_BY_THE_PACKAGE + list(K_QUANTS), ids=lambda q: q.name)
+def test_each_tensor_type_dequantizes_as_the_gguf_package(tmp_path, qtype):
+  rng = np.random.default_rng(int(qtype))
+  x = rng.standard_normal((6, 512)).astype(np.float32)
+  raw = encode(x, qtype, rng)
+  writer = gguf.GGUFWriter(str(tmp_path / "t.gguf"), "llama")
+  writer.add_uint32("test.count", 7)
+  writer.add_array("test.list", ["a", "b"])
+  writer.add_tensor("t", raw, raw_dtype=qtype)
+  writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
+  metadata, tensors = gguf_load(tmp_path / "t.gguf")
+  assert metadata["test.count"] == 7 and metadata["test.list"] == ["a", "b"]
+  assert tensors["t"].shape == (6, 512)
+  np.testing.assert_array_equal(tensors["t"].float().numpy(), decode(raw, qtype).reshape(6, 512))
+
+
+def permute(w: np.ndarray, heads: int) -> np.ndarray:  # llama.cpp's converter, for q and k
+  return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+GGUF_NAMES = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+              "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+              "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+              "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+              "mlp.down_proj.weight": "ffn_down.weight"}
+
+
+def write_llama_gguf(path, qtype, seed=0):
+  """A LLaMA (GQA) in transformers, written as llama.cpp's converter would (q/k rows permuted, norms in F32), its
+  matrices in qtype; returns transformers' model holding the weights the file decodes to."""
+  torch.manual_seed(seed)
+  config = transformers.LlamaConfig(vocab_size=VOCAB + 2, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                    rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=1, eos_token_id=0)
+  model = transformers.LlamaForCausalLM(config).eval()
+  rng = np.random.default_rng(seed)
+  writer = gguf.GGUFWriter(str(path), "llama")
+  writer.add_block_count(2), writer.add_context_length(128), writer.add_embedding_length(256)
+  writer.add_feed_forward_length(512), writer.add_head_count(4), writer.add_head_count_kv(2)
+  writer.add_layer_norm_rms_eps(1e-5), writer.add_rope_freq_base(10000.0)
+  from tests.models.conftest import train_tokenizer
+  import json
+  train_tokenizer(path.parent)
+  vocab = json.loads((path.parent / "tokenizer.json").read_text())["model"]
+  tokens = [t for t, _ in sorted(vocab["vocab"].items(), key=lambda kv: kv[1])]
+  writer.add_tokenizer_model("gpt2"), writer.add_token_list(tokens)
+  writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in vocab["merges"]])
+  writer.add_token_types([3 if t == "<eos>" else 1 for t in tokens])
+  writer.add_bos_token_id(1), writer.add_eos_token_id(0)
+  state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+  decoded = {}
+  for name, w in state.items():
+    if name.startswith("model.layers."):
+      _, _, layer, rest = name.split(".", 3)
+      target = f"blk.{layer}.{GGUF_NAMES[rest]}"
+    else: target = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+                    "lm_head.weight": "output.weight"}[name]
+    heads = 4 if "q_proj" in name else 2 if "k_proj" in name else None
+    stored = permute(w, heads) if heads else w
+    kind = qtype if w.ndim == 2 else Q.F32
+    raw = encode(stored, kind, rng)
+    writer.add_tensor(target, raw, raw_dtype=kind)
+    back = decode(raw, kind).reshape(stored.shape)
+    decoded[name] = permute(back, heads) if False else (unpermute(back, heads) if heads else back)
+  writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
+  model.load_state_dict({k: torch.tensor(v) for k, v in decoded.items()})
+  return model
+
+
+def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
+  return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+@pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+def test_a_llama_gguf_gives_transformers_logits_for_the_weights_it_holds(tmp_path, qtype):
+  path = tmp_path / "model.gguf"
+  ref = write_llama_gguf(path, qtype)
+  tokens = np.array([[5, 17, 42, 3, 99, 8]], np.int64)
+  with torch.no_grad(): want = ref(torch.tensor(tokens)).logits.numpy()
+  model = from_pretrained(path)
+  np.testing.assert_allclose(model(Tensor(tokens.astype(np.int32))).numpy(), want, atol=2e-4, rtol=1e-4)
+  with torch.no_grad():
+    greedy = ref.generate(torch.tensor(tokens), max_new_tokens=12, do_sample=False, eos_token_id=None,
+                          pad_token_id=0, attention_mask=torch.ones_like(torch.tensor(tokens)))[0, 6:].tolist()
+  assert generate(model, [tokens[0].tolist()], 12)[0] == greedy
+
+
+def test_the_file_s_tokenizer_round_trips_and_matches_tokenizer_json(tmp_path):
+  path = tmp_path / "model.gguf"
+  write_llama_gguf(path, Q.F16)
+  from_file, from_json = Tokenizer.load(path), Tokenizer.load(tmp_path)
+  for text in TEXT[:3] + ["fox kernels, once!"]:
+    ids = from_file.encode(text)
+    assert ids == from_json.encode(text) and from_file.decode(ids) == text
+  assert from_file.special("eos_token") == "<eos>"
+
+
+def test_bad_gguf_files_name_the_problem(tmp_path):
+  (tmp_path / "not.gguf").write_bytes(b"GGML" + bytes(60))
+  with pytest.raises(GGUFError, match="not a GGUF file"): gguf_load(tmp_path / "not.gguf")
+  with pytest.raises(FileNotFoundError, match="no GGUF file"): gguf_load(tmp_path / "missing.gguf")
+  writer = gguf.GGUFWriter(str(tmp_path / "q5.gguf"), "llama")
+  writer.add_tensor("w", np.zeros((2, 22), np.uint8), raw_dtype=Q.Q5_0)
+  writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
+  with pytest.raises(GGUFError, match="'w' has type Q5_0, which tinycore does not dequantize"):
+    gguf_load(tmp_path / "q5.gguf")
