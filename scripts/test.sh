@@ -39,12 +39,19 @@ why_not_installed() {
 if ! command -v clang >/dev/null 2>&1; then
   install_system_package clang || note "clang not installed ($(why_not_installed)): tiny-cpu compiles with gcc"
 fi
-if wants cl && [ ! -e /etc/OpenCL/vendors/pocl.icd ]; then
+system_pocl() {  # the system's PoCL is there: its ICD file, and the library that file names (a removed but not
+  # purged package leaves the file behind)
+  local lib
+  [ -e /etc/OpenCL/vendors/pocl.icd ] || return 1
+  lib=$(head -n 1 /etc/OpenCL/vendors/pocl.icd)
+  [ -e "$lib" ] || ldconfig -p 2>/dev/null | grep -q "$(basename "$lib")"
+}
+if wants cl && ! system_pocl; then
   install_system_package pocl-opencl-icd || note "pocl-opencl-icd not installed ($(why_not_installed)): the cl env uses PyPI's PoCL if it builds kernels on this CPU"
 fi
 # point the OpenCL loader at the system's PoCL alone (pyopencl's bundled loader would also list PyPI's); tox passes
 # OCL_ICD_* on to the cl env
-if [ -e /etc/OpenCL/vendors/pocl.icd ] && [ -z "${OCL_ICD_VENDORS:-}" ] && [ -z "${OCL_ICD_FILENAMES:-}" ]; then
+if system_pocl && [ -z "${OCL_ICD_VENDORS:-}" ] && [ -z "${OCL_ICD_FILENAMES:-}" ]; then
   export OCL_ICD_VENDORS=/etc/OpenCL/vendors/pocl.icd
 fi
 CHROMIUM=${TINYCORE_CHROMIUM:-/usr/bin/chromium}
