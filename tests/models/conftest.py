@@ -73,3 +73,11 @@ def qwen2_dir(tmp_path_factory) -> pathlib.Path:
                                     num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=96,
                                     eos_token_id=0)
   return save(transformers.Qwen2ForCausalLM(config), tmp_path_factory.mktemp("qwen2"))
+
+
+@pytest.fixture(scope="session")
+def bert_dir(tmp_path_factory) -> pathlib.Path:
+  torch.manual_seed(4)
+  config = transformers.BertConfig(vocab_size=VOCAB + 2, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                   intermediate_size=96, max_position_embeddings=64)
+  return save(transformers.BertModel(config), tmp_path_factory.mktemp("bert"))

@@ -1,5 +1,6 @@
 """Models people bring, written with the public Tensor API: GPT-2 and the LLaMA family (LLaMA 2/3, Mistral, Qwen2)
-from Hugging Face checkpoint directories, with a key/value cache for generation (`tinycore.models.generate`).
+from Hugging Face checkpoint directories or GGUF files, with a key/value cache for generation
+(`tinycore.models.generate`), and BERT encoders.
 
     model = from_pretrained("path/to/checkpoint")          # config.json + model.safetensors (or shards)
     logits = model(Tensor([[1, 2, 3]]))                      # (batch, tokens, vocab)
@@ -10,12 +11,13 @@ from typing import Any
 from tinycore.device.registry import Device
 from tinycore.dtype import dtypes, to_dtype
 from tinycore.models.checkpoint import CheckpointError, Weights, load_weights, read_config
+from tinycore.models.bert import Bert
 from tinycore.models.gguf_checkpoint import gguf_checkpoint
 from tinycore.models.gpt2 import GPT2
 from tinycore.models.llama import Llama
 
-ARCHITECTURES: dict[str, type] = {"gpt2": GPT2, "llama": Llama, "mistral": Llama, "qwen2": Llama}
-__all__ = ["ARCHITECTURES", "CheckpointError", "GPT2", "Llama", "from_pretrained"]
+ARCHITECTURES: dict[str, type] = {"gpt2": GPT2, "llama": Llama, "mistral": Llama, "qwen2": Llama, "bert": Bert}
+__all__ = ["ARCHITECTURES", "Bert", "CheckpointError", "GPT2", "Llama", "from_pretrained"]
 
 
 def from_pretrained(path: str | os.PathLike, device: str | None = None, dtype: Any = None,
