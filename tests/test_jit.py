@@ -132,6 +132,12 @@ def test_views_of_a_realized_tensor_are_read_as_the_elements_they_name():
   data = realized(np.arange(16, dtype=np.float32).reshape(4, 4))
   row_sum = TinyJit(lambda x: x.sum(axis=1).realize())
   np.testing.assert_equal([row_sum(data[i:i + 1]).numpy().tolist() for i in range(4)], [[6], [22], [38], [54]])
+  # ... and of a tensor with a pending store (realized first, then the view's own elements)
+  fresh, sums = TinyJit(lambda x: x.sum(axis=1).realize()), []
+  for i in range(4):
+    data.assign(data + 1)
+    sums.append(fresh(data[i:i + 1]).item())
+  assert sums == [10 + 20 * i for i in range(4)]  # row i of arange + (i + 1)
 
 
 @pytest.mark.parametrize("device", ["CPU", "SIM"])

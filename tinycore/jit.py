@@ -61,14 +61,14 @@ def _prepared_inputs(args: tuple, kwargs: dict) -> tuple[tuple, dict, list[Tenso
   realized buffers, or views whose Variables a replay patches: a lazy input is realized; a fixed view of a buffer
   (`X[i:i+1]`, `x.T`, `x[::-1]`) is passed as a copy in its own buffer, so each call reads the elements it names."""
   tensors = _tensor_arguments(args, kwargs)
+  if lazy := [t for t in tensors if None in _input_buffers(t.uop)]: Tensor.realize(*lazy)
   copies = {id(t): t.clone() for t in tensors if _is_fixed_view(t.uop)}
   if copies:
     args = tuple(copies.get(id(a), a) if isinstance(a, Tensor) else a for a in args)
     kwargs = {k: copies.get(id(v), v) if isinstance(v, Tensor) else v for k, v in kwargs.items()}
     tensors = [copies.get(id(t), t) for t in tensors]
-  copied = {id(c) for c in copies.values()}
-  if lazy := [t for t in tensors if id(t) in copied or None in _input_buffers(t.uop)]: Tensor.realize(*lazy)
-  return args, kwargs, tensors, copied
+    Tensor.realize(*copies.values())
+  return args, kwargs, tensors, {id(c) for c in copies.values()}
 
 
 def _variable_values(args: tuple, kwargs: dict, inputs: list[Tensor] = ()) -> dict[str, int]:
