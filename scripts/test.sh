@@ -44,7 +44,8 @@ system_pocl() {  # the system's PoCL is there: its ICD file, and the library tha
   local lib
   [ -e /etc/OpenCL/vendors/pocl.icd ] || return 1
   lib=$(head -n 1 /etc/OpenCL/vendors/pocl.icd)
-  [ -e "$lib" ] || ldconfig -p 2>/dev/null | grep -q "$(basename "$lib")"
+  [ -e "$lib" ] || ls /usr/lib/*/"$lib" /usr/lib/"$lib" /usr/local/lib/"$lib" >/dev/null 2>&1 || \
+    ldconfig -p 2>/dev/null | grep -q "$(basename "$lib")"
 }
 if wants cl && ! system_pocl; then
   install_system_package pocl-opencl-icd || note "pocl-opencl-icd not installed ($(why_not_installed)): the cl env uses PyPI's PoCL if it builds kernels on this CPU"

@@ -4,6 +4,7 @@ fp16/fp64 detection, and the message `tinycore devices` gives without any OpenCL
 from __future__ import annotations
 import copy
 import importlib.util
+import os
 import subprocess
 import sys
 import time
@@ -84,6 +85,9 @@ def test_cli_lists_every_device_with_platform_and_name():
   found = platforms.devices()
   assert list(rows) == ["CL"] + [f"CL:{index}" for index in range(1, len(found))]
   for index, (name, row) in enumerate(rows.items()):
+    if row.status.startswith("unavailable:"):  # a driver that builds no kernel (PyPI's PoCL on a newer CPU)
+      assert "builds no kernel" in row.status and "OCL_ICD_VENDORS" in row.status, row.status
+      continue
     assert row.status == "ok", row.status
     assert row.capabilities["platform"] == found[index].platform.name.strip()
     assert row.capabilities["device"] == found[index].name.strip()
@@ -199,7 +203,17 @@ print("ok")
 def test_two_devices_and_copies_between_them(monkeypatch):
   """CL and CL:1 are separate devices (own context and queue); a copy between them goes through host memory. On a
   machine with one device, PoCL is asked for two (POCL_DEVICES) in a child process."""
-  if len(platforms.devices()) < 2:
+  from tinycore.errors import DeviceUnavailable
+  from tiny_cl.compiler import SYSTEM_POCL_ICD
+  second_usable = len(platforms.devices()) >= 2
+  if second_usable:
+    try: Device["CL:1"]
+    except RuntimeError as error:
+      if not isinstance(error.__cause__, DeviceUnavailable): raise
+      second_usable = False
+      if not os.path.exists(SYSTEM_POCL_ICD): pytest.skip(f"CL:1 is unavailable ({error.__cause__})")
+      monkeypatch.setenv("OCL_ICD_VENDORS", SYSTEM_POCL_ICD)  # the system's PoCL alone, asked for two devices
+  if not second_usable:
     first = platforms.devices()[0]
     if "Portable Computing Language" not in first.platform.name: pytest.skip("only one OpenCL device")
     monkeypatch.setenv("POCL_DEVICES", " ".join([first.name.split("-")[0]] * 2))  # "pthread pthread"
