@@ -44,8 +44,10 @@ system_pocl() {  # the system's PoCL is there: its ICD file, and the library tha
   local lib
   [ -e /etc/OpenCL/vendors/pocl.icd ] || return 1
   lib=$(head -n 1 /etc/OpenCL/vendors/pocl.icd)
-  [ -e "$lib" ] || ls /usr/lib/*/"$lib" /usr/lib/"$lib" /usr/local/lib/"$lib" >/dev/null 2>&1 || \
-    ldconfig -p 2>/dev/null | grep -q "$(basename "$lib")"
+  [ -e "$lib" ] && return 0
+  local dir
+  for dir in /usr/lib/*/ /usr/lib/ /usr/local/lib/ /lib/*/; do [ -e "$dir$lib" ] && return 0; done
+  ldconfig -p 2>/dev/null | grep -qF "$lib"
 }
 if wants cl && ! system_pocl; then
   install_system_package pocl-opencl-icd || note "pocl-opencl-icd not installed ($(why_not_installed)): the cl env uses PyPI's PoCL if it builds kernels on this CPU"
@@ -65,7 +67,8 @@ if wants viz && [ ! -x "$CHROMIUM" ]; then
 fi
 
 if [ -n "${TINYCORE_TEST_PLAN_ONLY:-}" ]; then  # (the set-up's decisions, for tests/test_fresh_install.py)
-  echo "scripts/test.sh: would run tox -e $(IFS=,; echo "${ENVS[*]}") (cl if an OpenCL device builds a kernel)"
+  echo "scripts/test.sh: would run tox -e $(IFS=,; echo "${ENVS[*]}") (cl if an OpenCL device builds a kernel)" \
+       "with OCL_ICD_VENDORS=${OCL_ICD_VENDORS:-}"
   exit 0
 fi
 python3 -m pip install --quiet "tox>=4" || { echo "scripts/test.sh: could not install tox"; exit 1; }

@@ -40,3 +40,16 @@ def test_as_root_with_a_browser_every_env_asked_for_is_planned(tmp_path):
   result = subprocess.run(["bash", str(ROOT / "scripts/test.sh")], capture_output=True, text=True, env=env,
                           timeout=600)
   assert result.returncode == 0 and "would run tox -e core,viz " in result.stdout, result.stdout + result.stderr
+
+
+def test_the_system_pocl_is_the_one_the_cl_env_uses_when_it_is_installed():
+  icd = pathlib.Path("/etc/OpenCL/vendors/pocl.icd")
+  library = icd.read_text().strip() if icd.exists() else ""
+  installed = library and (pathlib.Path(library).exists() or any(pathlib.Path(d, library).exists() for d in
+                                                                  [*pathlib.Path("/usr/lib").glob("*/"), "/usr/lib"]))
+  env = {k: v for k, v in os.environ.items() if not k.startswith("OCL_ICD")}
+  env.update(TINYCORE_TEST_PLAN_ONLY="1", TINYCORE_TEST_ENVS="core")
+  result = subprocess.run(["bash", str(ROOT / "scripts/test.sh")], capture_output=True, text=True, env=env,
+                          timeout=600)
+  assert result.returncode == 0, result.stdout + result.stderr
+  if installed: assert f"with OCL_ICD_VENDORS={icd}" in result.stdout, result.stdout
