@@ -1,38 +1,8 @@
-"""Checkpoints made here by `transformers` (random weights, small configs, saved with `save_pretrained`), each with
-a BPE tokenizer trained here by `tokenizers`: nothing is downloaded."""
+"""The model tests' checkpoints, made once per session (`model_helpers`)."""
 from __future__ import annotations
-import json
 import pathlib
 import pytest
-
-transformers = pytest.importorskip("transformers")
-torch = pytest.importorskip("torch")
-tokenizers = pytest.importorskip("tokenizers")
-
-TEXT = ["the quick brown fox jumps over the lazy dog", "a tensor compiler fuses kernels and runs them on devices",
-        "once upon a time there was a small model that generated text one token at a time"] * 20
-VOCAB = 128
-CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{{ eos_token }}{% endfor %}"
-                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-
-
-def train_tokenizer(directory: pathlib.Path) -> None:
-  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-  tok = Tokenizer(models.BPE())
-  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-  tok.decoder = decoders.ByteLevel()
-  trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<eos>"],
-                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-  tok.train_from_iterator(TEXT, trainer)
-  tok.save(str(directory / "tokenizer.json"))
-  (directory / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<eos>", "chat_template": CHAT_TEMPLATE}))
-
-
-def save(model, directory: pathlib.Path) -> pathlib.Path:
-  torch.manual_seed(0)
-  model.eval().save_pretrained(directory)
-  train_tokenizer(directory)
-  return directory
+from model_helpers import VOCAB, save, torch, transformers
 
 
 @pytest.fixture(scope="session")

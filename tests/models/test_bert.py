@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from tinycore import Tensor
 from tinycore.models import from_pretrained
-from tests.models.conftest import torch, transformers
+from model_helpers import torch, transformers
 
 
 def test_hidden_states_and_pooled_output_match_transformers_with_padding(bert_dir):

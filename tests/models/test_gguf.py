@@ -10,7 +10,7 @@ from tinycore.models import from_pretrained
 from tinycore.models.generate import generate
 from tinycore.models.tokenizer import Tokenizer
 from tinycore.nn.gguf import GGUFError, gguf_load
-from tests.models.conftest import TEXT, VOCAB, torch, transformers
+from model_helpers import TEXT, VOCAB, torch, transformers
 
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
@@ -77,7 +77,7 @@ def write_llama_gguf(path, qtype, seed=0):
   writer.add_block_count(2), writer.add_context_length(128), writer.add_embedding_length(256)
   writer.add_feed_forward_length(512), writer.add_head_count(4), writer.add_head_count_kv(2)
   writer.add_layer_norm_rms_eps(1e-5), writer.add_rope_freq_base(10000.0)
-  from tests.models.conftest import train_tokenizer
+  from model_helpers import train_tokenizer
   import json
   train_tokenizer(path.parent)
   vocab = json.loads((path.parent / "tokenizer.json").read_text())["model"]

@@ -92,7 +92,7 @@ def test_the_server_answers_the_openai_client(server, gpt2_dir):
 
 
 def test_a_gguf_file_runs_with_its_own_tokenizer(tmp_path):
-  from tests.models.test_gguf import Q, write_llama_gguf
+  from test_gguf import Q, write_llama_gguf
   path = tmp_path / "model.gguf"
   write_llama_gguf(path, Q.Q8_0)
   result = llm("--model", str(path), "--prompt", "the quick", "--max-new-tokens", "6")

@@ -10,7 +10,7 @@ from tinycore import Tensor
 from tinycore.codegen import CodegenStats
 from tinycore.models import CheckpointError, from_pretrained
 from tinycore.models.generate import generate, sample
-from tests.models.conftest import torch, transformers
+from model_helpers import torch, transformers
 
 CLASSES = {"gpt2_dir": "GPT2LMHeadModel", "llama_dir": "LlamaForCausalLM", "llama3_dir": "LlamaForCausalLM",
            "qwen2_dir": "Qwen2ForCausalLM"}
