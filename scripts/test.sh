@@ -71,11 +71,22 @@ if [ -n "${TINYCORE_TEST_PLAN_ONLY:-}" ]; then  # (the set-up's decisions, for t
        "with OCL_ICD_VENDORS=${OCL_ICD_VENDORS:-}"
   exit 0
 fi
-python3 -m pip install --quiet "tox>=4" || { echo "scripts/test.sh: could not install tox"; exit 1; }
+# tox: the one already there, else installed by pip, else (an externally managed Python, PEP 668: Debian's python3
+# for a user) in a virtual environment of its own under .tox/, else in the user's site-packages
+TOX=(python3 -m tox)
+if ! python3 -m tox --version >/dev/null 2>&1 && ! python3 -m pip install --quiet "tox>=4" >/dev/null 2>&1; then
+  if python3 -m venv .tox/runner >/dev/null 2>&1 && .tox/runner/bin/python -m pip install --quiet "tox>=4"; then
+    TOX=(.tox/runner/bin/python -m tox)
+  elif python3 -m pip install --quiet --user --break-system-packages "tox>=4"; then
+    note "tox installed in the user's site-packages (python3 is externally managed and has no venv module)"
+  else
+    echo "scripts/test.sh: could not install tox (pip install tox, or a virtual environment with it, failed)"; exit 1
+  fi
+fi
 
 # --- the cl env runs only where an OpenCL driver builds a kernel: build its env, then ask it
 # (an env that fails to install is not skipped: tox runs it below and reports the failure)
-if wants cl && python3 -m tox -e cl --notest -q >/dev/null 2>&1; then
+if wants cl && "${TOX[@]}" -e cl --notest -q >/dev/null 2>&1; then
   probe=$(.tox/cl/bin/python -c "from tinycore import Device; Device['CL']" 2>&1) || {
     note "cl env skipped: no OpenCL device here builds a kernel ($(printf '%s' "$probe" | tail -n 1 | cut -c1-400))"
     drop_env cl
@@ -85,7 +96,7 @@ fi
 if [ "${#ENVS[@]}" = 0 ]; then echo "scripts/test.sh: no env left to run"; exit 1; fi
 RUN=$(IFS=,; echo "${ENVS[*]}")
 echo "scripts/test.sh: running tox -e $RUN"
-python3 -m tox -e "$RUN" "$@"
+"${TOX[@]}" -e "$RUN" "$@"
 status=$?
 if [ "${#NOTES[@]}" != 0 ]; then
   echo; echo "scripts/test.sh: ran $RUN; what could not be set up:"
