@@ -56,12 +56,17 @@ def _tensor_arguments(args: tuple, kwargs: dict) -> list[Tensor]:
   return tensors
 
 
+def _realize_lazy(tensors: list[Tensor]) -> None:
+  """Realize the inputs that are not yet stored (a lazy value, a view of pending stores)."""
+  if lazy := [t for t in tensors if None in _input_buffers(t.uop)]: Tensor.realize(*lazy)
+
+
 def _prepared_inputs(args: tuple, kwargs: dict) -> tuple[tuple, dict, list[Tensor], set[int]]:
   """(args, kwargs, input tensors, ids of the inputs that are copies) for a capture or a replay. Inputs must be whole
   realized buffers, or views whose Variables a replay patches: a lazy input is realized; a fixed view of a buffer
   (`X[i:i+1]`, `x.T`, `x[::-1]`) is passed as a copy in its own buffer, so each call reads the elements it names."""
   tensors = _tensor_arguments(args, kwargs)
-  if lazy := [t for t in tensors if None in _input_buffers(t.uop)]: Tensor.realize(*lazy)
+  _realize_lazy(tensors)
   copies = {id(t): t.clone() for t in tensors if _is_fixed_view(t.uop)}
   if copies:
     args = tuple(copies.get(id(a), a) if isinstance(a, Tensor) else a for a in args)
@@ -153,7 +158,7 @@ class TinyJit(Generic[ReturnType]):
       raise JitError(f"TinyJit {getattr(self.fxn, '__name__', self.fxn)!r} is called while another TinyJit captures: "
                      "a TinyJit inside a TinyJit is not supported (jit the outer function only)")
     if self.calls == 0:
-      if lazy := [t for t in _tensor_arguments(args, kwargs) if None in _input_buffers(t.uop)]: Tensor.realize(*lazy)
+      _realize_lazy(_tensor_arguments(args, kwargs))
       self.calls = 1
       return _realized(self.fxn(*args, **kwargs))
     args, kwargs, inputs, copied = _prepared_inputs(args, kwargs)

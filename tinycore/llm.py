@@ -120,100 +120,100 @@ def _sampling(body: dict[str, Any]) -> dict[str, Any]:
   except (TypeError, ValueError) as error: raise ApiError(400, f"bad sampling parameter: {error}") from error
 
 
-def make_handler(lm: LanguageModel) -> type[BaseHTTPRequestHandler]:
-  class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class ApiHandler(BaseHTTPRequestHandler):
+  """The OpenAI-compatible routes over one LanguageModel (`lm`, set by `serve` on a subclass)."""
+  lm: LanguageModel
+  protocol_version = "HTTP/1.1"
 
-    def log_message(self, *args: Any) -> None: pass  # quiet
+  def log_message(self, *args: Any) -> None: pass  # quiet
 
-    def _json(self, status: int, payload: Any) -> None:
-      data = json.dumps(payload).encode()
-      self.send_response(status)
-      self.send_header("Content-Type", "application/json")
-      self.send_header("Content-Length", str(len(data)))
-      self.end_headers()
-      self.wfile.write(data)
+  def _json(self, status: int, payload: Any) -> None:
+    data = json.dumps(payload).encode()
+    self.send_response(status)
+    self.send_header("Content-Type", "application/json")
+    self.send_header("Content-Length", str(len(data)))
+    self.end_headers()
+    self.wfile.write(data)
 
-    def _error(self, status: int, message: str) -> None:
-      self._json(status, {"error": {"message": message, "type": "invalid_request_error", "code": status}})
+  def _error(self, status: int, message: str) -> None:
+    self._json(status, {"error": {"message": message, "type": "invalid_request_error", "code": status}})
 
-    def do_GET(self) -> None:  # noqa: N802
-      if self.path.rstrip("/") == "/v1/models":
-        self._json(200, {"object": "list", "data": [{"id": lm.name, "object": "model", "created": 0,
-                                                      "owned_by": "tinycore"}]})
-      else: self._error(404, f"no route {self.path}")
+  def do_GET(self) -> None:  # noqa: N802
+    if self.path.rstrip("/") == "/v1/models":
+      self._json(200, {"object": "list", "data": [{"id": self.lm.name, "object": "model", "created": 0,
+                                                    "owned_by": "tinycore"}]})
+    else: self._error(404, f"no route {self.path}")
 
-    def do_POST(self) -> None:  # noqa: N802
-      try:
-        length = int(self.headers.get("Content-Length") or 0)
-        try: body = json.loads(self.rfile.read(length) or b"{}")
-        except json.JSONDecodeError as error: raise ApiError(400, f"the body is not JSON: {error}") from error
-        route = self.path.rstrip("/")
-        if route == "/v1/completions": self._complete(body, chat=False)
-        elif route == "/v1/chat/completions": self._complete(body, chat=True)
-        else: raise ApiError(404, f"no route {self.path}")
-      except ApiError as error: self._error(error.status, str(error))
-      except ValueError as error: self._error(400, str(error))
+  def do_POST(self) -> None:  # noqa: N802
+    try:
+      length = int(self.headers.get("Content-Length") or 0)
+      try: body = json.loads(self.rfile.read(length) or b"{}")
+      except json.JSONDecodeError as error: raise ApiError(400, f"the body is not JSON: {error}") from error
+      route = self.path.rstrip("/")
+      if route == "/v1/completions": self._complete(body, chat=False)
+      elif route == "/v1/chat/completions": self._complete(body, chat=True)
+      else: raise ApiError(404, f"no route {self.path}")
+    except ApiError as error: self._error(error.status, str(error))
+    except ValueError as error: self._error(400, str(error))
 
-    def _complete(self, body: dict[str, Any], chat: bool) -> None:
-      if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages: raise ApiError(400, "messages must be a non-empty list")
-        prompt = lm.tokenizer.apply_chat_template(messages)
-      else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1: prompt = prompt[0]
-        if not isinstance(prompt, str): raise ApiError(400, "prompt must be a string")
-      max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-      ids = lm.prompt_ids(prompt)
-      ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-      created = int(time.time())
-      with lm.lock:
-        pieces = lm.stream(ids, max_tokens, **_sampling(body))
-        if body.get("stream"): self._stream(pieces, ident, created, chat)
-        else: self._whole(pieces, ident, created, chat, len(ids))
+  def _complete(self, body: dict[str, Any], chat: bool) -> None:
+    if chat:
+      messages = body.get("messages")
+      if not isinstance(messages, list) or not messages: raise ApiError(400, "messages must be a non-empty list")
+      prompt = self.lm.tokenizer.apply_chat_template(messages)
+    else:
+      prompt = body.get("prompt")
+      if isinstance(prompt, list) and len(prompt) == 1: prompt = prompt[0]
+      if not isinstance(prompt, str): raise ApiError(400, "prompt must be a string")
+    max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+    ids = self.lm.prompt_ids(prompt)
+    ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+    created = int(time.time())
+    with self.lm.lock:
+      pieces = self.lm.stream(ids, max_tokens, **_sampling(body))
+      if body.get("stream"): self._stream(pieces, ident, created, chat)
+      else: self._whole(pieces, ident, created, chat, len(ids))
 
-    def _whole(self, pieces: Iterator[tuple[str, int | None]], ident: str, created: int, chat: bool,
-               prompt_tokens: int) -> None:
-      text, count, reason = "", 0, "length"
-      for piece, token in pieces:
-        if token is None: reason = piece
-        else: text, count = text + piece, count + 1
-      choice = {"index": 0, "finish_reason": reason}
-      choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text, "logprobs": None})
-      self._json(200, {"id": ident, "object": "chat.completion" if chat else "text_completion", "created": created,
-                       "model": lm.name, "choices": [choice],
-                       "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": count,
-                                 "total_tokens": prompt_tokens + count}})
+  def _whole(self, pieces: Iterator[tuple[str, int | None]], ident: str, created: int, chat: bool,
+             prompt_tokens: int) -> None:
+    text, count, reason = "", 0, "length"
+    for piece, token in pieces:
+      if token is None: reason = piece
+      else: text, count = text + piece, count + 1
+    choice = {"index": 0, "finish_reason": reason}
+    choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text, "logprobs": None})
+    self._json(200, {"id": ident, "object": "chat.completion" if chat else "text_completion", "created": created,
+                     "model": self.lm.name, "choices": [choice],
+                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": count,
+                               "total_tokens": prompt_tokens + count}})
 
-    def _stream(self, pieces: Iterator[tuple[str, int | None]], ident: str, created: int, chat: bool) -> None:
-      self.send_response(200)
-      self.send_header("Content-Type", "text/event-stream")
-      self.send_header("Cache-Control", "no-cache")
-      self.send_header("Connection", "close")
-      self.end_headers()
-      kind = "chat.completion.chunk" if chat else "text_completion"
+  def _stream(self, pieces: Iterator[tuple[str, int | None]], ident: str, created: int, chat: bool) -> None:
+    self.send_response(200)
+    self.send_header("Content-Type", "text/event-stream")
+    self.send_header("Cache-Control", "no-cache")
+    self.send_header("Connection", "close")
+    self.end_headers()
+    kind = "chat.completion.chunk" if chat else "text_completion"
 
-      def send(choice: dict[str, Any]) -> None:
-        event = {"id": ident, "object": kind, "created": created, "model": lm.name, "choices": [choice]}
-        self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
-        self.wfile.flush()
-      if chat: send({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
-      for piece, token in pieces:
-        if token is None:
-          send({"index": 0, "delta": {}, "finish_reason": piece} if chat else
-               {"index": 0, "text": "", "logprobs": None, "finish_reason": piece})
-          break
-        send({"index": 0, "delta": {"content": piece}, "finish_reason": None} if chat else
-             {"index": 0, "text": piece, "logprobs": None, "finish_reason": None})
-      self.wfile.write(b"data: [DONE]\n\n")
+    def send(choice: dict[str, Any]) -> None:
+      event = {"id": ident, "object": kind, "created": created, "model": self.lm.name, "choices": [choice]}
+      self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
       self.wfile.flush()
-      self.close_connection = True
-  return Handler
+    if chat: send({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
+    for piece, token in pieces:
+      if token is None:
+        send({"index": 0, "delta": {}, "finish_reason": piece} if chat else
+             {"index": 0, "text": "", "logprobs": None, "finish_reason": piece})
+        break
+      send({"index": 0, "delta": {"content": piece}, "finish_reason": None} if chat else
+           {"index": 0, "text": piece, "logprobs": None, "finish_reason": None})
+    self.wfile.write(b"data: [DONE]\n\n")
+    self.wfile.flush()
+    self.close_connection = True
 
 
 def serve(lm: LanguageModel, port: int) -> None:
-  server = HTTPServer(("127.0.0.1", port), make_handler(lm))
+  server = HTTPServer(("127.0.0.1", port), type("Handler", (ApiHandler,), {"lm": lm}))
   print(f"serving {lm.name} on http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
   try: server.serve_forever()
   except KeyboardInterrupt: pass

@@ -859,10 +859,10 @@ class Tensor(TensorOps, metaclass=TensorType):
 
   def _broadcasted(self, other: Tensor | Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x: Tensor = self
-    if _is_numpy_scalar(other): other = other.item()  # np.float32(2), np.int64(3): the Python number they hold
     if (const := self._broadcast_scalar(other)) is not None:
       y = Tensor._rebuild(const)
       return (y, x) if reverse else (x, y)
+    if _is_numpy_scalar(other): return self._broadcasted(other.item(), reverse, match_dtype)  # np.float32(2)
     if isinstance(other, UOp): y = Tensor(other, self.device, self._scalar_dtype(1))  # a bound Variable
     elif not isinstance(other, Tensor):
       dtype = self._scalar_dtype(other)
@@ -1590,7 +1590,7 @@ class Tensor(TensorOps, metaclass=TensorType):
     log_probs = self.log_softmax(-1)
     classes = self.shape[-1]
     # the label's log-probability selected, not multiplied out by a one-hot (0 * -inf at a masked class is NaN)
-    picked = (Y.unsqueeze(-1) == Tensor.arange(classes, device=self.device, dtype=Y.dtype)).where(log_probs, 0).sum(-1)
+    picked = Y.one_hot(classes).cast(dtypes.bool).where(log_probs, 0).sum(-1)
     loss = -picked if not label_smoothing else -(1 - label_smoothing) * picked - label_smoothing * log_probs.mean(-1)
     valid = Y != ignore_index if ignore_index != -1 else Y.ones_like(dtype=dtypes.bool)
     loss = valid.where(loss, 0)

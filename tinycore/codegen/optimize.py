@@ -8,7 +8,7 @@ import math
 from math import prod
 import attrs
 from tinycore.dtype import dtypes
-from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.ops import Ops, UOp, conjuncts
 from tinycore.uop.pattern import PatternMatcher, UPat, graph_rewrite
 from tinycore.uop.scalars import kernel_scalars
 from tinycore.uop.symbolic import affine_terms, symbolic
@@ -392,10 +392,6 @@ decided_gates = PatternMatcher([
 ])
 
 
-def _conjuncts(cond: UOp) -> list[UOp]:
-  return [t for s in cond.src for t in _conjuncts(s)] if cond.op is Ops.AND else [cond]
-
-
 def _range_under_casts(u: UOp) -> UOp:
   while u.op is Ops.CAST: u = u.src[0]
   return u
@@ -411,7 +407,7 @@ def gathered_reduce(x: UOp) -> UOp | None:
     return None
   picked_at: dict[UOp, UOp] = {}
   kept: list[UOp] = []
-  for term in _conjuncts(value.src[0]):
+  for term in conjuncts(value.src[0]):
     found = None
     if term.op is Ops.CMPEQ:
       for a, b in (term.src, term.src[::-1]):

@@ -2,12 +2,11 @@
 from __future__ import annotations
 from typing import Any
 from tinycore.dtype import dtypes
-from tinycore.models.checkpoint import CheckpointError, Weights
+from tinycore.models.checkpoint import Weights
 from tinycore.models.kv_cache import KVCache, causal_attention
+from tinycore.models.layers import activation, layer_norm
 from tinycore.tensor import Tensor
 
-ACTIVATIONS = {"gelu_new": lambda x: x.gelu(), "gelu_pytorch_tanh": lambda x: x.gelu(), "gelu_fast": lambda x: x.gelu(),
-               "gelu": lambda x: x.gelu(approximate="none"), "relu": lambda x: x.relu()}
 
 
 class GPT2Block:
@@ -25,13 +24,13 @@ class GPT2Block:
 
   def __call__(self, x: Tensor, start_pos: Any) -> Tensor:
     batch, tokens, dim = x.shape
-    h = x.layernorm(eps=self.eps) * self.ln_1[0] + self.ln_1[1]
+    h = layer_norm(x, self.ln_1, self.eps)
     qkv = h @ self.c_attn[0] + self.c_attn[1]
     q, k, v = (t.reshape(batch, tokens, self.heads, dim // self.heads).transpose(1, 2) for t in qkv.chunk(3, dim=2))
     keys, values = self.cache.update(k, v, start_pos)
     attn = causal_attention(q, keys, values, start_pos).transpose(1, 2).reshape(batch, tokens, dim)
     x = x + (attn @ self.c_proj[0] + self.c_proj[1])
-    h = x.layernorm(eps=self.eps) * self.ln_2[0] + self.ln_2[1]
+    h = layer_norm(x, self.ln_2, self.eps)
     return x + (self.act(h @ self.c_fc[0] + self.c_fc[1]) @ self.mlp_proj[0] + self.mlp_proj[1])
 
 
@@ -44,15 +43,13 @@ class GPT2:
     self.device = weights.device
     self.vocab_size, self.max_context = config["vocab_size"], config["n_positions"]
     self.context = min(context or self.max_context, self.max_context)
-    act = config.get("activation_function", "gelu_new")
-    if act not in ACTIVATIONS:
-      raise CheckpointError(f"GPT-2 activation {act!r} is not supported ({sorted(ACTIVATIONS)})")
+    act = activation(config.get("activation_function", "gelu_new"), "GPT-2")
     prefix = "transformer." if weights.has("transformer.wte.weight") else ""
     self.wte = weights.take(prefix + "wte.weight", (self.vocab_size, dim))
     self.wpe = weights.take(prefix + "wpe.weight", (self.max_context, dim))
     eps = config.get("layer_norm_epsilon", 1e-5)
     self.blocks = [GPT2Block(weights, f"{prefix}h.{i}.", dim, heads, config.get("n_inner") or 4 * dim, eps,
-                             ACTIVATIONS[act], self.context, weights.device) for i in range(layers)]
+                             act, self.context, weights.device) for i in range(layers)]
     self.ln_f = (weights.take(prefix + "ln_f.weight", (dim,)), weights.take(prefix + "ln_f.bias", (dim,)))
     self.eps = eps
     self.lm_head = weights.take("lm_head.weight", (self.vocab_size, dim)) if weights.has("lm_head.weight") and \
@@ -62,5 +59,5 @@ class GPT2:
     if tokens.dtype not in (dtypes.int32, dtypes.int64): tokens = tokens.cast(dtypes.int32)
     x = self.wte[tokens] + self.wpe[start_pos:start_pos + tokens.shape[1]]
     for block in self.blocks: x = block(x, start_pos)
-    x = x.layernorm(eps=self.eps) * self.ln_f[0] + self.ln_f[1]
+    x = layer_norm(x, self.ln_f, self.eps)
     return x @ self.lm_head.T

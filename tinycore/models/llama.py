@@ -7,6 +7,7 @@ from typing import Any
 from tinycore.dtype import dtypes
 from tinycore.models.checkpoint import CheckpointError, Weights
 from tinycore.models.kv_cache import KVCache, causal_attention
+from tinycore.models.layers import activation, linear, rms_norm
 from tinycore.tensor import Tensor
 
 
@@ -55,6 +56,7 @@ class LlamaBlock:
     dim, self.heads = config["hidden_size"], config["num_attention_heads"]
     self.kv_heads, self.head_dim = config.get("num_key_value_heads") or self.heads, head_dim
     self.eps, inner = config.get("rms_norm_eps", 1e-6), config["intermediate_size"]
+    self.act = activation(config.get("hidden_act", "silu"), "LLaMA")
     take = lambda name, *shape: w.take(prefix + name, shape)  # noqa: E731
     maybe = lambda name, *shape: take(name, *shape) if w.has(prefix + name) else None  # noqa: E731
     q_width, kv_width = self.heads * head_dim, self.kv_heads * head_dim
@@ -67,25 +69,18 @@ class LlamaBlock:
     self.attn_norm, self.mlp_norm = take("input_layernorm.weight", dim), take("post_attention_layernorm.weight", dim)
     self.cache = KVCache(self.kv_heads, context, head_dim, w.dtype, w.device)
 
-  def rms_norm(self, x: Tensor, weight: Tensor) -> Tensor:
-    return (x.float() * (x.float().square().mean(-1, keepdim=True) + self.eps).rsqrt()).cast(x.dtype) * weight
-
-  @staticmethod
-  def linear(x: Tensor, wb: tuple[Tensor, Tensor | None]) -> Tensor:
-    return x @ wb[0].T if wb[1] is None else x @ wb[0].T + wb[1]
-
   def __call__(self, x: Tensor, start_pos: Any, cos: Tensor, sin: Tensor) -> Tensor:
     batch, tokens, _ = x.shape
-    h = self.rms_norm(x, self.attn_norm)
-    q = self.linear(h, self.q).reshape(batch, tokens, self.heads, self.head_dim).transpose(1, 2)
-    k = self.linear(h, self.k).reshape(batch, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
-    v = self.linear(h, self.v).reshape(batch, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
+    h = rms_norm(x, self.attn_norm, self.eps)
+    q = linear(h, self.q).reshape(batch, tokens, self.heads, self.head_dim).transpose(1, 2)
+    k = linear(h, self.k).reshape(batch, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
+    v = linear(h, self.v).reshape(batch, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)
     keys, values = self.cache.update(k, v, start_pos)
     attn = causal_attention(q, keys, values, start_pos).transpose(1, 2).reshape(batch, tokens, -1)
-    x = x + self.linear(attn, self.o)
-    h = self.rms_norm(x, self.mlp_norm)
-    return x + ((h @ self.gate.T).silu() * (h @ self.up.T)) @ self.down.T
+    x = x + linear(attn, self.o)
+    h = rms_norm(x, self.mlp_norm, self.eps)
+    return x + (self.act(h @ self.gate.T) * (h @ self.up.T)) @ self.down.T
 
 
 class Llama:
@@ -93,8 +88,6 @@ class Llama:
   start_pos on."""
 
   def __init__(self, config: dict[str, Any], weights: Weights, context: int | None = None):
-    if config.get("hidden_act", "silu") != "silu":
-      raise CheckpointError(f"LLaMA activation {config.get('hidden_act')!r} is not supported (silu)")
     dim, heads = config["hidden_size"], config["num_attention_heads"]
     head_dim = config.get("head_dim") or dim // heads
     self.device = weights.device
@@ -124,5 +117,4 @@ class Llama:
     cos, sin = self.cos[start_pos:start_pos + n], self.sin[start_pos:start_pos + n]
     x = self.embed[tokens]
     for block in self.blocks: x = block(x, start_pos, cos, sin)
-    x = (x.float() * (x.float().square().mean(-1, keepdim=True) + self.eps).rsqrt()).cast(x.dtype) * self.norm
-    return x @ self.lm_head.T
+    return rms_norm(x, self.norm, self.eps) @ self.lm_head.T

@@ -5,7 +5,7 @@ becomes one address expression instead of a copy.
 """
 from __future__ import annotations
 from tinycore.dtype import dtypes
-from tinycore.uop.ops import Ops, UOp, prod
+from tinycore.uop.ops import Ops, UOp, conjuncts, prod
 from tinycore.uop.symbolic_shapes import max_int
 
 Index = tuple[UOp, ...]
@@ -20,12 +20,6 @@ def and_valid(a: UOp | None, b: UOp | None) -> UOp | None:
   return UOp(Ops.AND, dtypes.bool, (a, b))
 
 
-def valid_conjuncts(valid: UOp) -> list[UOp]:
-  """The conditions a gate ANDs together."""
-  return [c for s in valid.src for c in valid_conjuncts(s)] if valid.op is Ops.AND and valid.dtype is dtypes.bool \
-    else [valid]
-
-
 def gate_within(valid: UOp | None, ranges: set[UOp]) -> UOp | None:
   """The conditions of a load gate that concern these loops (or no loop): what a value computed over them needs.
   A gate only keeps loads in bounds (values past a pad or a symbolic size are masked where they are read, by a WHERE),
@@ -33,7 +27,7 @@ def gate_within(valid: UOp | None, ranges: set[UOp]) -> UOp | None:
   (a reduce inside another loop's body is then the same node as outside it, and computed once)."""
   if valid is None: return None
   kept = None
-  for condition in valid_conjuncts(valid):
+  for condition in conjuncts(valid):
     loops = {n for n in condition.toposort() if n.op is Ops.RANGE}
     if not loops or loops & ranges: kept = and_valid(kept, condition)
   return kept

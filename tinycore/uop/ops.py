@@ -571,6 +571,11 @@ def Variable(name: str, min_val: int, max_val: int, dtype: DType | None = None) 
 
 
 
+def conjuncts(cond: UOp) -> list[UOp]:
+  """The conditions a boolean AND tree joins (cond itself when it is no AND of bools)."""
+  return [c for s in cond.src for c in conjuncts(s)] if cond.op is Ops.AND and cond.dtype is dtypes.bool else [cond]
+
+
 def substitute_all(roots: Sequence[UOp], mapping: dict[UOp, UOp]) -> dict[UOp, UOp]:
   """Each root with every occurrence of a key of `mapping` replaced by its value, in one walk over the roots' union
   (one memo for all, so graphs that share nodes cost their union, not their sum); a key is not walked below."""

@@ -1,0 +1,37 @@
+"""The pieces the models share: activations by their config names, norms and linear layers over checkpoint tensors
+(a weight, and a bias or None), as transformers computes them."""
+from __future__ import annotations
+from typing import Any, Callable
+from tinycore.models.checkpoint import CheckpointError
+from tinycore.tensor import Tensor
+
+# a config's hidden_act / activation_function -> the function ("gelu" is exact; the others are the tanh form)
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+  "gelu": lambda x: x.gelu(approximate="none"), "gelu_new": lambda x: x.gelu(), "gelu_fast": lambda x: x.gelu(),
+  "gelu_pytorch_tanh": lambda x: x.gelu(), "relu": lambda x: x.relu(), "silu": lambda x: x.silu()}
+
+
+def activation(name: str, model: str) -> Callable[[Tensor], Tensor]:
+  if name not in ACTIVATIONS:
+    raise CheckpointError(f"{model} activation {name!r} is not supported ({sorted(ACTIVATIONS)})")
+  return ACTIVATIONS[name]
+
+
+def layer_norm(x: Tensor, weight_bias: tuple[Tensor, Tensor], eps: float) -> Tensor:
+  return x.layernorm(eps=eps) * weight_bias[0] + weight_bias[1]
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+  """x / sqrt(mean(x^2) + eps) * weight, the statistics in float32 (as transformers' LlamaRMSNorm)."""
+  f = x.float()
+  return (f * (f.square().mean(-1, keepdim=True) + eps).rsqrt()).cast(x.dtype) * weight
+
+
+def linear(x: Tensor, weight_bias: tuple[Tensor, Tensor | None]) -> Tensor:
+  """x @ weight.T (+ bias): a torch Linear's (out, in) weight."""
+  weight, bias = weight_bias
+  return x @ weight.T if bias is None else x @ weight.T + bias
+
+
+def weight_and_bias(take: Any, name: str, out: int, inp: int) -> tuple[Tensor, Tensor]:
+  return take(f"{name}.weight", out, inp), take(f"{name}.bias", out)
