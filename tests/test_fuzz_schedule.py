@@ -242,3 +242,19 @@ def test_a_kernel_cut_at_its_gates_keeps_every_buffer_parameter():
     steps = [program.step() for _ in range(rng.randrange(2, 12))]
     rng.random()  # (the draw that decides the assign in test_random_programs_match_numpy)
   np.testing.assert_allclose(program.t.numpy(), program.ref, rtol=1e-4, atol=1e-4, err_msg=str(steps))
+
+
+@pytest.mark.parametrize("cols", [2, 5])
+def test_minimum_of_a_padded_cat_keeps_signed_zeros(cols):
+  """Seed 704359956, program 13: a kernel cut at the gates of a padded cat had min(pad's 0.0, -0.0) in a piece of
+  its own as -max(-0.0, -y); clang (LLVM 14) folded that to +0.0. Minimums are now selects without negations."""
+  rng = np.random.default_rng(cols)
+  a, b = rng.uniform(-2, 2, (3, cols)).astype(np.float32), rng.uniform(-2, 2, (2, cols)).astype(np.float32)
+  pads = ((1, 1), (1, 2))
+  padded = np.pad(np.concatenate([a, b]), pads)
+  other = np.where(rng.random(padded.shape) < 0.5, -0.0, 0.0).astype(np.float32)
+  for got, want in [(Tensor(a).cat(Tensor(b)).pad(pads).minimum(Tensor(other)), np.minimum(padded, other)),
+                    (Tensor(other).minimum(Tensor(a).cat(Tensor(b)).pad(pads)), np.minimum(other, padded))]:
+    got = got.numpy()
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

@@ -335,6 +335,28 @@ gated_loads = PatternMatcher([
 ])
 
 
+def _negated(x: UOp) -> UOp:
+  """-x, without a double negation: -(-y) is y and -c a constant (both exact for floats, signed zeros included)."""
+  if x.op is Ops.NEG: return x.src[0]
+  if x.op is Ops.CONST: return x.const_like(-x.arg)
+  return UOp(Ops.NEG, x.dtype, (x,))
+
+
+def float_minimum(a: UOp, b: UOp, m: UOp) -> UOp:
+  """-max(a, b) as the minimum of x = -a and y = -b: x if x is NaN or x < y, else y (max picks a where a is NaN or
+  a > b, i.e. where x is NaN or x < y), which is exact, ties of 0.0 and -0.0 included. Tensor.minimum is -max(-x, -y);
+  kept as negations around a select, LLVM 14 (clang, PoCL) folds -(max(-0.0, -y)) to +0.0 for y = -0.0."""
+  x, y = _negated(a), _negated(b)
+  picks_x = UOp(Ops.OR, dtypes.bool, (UOp(Ops.CMPNE, dtypes.bool, (x, x)), UOp(Ops.CMPLT, dtypes.bool, (x, y))))
+  return UOp(Ops.WHERE, m.dtype, (picks_x, x, y))
+
+
+float_minimums = PatternMatcher([
+  (UPat(Ops.NEG, src=(UPat(Ops.MAX, name="m", src=(UPat.var("a"), UPat.var("b"))),)),
+   lambda a, b, m: float_minimum(a, b, m) if dtypes.is_float(m.dtype) else None),
+])
+
+
 # a kernel is cut into at most this many pieces (a cat of 16 tensors; a pad has 3)
 MAX_PIECES = 16
 
@@ -454,5 +476,5 @@ def optimize_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
   """The kernel with gathers read directly, contiguous loops merged, register tiles for strided reductions and
   several rows per pass for column-sum strips, shaped for `target`."""
   if target.gathers: sink = graph_rewrite(sink, gathers)
-  sink = graph_rewrite(sink, gated_loads)
+  sink = graph_rewrite(graph_rewrite(sink, gated_loads), float_minimums)
   return strip_rows_per_pass(upcast_reduce_kernel(split_at_gates(merge_ranges(sink), target), target), target)
