@@ -939,7 +939,13 @@ class Tensor(TensorOps, metaclass=TensorType):
 
   def mod(self, x, reverse: bool = False) -> Tensor:
     num, den = self._broadcasted(x, reverse)
-    if dtypes.is_float(num.dtype): return num - den * (num / den).floor()
+    if dtypes.is_float(num.dtype):
+      # numpy's remainder: the sign of the divisor (a zero too: 0.0 % -2 is -0.0); a finite x % inf is x where the
+      # signs agree, else inf (x - inf * floor(x / inf) would be NaN)
+      out = num - den * (num / den).floor()
+      by_inf = den.isinf() & num.isfinite()
+      out = by_inf.where(((num == 0) | ((num < 0) == (den < 0))).where(num, den), out)
+      return (out == 0).where(out.abs().copysign(den), out)
     remainder = num._apply(num.uop.alu(Ops.MOD, den.uop))
     if dtypes.is_unsigned(num.dtype): return remainder
     # Python's sign convention: the result has the divisor's sign

@@ -1,0 +1,33 @@
+"""tinycore as an `onnx.backend` (the interface onnx's own backend test suite drives)."""
+from __future__ import annotations
+from typing import Any
+import numpy as np
+import onnx
+from onnx.backend.base import Backend, BackendRep
+from tinycore import Device, Tensor
+from tinycore.nn.onnx import OnnxRunner
+
+
+class TinycoreRep(BackendRep):
+  def __init__(self, runner: OnnxRunner):
+    super().__init__()
+    self.runner = runner
+
+  def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+    if isinstance(inputs, dict): feeds = dict(inputs)
+    else: feeds = dict(zip(self.runner.graph_inputs, inputs if isinstance(inputs, (list, tuple)) else [inputs]))
+    outputs = self.runner(feeds)
+    return tuple(o.numpy() if isinstance(o, Tensor) else np.asarray(o) for o in outputs.values())
+
+
+class TinycoreBackend(Backend):
+  @classmethod
+  def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> TinycoreRep:
+    return TinycoreRep(OnnxRunner(model.SerializeToString()))
+
+  @classmethod
+  def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple:
+    return cls.prepare(model, device).run(inputs)
+
+  @classmethod
+  def supports_device(cls, device: str) -> bool: return device == "CPU" and Device.DEFAULT is not None
