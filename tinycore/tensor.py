@@ -18,7 +18,7 @@ from tinycore.helpers import Context, TRAINING
 from tinycore.engine.jit import JitError, is_capturing, record_random_draw
 from tinycore.engine.realize import realize_roots
 from tinycore.hcq.lock import runtime_lock
-from tinycore.tensor_assign import apply_becomes
+from tinycore.tensor_assign import Rebinding
 from tinycore.tensor_ops import TensorOps
 from tinycore.errors import ArgumentError, DTypeError, ShapeError
 
@@ -482,7 +482,10 @@ class Tensor(TensorOps, metaclass=TensorType):
 
   def realize(self, *others: Tensor, do_update_stats: bool = True) -> Tensor:
     """Compute this tensor (and `others`) now; do_update_stats is accepted for tinygrad compatibility."""
-    with runtime_lock: apply_becomes(realize_roots([t.uop for t in (self, *others)]))
+    with runtime_lock:
+      rebinding = Rebinding()  # which results live tensors read, found before the run (the others may share memory)
+      realize_roots([t.uop for t in (self, *others)], rebinding.find)
+      rebinding.apply()
     return self
 
   def contiguous(self, **kwargs: Any) -> Tensor:

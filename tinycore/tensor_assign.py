@@ -1,7 +1,8 @@
 """Tensors and their storage: rebinding live tensors to the buffers a realize produced, and assign.
 
-A realize returns what each realized graph node became (`engine.realize.realize_roots`); `apply_becomes` points every
-live tensor that mentions such a node at its buffer. `assign_tensor` stores into a tensor's buffer behind an AFTER
+A realize returns what each realized graph node became (`engine.realize.realize_roots`); a `Rebinding` points every
+live tensor that mentions such a node at its buffer (and tells the realize, before it runs, which buffers tensors
+will read: the memory planner shares the others' memory). `assign_tensor` stores into a tensor's buffer behind an AFTER
 that every view of that buffer then reads. Both run under the runtime lock, so threads see whole updates.
 """
 from __future__ import annotations
@@ -16,33 +17,48 @@ if TYPE_CHECKING:
   from tinycore.tensor import Tensor
 
 
-def apply_becomes(becomes: dict[UOp, UOp]) -> None:
-  """Every live tensor whose graph mentions a realized node now reads that node's buffer instead: one substitution
-  over the union of the live tensors' graphs (a graph shared by many tensors is walked once)."""
-  if not becomes: return
-  from tinycore.tensor import all_tensors  # (live_tensors() inlined: this visits every live tensor per realize)
-  buffer_op, reshape_op = Ops.BUFFER, Ops.RESHAPE  # read once: an Ops member read is slow on Python 3.11
-  cut: list[tuple[Tensor, UOp]] = []  # tensors that keep a graph for backward, with that graph before this realize
-  lazy: list[tuple[Tensor, bool]] = []  # tensors with a graph to rebind, and whether they kept one already
-  for ref in list(all_tensors):
-    if (t := ref()) is None: continue
-    u, kept = t.uop, t.forward_graph
-    if kept is not None:
-      if kept[0] is u: cut.append((t, kept[1]))
-      else: t.forward_graph = None  # the tensor holds another value since
-    if u.op is buffer_op or (u.op is reshape_op and u.src[0].op is buffer_op): continue
-    lazy.append((t, kept is not None))
-  new_uops = substitute_all([t.uop for t, _ in lazy if t.uop not in becomes], becomes)
-  tensor_nodes: set[UOp] = set()  # realized nodes that are a tensor's own value
-  for t, had_kept in lazy:
-    u = t.uop
-    if u in becomes:
-      t.uop = becomes[u]
-      tensor_nodes.add(u)
-    elif (new := new_uops[u]) is not u:
-      t.uop = new
-      if not had_kept and t.requires_grad is not False and t.dtype in FLOATS: cut.append((t, u))
-  if cut: keep_forward_graphs(cut, {node: becomes[node] for node in tensor_nodes})
+class Rebinding:
+  """How the live tensors come to read a realize's results, in two steps around the run: `find` (before it) walks the
+  union of the live tensors' graphs once (a graph shared by many tensors is walked once) and says which realized
+  nodes they read, so the buffers of the others may share memory; `apply` (after it) points the tensors at the
+  buffers."""
+
+  def __init__(self) -> None:
+    self.becomes: dict[UOp, UOp] = {}
+    self.cut: list[tuple[Tensor, UOp]] = []  # tensors that keep a graph for backward, with it before this realize
+    self.lazy: list[tuple[Tensor, bool]] = []  # tensors with a graph to rebind, and whether they kept one already
+    self.new_uops: dict[UOp, UOp] = {}
+
+  def find(self, becomes: dict[UOp, UOp]) -> set[UOp]:
+    """The realized nodes that live tensors read (their own values, and nodes inside their graphs)."""
+    self.becomes = becomes
+    if not becomes: return set()
+    from tinycore.tensor import all_tensors  # (live_tensors() inlined: this visits every live tensor per realize)
+    buffer_op, reshape_op = Ops.BUFFER, Ops.RESHAPE  # read once: an Ops member read is slow on Python 3.11
+    for ref in list(all_tensors):
+      if (t := ref()) is None: continue
+      u, kept = t.uop, t.forward_graph
+      if kept is not None:
+        if kept[0] is u: self.cut.append((t, kept[1]))
+        else: t.forward_graph = None  # the tensor holds another value since
+      if u.op is buffer_op or (u.op is reshape_op and u.src[0].op is buffer_op): continue
+      self.lazy.append((t, kept is not None))
+    read = {t.uop for t, _ in self.lazy if t.uop in becomes}
+    self.new_uops = substitute_all([t.uop for t, _ in self.lazy if t.uop not in becomes], becomes, read)
+    return read
+
+  def apply(self) -> None:
+    becomes, cut = self.becomes, self.cut
+    tensor_nodes: set[UOp] = set()  # realized nodes that are a tensor's own value
+    for t, had_kept in self.lazy:
+      u = t.uop
+      if u in becomes:
+        t.uop = becomes[u]
+        tensor_nodes.add(u)
+      elif (new := self.new_uops[u]) is not u:
+        t.uop = new
+        if not had_kept and t.requires_grad is not False and t.dtype in FLOATS: cut.append((t, u))
+    if cut: keep_forward_graphs(cut, {node: becomes[node] for node in tensor_nodes})
 
 
 def keep_forward_graphs(cut: list[tuple[Tensor, UOp]], tensor_becomes: dict[UOp, UOp]) -> None:

@@ -40,6 +40,16 @@ class BufferStorage:
   host: memoryview | None = None
 
 
+class MemoryCounters:
+  """Bytes of device memory that buffers hold, over every device's allocator in this process: `used` now, `peak` the
+  most since the last `reset_peak` (memory an LRU allocator keeps for reuse is not counted; DISK is not memory)."""
+  used = 0
+  peak = 0
+
+  @staticmethod
+  def reset_peak() -> None: MemoryCounters.peak = MemoryCounters.used
+
+
 class Allocator(Generic[Handle]):
   """Base allocator. A device implements the underscored hooks:
 
@@ -67,13 +77,19 @@ class Allocator(Generic[Handle]):
     except MemoryError as e:
       raise MemoryError(f"cannot allocate {nbytes} bytes on {self._name()} "
                         f"({self.allocated_bytes} bytes in use): {e}") from e
-    if spec.external_ptr is None: self.allocated_bytes += nbytes
+    if spec.external_ptr is None: self.count(nbytes)
     return handle
 
   def free(self, handle: Handle, nbytes: int, spec: BufferSpec | None = None) -> None:
     spec = spec or DEFAULT_SPEC
-    if spec.external_ptr is None: self.allocated_bytes -= nbytes
+    if spec.external_ptr is None: self.count(-nbytes)
     self._free(handle, spec)
+
+  def count(self, nbytes: int) -> None:
+    """Account for `nbytes` more (or, negative, fewer) bytes held by buffers, here and in MemoryCounters."""
+    self.allocated_bytes += nbytes
+    MemoryCounters.used += nbytes
+    if MemoryCounters.used > MemoryCounters.peak: MemoryCounters.peak = MemoryCounters.used
 
   def _name(self) -> str: return getattr(self.device, "device", type(self).__name__)
 
@@ -130,7 +146,7 @@ class LRUAllocator(Allocator[Handle]):
     spec = spec or DEFAULT_SPEC
     with self.lock:
       if (cached := self.cache.get((nbytes, spec))):
-        self.allocated_bytes += nbytes
+        self.count(nbytes)
         return cached.pop()
     try:
       return super().alloc(nbytes, spec)
@@ -142,7 +158,7 @@ class LRUAllocator(Allocator[Handle]):
     spec = spec or DEFAULT_SPEC
     if os.environ.get("TINYCORE_LRU", "1") != "0" and not (spec.nolru or spec.zero or spec.external_ptr is not None):
       with self.lock:
-        self.allocated_bytes -= nbytes
+        self.count(-nbytes)
         self.cache[(nbytes, spec)].append(handle)
     else:
       super().free(handle, nbytes, spec)

@@ -70,12 +70,16 @@ def written_and_taken_buffers(call: UOp) -> tuple[list[UOp], list[UOp]]:
   return [buffers[i] for i in sorted(slots) if isinstance(i, int) and i < len(buffers)], buffers
 
 
+def base_buffer(buf: UOp) -> UOp: return buf.src[0] if buf.op is Ops.BUFFER_VIEW else buf
+
+
 def prune_onetime_calls(linear: UOp, input_uops: Sequence[UOp]) -> UOp:
   """TinyJit(prune=True): the captured calls without those whose results cannot change between replays (they take
   no input and no Variable, and no replayed call writes a buffer they read or write). They ran at capture; a replay
   keeps their results."""
   calls = list(linear.src)
-  info = [written_and_taken_buffers(call) for call in calls]
+  # by base buffer: views of one buffer (the memory planner's arena) may share bytes
+  info = [tuple([base_buffer(b) for b in bufs] for bufs in written_and_taken_buffers(call)) for call in calls]
   replayed = [any(s.op in (Ops.BIND, Ops.DEFINE_VAR) for s in call.src[1:]) or any(b in input_uops for b in bufs)
               for call, (_, bufs) in zip(calls, info)]
   changed = True
@@ -100,8 +104,7 @@ class ReplayPlan:
     self.plan = RunPlan(linear, patched=self.input_uops)
     self.kernel_count = self.plan.kernel_count  # (compiles the plan now, at capture)
     # the buffers a replay writes, and those of them it does not take as inputs (outputs, intermediates)
-    self.written = {b.src[0] if b.op is Ops.BUFFER_VIEW else b for call in linear.src
-                    for b in written_and_taken_buffers(call)[0]}
+    self.written = {base_buffer(b) for call in linear.src for b in written_and_taken_buffers(call)[0]}
     self._own_written = {id(buffer_of(b)) for b in self.written - set(self.input_uops)}
     # the Variables the captured kernels take, by name: (min, max)
     self.variables = {s.src[0].arg[0]: s.src[0].arg[1:] for call in linear.src for s in call_scalars(call)

@@ -17,12 +17,13 @@ training loop, each call of a model's forward) binds the placeholders to its buf
 neither schedules nor compiles (`PlanCacheStats` counts the hits and misses).
 """
 from __future__ import annotations
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 import tinycore.profiler as profiler
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import GroupOp, Ops, UOp, substitute_all
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
 from tinycore.codegen.estimates import estimated_ops
+from tinycore.device.allocator import MemoryCounters
 from tinycore.device.buffers import buffer_of, linear_buffers
 from tinycore.device.copy import run_copy
 from tinycore.device.kernels import CompiledKernel, compile_kernel, compile_kernels
@@ -33,11 +34,21 @@ from tinycore.schedule.multi import allreduce_settings, split_lanes
 from tinycore.hcq.device import is_hcq_device
 from tinycore.hcq.in_flight import wait_for_queues
 from tinycore.hcq.runtime import call_is_hcq, compile_linear, queue_settings, uses_queues
+from tinycore.engine.memory import NO_MEMORY_PLANNER, plan_memory
 
 
-class GlobalCounters:
+class _MemoryCountersView(type):
+  """GlobalCounters' memory figures, read from the allocators' MemoryCounters."""
+  @property
+  def mem_used(cls) -> int: return MemoryCounters.used
+  @property
+  def mem_peak(cls) -> int: return MemoryCounters.peak
+
+
+class GlobalCounters(metaclass=_MemoryCountersView):
   """Process-wide counters, as in tinygrad: `kernel_count` counts executed calls (kernels and copies, once per
-  device lane; a queue batch counts the kernels and copies in it), `copy_count` the copies the host ran."""
+  device lane; a queue batch counts the kernels and copies in it), `copy_count` the copies the host ran, `mem_used`
+  the bytes of device memory buffers hold now and `mem_peak` the most they held since the last `reset()`."""
   kernel_count: int = 0
   copy_count: int = 0
   time_sum_s: float = 0.0
@@ -46,6 +57,7 @@ class GlobalCounters:
   def reset() -> None:
     GlobalCounters.kernel_count = GlobalCounters.copy_count = 0
     GlobalCounters.time_sum_s = 0.0
+    MemoryCounters.reset_peak()
 
 
 class Binding:
@@ -216,6 +228,8 @@ class SchedulePlan:
     self.linear, keys, values = template.src
     self.fresh = tuple(n for n in template.toposort() if n.op is Ops.BUFFER and n.src[0].arg > 0)
     self.run_plan = RunPlan(self.linear)
+    # the buffers tensors hold after a run (placeholders) -> that run's RunPlan with the others in arenas
+    self.memory_plans: dict[frozenset[UOp], tuple[RunPlan, tuple[UOp, ...]]] = {}
     # what the tensors can hold: the nodes of the key's graph (the scheduler's own lowered nodes never leave it)
     in_graph = graph.toposort()
     self.realized = [(key, value, view_chain(value)) for key, value in zip(keys.src, values.src) if key in in_graph]
@@ -227,6 +241,29 @@ class SchedulePlan:
     mapping = dict(key.mapping)
     for f in self.fresh: mapping[f] = UOp.new_buffer(f.device, f.arg, f.dtype)
     return mapping
+
+  def run_plan_keeping(self, held: set[UOp]) -> tuple[RunPlan, tuple[UOp, ...]]:
+    """The RunPlan for a run after which only the fresh buffers `held` (placeholders) are still read, by tensors:
+    every other fresh buffer shares an arena with those whose lifetimes it does not overlap (`plan_memory`), unless
+    the planner is off. Also the arena placeholders, which `bind_arenas` binds to fresh storage for each run."""
+    if NO_MEMORY_PLANNER or not self.fresh: return self.run_plan, ()
+    key = frozenset(held)
+    if (hit := self.memory_plans.get(key)) is None:
+      memory = plan_memory(self.linear, self.fresh, held)
+      hit = (RunPlan(memory.linear), memory.arenas) if memory is not None else (self.run_plan, ())
+      if len(self.memory_plans) >= MAX_MEMORY_PLANS: self.memory_plans.pop(next(iter(self.memory_plans)))
+      self.memory_plans[key] = hit
+    return hit
+
+  def held_fresh(self, values: Iterable[UOp], mapping: dict[UOp, UOp]) -> set[UOp]:
+    """The fresh placeholders whose storage (bound in `mapping`) the realized `values` read."""
+    placeholder_of = {mapping[f]: f for f in self.fresh}
+    held: set[UOp] = set()
+    for value in values:
+      chain = view_chain(value)
+      for b in (chain[0],) if chain is not None else value.toposort():
+        if (f := placeholder_of.get(b)) is not None: held.add(f)
+    return held
 
   def became(self, key: GraphKey, mapping: dict[UOp, UOp]) -> dict[UOp, UOp]:
     """What each realized graph node became (its buffer, viewed in its shape) in the run bound by `mapping`."""
@@ -259,6 +296,8 @@ def rebind_view(value: UOp, chain: tuple[UOp, list[UOp]] | None, mapping: dict[U
   return node
 
 
+# memory plans kept per schedule, one per set of buffers that tensors hold after the run (a loop's steps share one)
+MAX_MEMORY_PLANS = 8
 MAX_PLANS = 4096
 # (graph key, the multi-device settings its lowering depends on) -> its SchedulePlan
 plans: BoundedCache[SchedulePlan] = BoundedCache("schedules and run plans by graph key", MAX_PLANS)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import gc
 import sys
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 import tinycore.profiler as profiler
 from tinycore.uop.ops import UOp
 from tinycore.uop import capture
@@ -79,17 +79,24 @@ def schedule_roots(roots: list[UOp]) -> tuple[UOp, dict[UOp, UOp]]:
 @with_graph_recursion_limit
 @without_collector_pauses
 @holding_runtime_lock
-def realize_roots(roots: list[UOp]) -> dict[UOp, UOp]:
+def realize_roots(roots: list[UOp], still_read: Callable[[dict[UOp, UOp]], Iterable[UOp]] | None = None
+                  ) -> dict[UOp, UOp]:
   """Look up the graph's plan (scheduled and planned once per graph key), bind it to this call's buffers and
   scalars, and run it. Returns what each realized node became (its buffer): the tensor layer rebinds the live
-  tensors to them."""
+  tensors to them. `still_read(becomes)`, given, names the realized nodes that something still reads after the run
+  (the tensor layer's live tensors): the buffers of the others may share memory (`tinycore.engine.memory`)."""
   plan, key = timed_plan_for(roots) if profiler.enabled else plan_for(roots)
   mapping = plan.bind(key)
+  becomes = plan.became(key, mapping)
   run_plan = plan.run_plan
+  if still_read is not None:
+    held = plan.held_fresh([becomes[node] for node in still_read(becomes)], mapping)
+    run_plan, arenas = plan.run_plan_keeping(held)
+    for arena in arenas: mapping[arena] = UOp.new_buffer(arena.device, arena.arg, arena.dtype)
   if is_capturing(): record_linear(run_plan.linear.substitute(mapping))  # TinyJit replays it later
   if capture.listener is not None: capture.listener.schedule_run(run_plan.linear)
   if run_plan.linear.src: run_plan.run(Binding(mapping))
-  return plan.became(key, mapping)
+  return becomes
 
 
 def timed_plan_for(roots: list[UOp]) -> tuple[SchedulePlan, GraphKey]:

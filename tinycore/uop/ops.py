@@ -576,13 +576,16 @@ def conjuncts(cond: UOp) -> list[UOp]:
   return [c for s in cond.src for c in conjuncts(s)] if cond.op is Ops.AND and cond.dtype is dtypes.bool else [cond]
 
 
-def substitute_all(roots: Sequence[UOp], mapping: dict[UOp, UOp]) -> dict[UOp, UOp]:
+def substitute_all(roots: Sequence[UOp], mapping: dict[UOp, UOp], reached: set[UOp] | None = None) -> dict[UOp, UOp]:
   """Each root with every occurrence of a key of `mapping` replaced by its value, in one walk over the roots' union
-  (one memo for all, so graphs that share nodes cost their union, not their sum); a key is not walked below."""
+  (one memo for all, so graphs that share nodes cost their union, not their sum); a key is not walked below. The keys
+  that occur are added to `reached`, when given."""
   done: dict[UOp, UOp] = {}
   get = mapping.get
   for node in toposort_roots(roots, gate=lambda n: n not in mapping):
-    if (mapped := get(node)) is not None: done[node] = mapped
+    if (mapped := get(node)) is not None:
+      done[node] = mapped
+      if reached is not None: reached.add(node)
     elif not node.src: done[node] = node
     else:
       new_src = tuple([done[s] for s in node.src])
