@@ -34,7 +34,7 @@ from tinycore.schedule.multi import allreduce_settings, split_lanes
 from tinycore.hcq.device import is_hcq_device
 from tinycore.hcq.in_flight import wait_for_queues
 from tinycore.hcq.runtime import call_is_hcq, compile_linear, queue_settings, uses_queues
-from tinycore.engine.memory import NO_MEMORY_PLANNER, plan_memory
+from tinycore.engine.memory import plan_memory
 
 
 class _MemoryCountersView(type):
@@ -244,9 +244,8 @@ class SchedulePlan:
 
   def run_plan_keeping(self, held: set[UOp]) -> tuple[RunPlan, tuple[UOp, ...]]:
     """The RunPlan for a run after which only the fresh buffers `held` (placeholders) are still read, by tensors:
-    every other fresh buffer shares an arena with those whose lifetimes it does not overlap (`plan_memory`), unless
-    the planner is off. Also the arena placeholders, which `bind_arenas` binds to fresh storage for each run."""
-    if NO_MEMORY_PLANNER or not self.fresh: return self.run_plan, ()
+    every other fresh buffer shares an arena with those whose lifetimes it does not overlap (`plan_memory`). Also the
+    arena placeholders, which the caller binds to fresh storage for each run."""
     key = frozenset(held)
     if (hit := self.memory_plans.get(key)) is None:
       memory = plan_memory(self.linear, self.fresh, held)

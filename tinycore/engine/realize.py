@@ -13,6 +13,7 @@ from tinycore.uop.ops import UOp
 from tinycore.uop import capture
 from tinycore.hcq.lock import holding_runtime_lock
 from tinycore.engine.jit import is_capturing, record_linear
+from tinycore.engine.memory import NO_MEMORY_PLANNER
 from tinycore.engine.plan import Binding, GlobalCounters, PlanCacheStats, RunPlan, SchedulePlan, plan_for
 from tinycore.schedule.keys import GraphKey
 
@@ -89,9 +90,9 @@ def realize_roots(roots: list[UOp], still_read: Callable[[dict[UOp, UOp]], Itera
   mapping = plan.bind(key)
   becomes = plan.became(key, mapping)
   run_plan = plan.run_plan
-  if still_read is not None:
-    held = plan.held_fresh([becomes[node] for node in still_read(becomes)], mapping)
-    run_plan, arenas = plan.run_plan_keeping(held)
+  read = still_read(becomes) if still_read is not None else None
+  if read is not None and len(plan.fresh) > 1 and not NO_MEMORY_PLANNER:  # (one fresh buffer shares with nothing)
+    run_plan, arenas = plan.run_plan_keeping(plan.held_fresh([becomes[node] for node in read], mapping))
     for arena in arenas: mapping[arena] = UOp.new_buffer(arena.device, arena.arg, arena.dtype)
   if is_capturing(): record_linear(run_plan.linear.substitute(mapping))  # TinyJit replays it later
   if capture.listener is not None: capture.listener.schedule_run(run_plan.linear)
