@@ -77,10 +77,14 @@ ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)
 # the verbosity a user's own script reads (`if DEBUG >= 2: print(...)`); tinycore's own diagnostics use their own
 # settings (TINYCORE_PROFILE, the cli), so DEBUG changes nothing inside tinycore
 DEBUG = ContextVar("DEBUG", 0)
-# tinygrad's kernel-tuning and optimizer knobs, accepted so code and tests written for tinygrad run (`with
-# Context(NOOPT=1):`, `BEAM=2 python train.py`): tinycore has no kernel search, tensor cores or image dtypes; its
-# kernels are shaped by the device's KernelTarget, so these change nothing here
-TINYGRAD_TUNING = {name: ContextVar(name, 0) for name in ("BEAM", "NOOPT", "IMAGE", "WINO", "TC", "TC_OPT",
+# kernel search: BEAM=N times the candidate shapes of every new kernel on its device and keeps the N best each round
+# (tinycore.engine.search); JITBEAM=N does it only for the kernels TinyJit captures
+BEAM = ContextVar("BEAM", 0)
+JITBEAM = ContextVar("JITBEAM", 0)
+# tinygrad's other kernel-tuning and optimizer knobs, accepted so code and tests written for tinygrad run (`with
+# Context(NOOPT=1):`): tinycore has no tensor cores or image dtypes; its kernels are shaped by the device's
+# KernelTarget (and BEAM), so these change nothing here
+TINYGRAD_TUNING = {name: ContextVar(name, 0) for name in ("NOOPT", "IMAGE", "WINO", "TC", "TC_OPT",
                                                             "NOLOCALS", "SPLIT_REDUCEOP", "TRANSCENDENTAL",
                                                             "FUSE_OPTIM", "CACHELEVEL", "JIT_BATCH_SIZE")}
 

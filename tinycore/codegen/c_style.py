@@ -14,6 +14,7 @@ import attrs
 from tinycore.dtype import DType, dtypes, ALL
 from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
 from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop, linearize, value_sources
+from tinycore.codegen.optimize import NO_OPTS, KernelOpts, opts_of
 from tinycore.codegen.reuse import ReusedValue, find_reused_values
 from tinycore.uop.scalars import kernel_scalars
 from tinycore.uop.symbolic import affine_terms
@@ -79,6 +80,11 @@ class RenderedKernel:
   local_size: tuple[int, ...] = (1, 1, 1)
 
 
+# the rule's local sizes (a kernel search may choose others): the innermost grid dimension gets up to this many
+# work-items, each further dimension up to NEXT_LOCAL_WIDTH
+FIRST_LOCAL_WIDTH = 256
+NEXT_LOCAL_WIDTH = 16
+
 class CStyleRenderer:
   """Renders a kernel SINK as one C function `void name(T* restrict data0, ..., long long var0, ...)`: the buffers,
   then the scalar parameters as 64-bit words (`tinycore.uop.scalars`), then any `extra_params`.
@@ -105,6 +111,7 @@ class CStyleRenderer:
   # bytes of row buffers one kernel may declare for values a reduction loop computes and a later loop reuses
   # (codegen.reuse; they live on the stack of the thread running the kernel); 0 computes such values twice
   scratch_bytes = 0
+  opts: KernelOpts = NO_OPTS       # the kernel being written's opts (set on the render's private copy)
 
   # ------------------------------------------------------------------ types and literals
   def value_type(self, dtype: DType) -> str: return self.type_names[dtype]
@@ -342,26 +349,50 @@ class CStyleRenderer:
       body = loops[0].body
     return chosen
 
+  def grid_sizes(self, kernel: LinearKernel) -> list[int]:
+    """The sizes of the loops that become work-item ids, dimension 0 (the innermost mapped loop) first."""
+    return [loop.range.src[0].arg for loop in reversed(self.parallel_loops(kernel))]
+
   def launch_dims(self, kernel: LinearKernel) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(global_size, local_size) in work-items for devices with `global_dims`; the global size is padded up to a
-    multiple of the local size (the kernel returns early past the real size)."""
+    multiple of the local size (the kernel returns early past the real size). The local size is the kernel opts'
+    "local" setting (a kernel search's choice), else the rule: dimension 0 as wide as FIRST_LOCAL_WIDTH allows, each
+    further one up to NEXT_LOCAL_WIDTH, powers of two within `max_local_size`."""
     if not self.global_dims: return (1, 1, 1), (1, 1, 1)
-    loops = self.parallel_loops(kernel)
-    sizes = [loop.range.src[0].arg for loop in reversed(loops)]  # innermost mapped loop is dimension 0
-    local, budget = [], self.max_local_size
-    for size in sizes:
-      width = 1
-      while width * 2 <= min(size, budget, 256 if not local else 16): width *= 2
-      local.append(width)
-      budget //= width
+    sizes = self.grid_sizes(kernel)
+    if (chosen := self.opts.setting("local")) is not None:
+      if len(chosen) != len(sizes) or math.prod(chosen) > self.max_local_size:
+        raise ValueError(f"local size {chosen} does not fit a grid of {sizes} (at most {self.max_local_size})")
+      local = list(chosen)
+    else:
+      local, budget = [], self.max_local_size
+      for size in sizes:
+        width = 1
+        while width * 2 <= min(size, budget, NEXT_LOCAL_WIDTH if local else FIRST_LOCAL_WIDTH): width *= 2
+        local.append(width)
+        budget //= width
     global_size = [-(-size // width) * width for size, width in zip(sizes, local)]
     pad = 3 - len(sizes)
     return tuple(global_size) + (1,) * pad, tuple(local) + (1,) * pad
+
+  def search_space(self, sink: UOp) -> dict[str, tuple[Any, ...]]:
+    """The settings of this renderer that a kernel search may try on the optimized kernel `sink`, by name, each with
+    the values to try (the kernel's opts carry the chosen ones: `KernelOpts.setting`). Here: a grid's local sizes,
+    powers of two in each dimension up to the loop's size, within `max_local_size`."""
+    if not self.global_dims: return {}
+    sizes = self.grid_sizes(linearize(sink))
+    if not sizes: return {}
+    options: list[tuple[int, ...]] = [()]
+    for size in sizes:
+      widths = [1 << i for i in range(max(1, size).bit_length()) if 1 << i <= size]
+      options = [o + (w,) for o in options for w in widths if math.prod(o) * w <= self.max_local_size]
+    return {"local": tuple(options)}
 
   def render(self, name: str, sink: UOp) -> RenderedKernel:
     """The kernel as source plus its launch dimensions, from one linearization."""
     kernel = linearize(sink)
     writer = copy.copy(self)  # this kernel's names and arrays live on the copy, never on the shared renderer
+    writer.opts = opts_of(sink)
     writer.begin_kernel(kernel)
     global_size, local_size = writer.launch_dims(kernel)
     return RenderedKernel(writer.write_source(name, sink, kernel), global_size, local_size)

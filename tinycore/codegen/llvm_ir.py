@@ -26,6 +26,7 @@ from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
 from tinycore.uop.scalars import kernel_scalars
 from tinycore.codegen.c_style import CStyleRenderer, RenderedKernel
 from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop, linearize
+from tinycore.codegen.optimize import opts_of
 
 SIXTEEN_BIT = (dtypes.float16, dtypes.bfloat16)
 INT_BITS = {1: "i8", 2: "i16", 4: "i32", 8: "i64"}
@@ -148,6 +149,7 @@ class LLVMRenderer(CStyleRenderer):
   def render(self, name: str, sink: UOp) -> RenderedKernel:
     kernel = linearize(sink)
     writer = copy.copy(self)  # this kernel's names and state live on the copy
+    writer.opts = opts_of(sink)
     global_size, local_size = writer.launch_dims(kernel)
     return RenderedKernel(writer.write_ir(name, sink, kernel, local_size), global_size, local_size)
 

@@ -6,6 +6,7 @@ are merged whenever every address in the kernel stays affine in the merged loop 
 from __future__ import annotations
 import math
 from math import prod
+from typing import Any
 import attrs
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops, UOp, conjuncts
@@ -142,20 +143,33 @@ def _halvings(width: int) -> tuple[int, ...]:
   return tuple(w for w in (width >> i for i in range(width.bit_length())) if w >= 4)
 
 
-def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
-  """Register tiles for reductions over a strided axis (matmul, column sums): the output dim that some load inside the
-  reduce reads contiguously is computed two vectors at a time, and a second output dim those loads don't use 4 or 8
-  at a time (`register_tile`), so each loaded value is reused from registers and the compiler vectorizes the
-  unrolled nest. The tile's column loop is the outer output loop, so one panel of the contiguous operand stays in
-  the core's cache while every row block streams past it. With no contiguous output dim (x @ w.T) a target that
-  packs panels tiles a dim whose panel the renderer copies into contiguous memory (`_packed_columns`)."""
+@attrs.frozen
+class Tile:
+  """A register tile, by range ids of the kernel it is decided for: output range `columns` computed `width` at a time
+  (the innermost upcast range, unrolled into registers), and optionally output range `rows` computed `row_width` at
+  a time beside it, each loaded column value reused by every row. `fold` and `stack`, for an image row of no whole
+  vectors: `stack` rows of output range `fold` side by side with the whole row `columns` as the tile's columns."""
+  columns: int
+  width: int
+  rows: int | None = None
+  row_width: int = 1
+  fold: int | None = None
+  stack: int = 1
+
+
+def decide_tile(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> Tile | None:
+  """The register tile the rules pick for a reduction over a strided axis (matmul, column sums): the output dim that
+  some load inside the reduce reads contiguously is computed two vectors at a time, and a second output dim those
+  loads don't use 4 or 8 at a time (`register_tile`), so each loaded value is reused from registers and the compiler
+  vectorizes the unrolled nest. The tile's column loop is the outer output loop, so one panel of the contiguous
+  operand stays in the core's cache while every row block streams past it. With no contiguous output dim (x @ w.T) a
+  target that packs panels tiles a dim whose panel the renderer copies into contiguous memory (`_packed_columns`).
+  None: no tile (no reduce, an upcast range already, or nothing worth it)."""
   nodes = sink.toposort()
   reduce_ranges = {r for n in nodes if n.op is Ops.REDUCE for r in n.src[1:]}
-  if not reduce_ranges or any(n.op is Ops.RANGE and n.arg[1] == "upcast" for n in nodes): return sink
-  outputs = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "loop"), key=lambda r: r.arg[0])
-  inner_addresses = [n.src[0].src[1] for n in nodes if n.op is Ops.LOAD and
-                     any(r in reduce_ranges for r in n.src[0].src[1].toposort())]
-  coefficients = [affine_terms(a)[0] for a in inner_addresses]
+  if not reduce_ranges or any(n.op is Ops.RANGE and n.arg[1] == "upcast" for n in nodes): return None
+  outputs = _output_ranges(nodes)
+  coefficients = _reduce_load_coefficients(nodes, reduce_ranges)
   columns, rows = register_tile(target)
   contiguous = [r for r in reversed(outputs) if _width_for(_range_size(r), _column_widths(r, columns)) and
                 any(c.get(r) == 1 for c in coefficients)]
@@ -169,31 +183,80 @@ def upcast_reduce_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UO
   elif row_strips: u_dim, needs_rows = row_strips[0], False  # a row of no whole vectors: a strip, never a tile
   elif target.broadcast_strips and (unread := _unread_output(nodes, outputs, coefficients)) is not None:
     u_dim, needs_rows, broadcast = unread, None, True
-  else: return sink
+  else: return None
+  # a tile's rows are worth it only where loaded values are reused from registers: some load reads the rows dim
+  # without the columns (a weight), and some reads the columns without the rows (a depthwise conv's input reads its
+  # channel: tiling channels as rows there only multiplies the accumulators)
   reused = [] if broadcast else [r for r in reversed(outputs) if r is not u_dim and
                                  _width_for(_range_size(r), _halvings(rows)) and
-                                 any(c.get(r) and not c.get(u_dim) for c in coefficients)]
-  if needs_rows is not None and needs_rows != bool(reused): return sink
-  next_id = 1 + max(n.arg[0] for n in nodes if n.op is Ops.RANGE)
+                                 any(c.get(r) and not c.get(u_dim) for c in coefficients) and
+                                 any(c.get(u_dim) and not c.get(r) for c in coefficients)]
+  if needs_rows is not None and needs_rows != bool(reused): return None
   # the outermost output loop is the one the cores share: if it is not the strip's, it feeds them already
   cores_fed = outputs[0] is not u_dim and _range_size(outputs[0]) >= target.cores
   widths = _column_widths(u_dim, columns) if reused else strip_widths(_range_size(u_dim), target, cores_fed)
   # a whole narrow row (17 of 32) tiles a matmul, but a strip of column sums is whole vectors or nothing
-  if (width := _width_for(_range_size(u_dim), widths)) is None: return sink
-  if reused and (stacked := _stacked_rows(nodes, coefficients, u_dim, reused[0], target, reduce_ranges)) is not None:
-    # several whole image rows side by side are the tile's columns (4 rows of 28: 7 full vectors), the row innermost
-    fold, stack, tile_rows = stacked
-    sink = _split_range(sink, u_dim, _range_size(u_dim), next_id + 2)
-    sink = _split_range(sink, fold, stack, next_id + 1)
-    sink = _split_range(sink, reused[0], tile_rows, next_id)
+  if (width := _width_for(_range_size(u_dim), widths)) is None: return None
+  if not reused: return Tile(u_dim.arg[0], width)
+  if (stacked := _stacked_rows(nodes, coefficients, u_dim, reused[0], target, reduce_ranges)) is not None:
+    fold, stack, tile_rows = stacked  # several whole image rows side by side are the tile's columns
+    return Tile(u_dim.arg[0], _range_size(u_dim), reused[0].arg[0], tile_rows, fold.arg[0], stack)
+  return Tile(u_dim.arg[0], width, reused[0].arg[0], _width_for(_range_size(reused[0]), _halvings(rows)) or 1)
+
+
+def _output_ranges(nodes: list[UOp]) -> list[UOp]:
+  return sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "loop"), key=lambda r: r.arg[0])
+
+
+def _reduce_load_coefficients(nodes: list[UOp], reduce_ranges: set[UOp]) -> list[dict[UOp, int]]:
+  """The affine coefficients of the addresses of the loads inside a reduce."""
+  return [affine_terms(n.src[0].src[1])[0] for n in nodes if n.op is Ops.LOAD and
+          any(r in reduce_ranges for r in n.src[0].src[1].toposort())]
+
+
+def apply_tile(sink: UOp, tile: Tile) -> UOp:
+  """The kernel with `tile`'s ranges split into upcast ranges: the columns innermost (the highest id, so each unrolled
+  row is whole vectors), and the column-block loop outside the row-block loop."""
+  nodes = sink.toposort()
+  by_id = {n.arg[0]: n for n in nodes if n.op is Ops.RANGE}
+  next_id = 1 + max(by_id)
+  columns = by_id[tile.columns]
+  if tile.fold is not None:
+    fold, rows = by_id[tile.fold], by_id[tile.rows]
+    sink = _split_range(sink, columns, _range_size(columns), next_id + 2)
+    sink = _split_range(sink, fold, tile.stack, next_id + 1)
+    sink = _split_range(sink, rows, tile.row_width, next_id)
     # the stacked rows' block loop outside the tile-row loop (it feeds the cores: the row loop has one iteration)
-    return _columns_outside(sink, fold.arg, reused[0].arg)
-  # the contiguous dim is the innermost upcast range (the highest id), so each unrolled row is whole vectors
-  sink = _split_range(sink, u_dim, width, next_id + 1)
-  if reused:
-    sink = _split_range(sink, reused[0], _width_for(_range_size(reused[0]), _halvings(rows)), next_id)
-    sink = _columns_outside(sink, u_dim.arg, reused[0].arg)
-  return sink
+    return _columns_outside(sink, fold.arg, rows.arg)
+  sink = _split_range(sink, columns, tile.width, next_id + 1)
+  if tile.rows is None: return sink
+  rows = by_id[tile.rows]
+  sink = _split_range(sink, rows, tile.row_width, next_id)
+  return _columns_outside(sink, columns.arg, rows.arg)
+
+
+def tile_options(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> list[Tile]:
+  """Every plain register tile of a reduction kernel a search may try: any output range of known size as the columns,
+  `width` a halving of four vectors (or the whole range when narrower) that divides it, with no rows or any other
+  output range as the rows, 2, 4 or 8 at a time, within the register file (columns x rows <= 2 x registers x lanes)."""
+  nodes = sink.toposort()
+  if not any(n.op is Ops.REDUCE for n in nodes) or any(n.op is Ops.RANGE and n.arg[1] == "upcast" for n in nodes):
+    return []
+  outputs = [r for r in _output_ranges(nodes) if len(r.src) == 1 and isinstance(_range_size(r), int)]
+  budget = 2 * target.vector_registers * target.vector_lanes
+  options: list[Tile] = []
+  for columns in outputs:
+    size = _range_size(columns)
+    widths = tuple(w for w in _halvings(4 * target.vector_lanes) if size % w == 0)
+    if size < 4 * target.vector_lanes and size not in widths: widths = (size,) + widths
+    for width in widths:
+      if width < 2: continue
+      options.append(Tile(columns.arg[0], width))
+      for rows in outputs:
+        if rows is columns: continue
+        options.extend(Tile(columns.arg[0], width, rows.arg[0], k) for k in (2, 4, 8)
+                       if _range_size(rows) % k == 0 and width * k <= budget)
+  return options
 
 
 def _unread_output(nodes: list[UOp], outputs: list[UOp], coefficients: list[dict[UOp, int]]) -> UOp | None:
@@ -305,19 +368,19 @@ def rows_per_pass(x: UOp, rows_at_once: int) -> UOp | None:
   return reduced.alu(x.arg, combined_pairwise(last, x.arg))
 
 
-def strip_rows_per_pass(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
+def strip_rows_per_pass(sink: UOp, strip_rows: int) -> UOp:
   """Column-sum strips (a kernel with one upcast range: a strip of accumulators, no register tile) add
-  `target.strip_rows` rows per pass: `acc[i] += (r0[i] + r1[i]) + (r2[i] + r3[i])` reads and writes the strip a
+  `strip_rows` rows per pass: `acc[i] += (r0[i] + r1[i]) + (r2[i] + r3[i])` reads and writes the strip a
   quarter as often as `acc[i] += r0[i]` row by row, and keeps several row streams in flight. A sum is reassociated
   (numpy's pairwise sum is too); a max or min is exact in any order and NaN still wins. Plain ops in the kernel
   graph, so every renderer writes the same loop."""
   nodes = sink.toposort()
   upcast = [u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "upcast"]
-  if target.strip_rows < 2 or len(upcast) != 1: return sink
+  if strip_rows < 2 or len(upcast) != 1: return sink
   replaced: dict[UOp, UOp] = {}
   for x in nodes:
     if x.op is not Ops.REDUCE or upcast[0] not in x.src[0].toposort(): continue
-    new = rows_per_pass(x, target.strip_rows)
+    new = rows_per_pass(x, strip_rows)
     if new is not None: replaced[x] = new
   return graph_rewrite(sink.substitute(replaced), symbolic) if replaced else sink
 
@@ -472,9 +535,57 @@ gathers = PatternMatcher([
 ])
 
 
-def optimize_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
-  """The kernel with gathers read directly, contiguous loops merged, register tiles for strided reductions and
-  several rows per pass for column-sum strips, shaped for `target`."""
+@attrs.frozen
+class KernelOpts:
+  """The choices that shape one kernel, the space a kernel search (BEAM) explores: its register `tile` (None: none),
+  how many rows a column-sum strip adds per pass (`strip_rows`), and settings of the renderer's own (`renderer`:
+  sorted (name, value) pairs a renderer declares in its `search_space`, e.g. a GPU's work-group size; a name not
+  given is the renderer's rule). `decide_opts` gives the rules' choices; the optimized kernel carries its opts as its
+  SINK's arg, for the renderer."""
+  tile: Tile | None = None
+  strip_rows: int = 1
+  renderer: tuple[tuple[str, Any], ...] = ()
+
+  def setting(self, name: str, default: Any = None) -> Any:
+    """The renderer setting `name`, or `default` (the renderer's rule) when the opts do not set it."""
+    return next((value for key, value in self.renderer if key == name), default)
+
+  def with_setting(self, name: str, value: Any) -> KernelOpts:
+    settings = dict(self.renderer)
+    settings[name] = value
+    return attrs.evolve(self, renderer=tuple(sorted(settings.items())))
+
+
+NO_OPTS = KernelOpts()
+
+
+def opts_of(sink: UOp) -> KernelOpts:
+  """The opts an optimized kernel carries (its SINK's arg), or the empty opts (every renderer rule) when none."""
+  return sink.arg if isinstance(sink.arg, KernelOpts) else NO_OPTS
+
+
+def prepared_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
+  """The rewrites every kernel gets before its choices (they keep semantics and are never worse): gathers read
+  directly, gated loads and float minimums simplified, contiguous loops merged, elementwise loops split at gates."""
   if target.gathers: sink = graph_rewrite(sink, gathers)
   sink = graph_rewrite(graph_rewrite(sink, gated_loads), float_minimums)
-  return strip_rows_per_pass(upcast_reduce_kernel(split_at_gates(merge_ranges(sink), target), target), target)
+  return split_at_gates(merge_ranges(sink), target)
+
+
+def decide_opts(prepared: UOp, target: KernelTarget = DEFAULT_TARGET) -> KernelOpts:
+  """The rules' choices for a prepared kernel (`prepared_kernel`)."""
+  return KernelOpts(decide_tile(prepared, target), target.strip_rows)
+
+
+def apply_opts(prepared: UOp, opts: KernelOpts) -> UOp:
+  """The prepared kernel shaped by `opts` (which it carries as its SINK's arg)."""
+  sink = apply_tile(prepared, opts.tile) if opts.tile is not None else prepared
+  sink = strip_rows_per_pass(sink, opts.strip_rows)
+  return sink.replace(arg=opts)
+
+
+def optimize_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET, opts: KernelOpts | None = None) -> UOp:
+  """The kernel with gathers read directly, contiguous loops merged, and shaped by `opts` (default: the rules'
+  choices for `target`: register tiles for strided reductions, several rows per pass for column-sum strips)."""
+  prepared = prepared_kernel(sink, target)
+  return apply_opts(prepared, decide_opts(prepared, target) if opts is None else opts)

@@ -148,17 +148,40 @@ def warn_once(message: str) -> None:
 
 def cache_key_secret(root: pathlib.Path) -> bytes:
   """The per-cache secret that signs entries (root/key, 0600, created on first use). A missing, foreign or
-  readable-by-others key is replaced: every entry signed with the old one is then recompiled."""
+  readable-by-others key is replaced: every entry signed with the old one is then recompiled. A missing key is created
+  exclusively (the first of several threads or processes wins, the others read its key), so entries written at once
+  by several compilers are all signed with the one that stays."""
   path = root / "key"
+  with _secret_lock:
+    if (secret := read_secret(path)) is not None: return secret
+    secret = os.urandom(32)
+    if os.path.lexists(path):
+      write_private_file(path, secret)  # foreign or unreadable: replaced
+      return secret
+    fd, temporary = tempfile.mkstemp(dir=root, prefix=".tmp-")
+    try:
+      with os.fdopen(fd, "wb") as f: f.write(secret)
+      try: os.link(temporary, path)
+      except FileExistsError:  # another process made it first: its key is the one
+        if (theirs := read_secret(path)) is not None: return theirs
+        write_private_file(path, secret)
+    finally:
+      with contextlib.suppress(OSError): os.unlink(temporary)
+    return secret
+
+
+_secret_lock = threading.Lock()
+
+
+def read_secret(path: pathlib.Path) -> bytes | None:
+  """The 32-byte key at `path` if it is this user's and private, else None."""
   try:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
       if untrusted_reason(os.fstat(f.fileno()), private=True) is None and len(secret := f.read(64)) == 32:
         return secret
   except OSError: pass
-  secret = os.urandom(32)
-  write_private_file(path, secret)
-  return secret
+  return None
 
 
 def write_private_file(path: pathlib.Path, data: bytes) -> None:
@@ -208,20 +231,35 @@ class Compiler:
     Set TINYCORE_DISABLE_COMPILER_CACHE=1 to skip the cache."""
     if self.cachekey is None or os.environ.get("TINYCORE_DISABLE_COMPILER_CACHE") == "1": return self.compile(src)
     key = hashlib.sha256(f"{self.cachekey}\0{src}".encode()).hexdigest()
-    root = trusted_cache_dir()
-    # a suffix of its own: a tinycore from before signing, sharing this directory, never reads a signed entry
-    path = root / "compiled" / key[:2] / f"{key}.signed"
-    try: secret = cache_key_secret(root)
-    except OSError: return self.compile(src)  # a read-only cache is not an error
-    if (lib := read_cache_entry(path, secret)) is not None: return lib
+    if (lib := read_signed_entry("compiled", key)) is not None: return lib
     lib = self.compile(src)
-    try:
-      (root / "compiled").mkdir(mode=0o700, exist_ok=True)
-      path.parent.mkdir(mode=0o700, exist_ok=True)
-      # a fresh file renamed into place: a concurrent reader never sees half a binary
-      write_private_file(path, ENTRY_MAGIC + entry_mac(secret, path.name, lib) + lib)
-    except OSError: pass  # a read-only cache is not an error
+    write_signed_entry("compiled", key, lib)
     return lib
+
+
+def signed_entry_path(kind: str, key: str) -> pathlib.Path:
+  # a suffix of its own: a tinycore from before signing, sharing this directory, never reads a signed entry
+  return trusted_cache_dir() / kind / key[:2] / f"{key}.signed"
+
+
+def read_signed_entry(kind: str, key: str) -> bytes | None:
+  """The payload of the cache entry `key` (a hex digest) of `kind` ("compiled" programs, "searched" kernel opts), if
+  it is there and its signature holds (`read_cache_entry`); None otherwise, and for a cache that cannot be read."""
+  try: secret = cache_key_secret(trusted_cache_dir())
+  except OSError: return None
+  return read_cache_entry(signed_entry_path(kind, key), secret)
+
+
+def write_signed_entry(kind: str, key: str, payload: bytes) -> None:
+  """Store `payload` as the signed cache entry `key` of `kind`: a fresh file renamed into place, so a concurrent reader
+  never sees half of it. A read-only cache is not an error: nothing is stored."""
+  path = signed_entry_path(kind, key)
+  try:
+    secret = cache_key_secret(trusted_cache_dir())
+    path.parent.parent.mkdir(mode=0o700, exist_ok=True)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    write_private_file(path, ENTRY_MAGIC + entry_mac(secret, path.name, payload) + payload)
+  except OSError: pass
 
 
 class Program(Protocol):
@@ -253,6 +291,9 @@ class Compiled:
   # (OpenCL's max parameter size, CUDA's parameter buffer); None: any number. The scheduler splits a kernel that
   # would take more into several (`tinycore.schedule.realize_points.limit_kernel_arguments`).
   max_kernel_args: int | None = None
+  # whether a kernel's run time here says how fast it is on the real device (a kernel search, BEAM, times candidate
+  # kernels); an emulator's does not, and a search skips it with a note
+  times_kernels: bool = True
 
   @property
   def can_compute(self) -> bool:

@@ -16,6 +16,7 @@ from tinycore.uop.ops import UOp
 from tinycore.uop.scalars import kernel_scalars
 from tinycore.uop import capture
 from tinycore.codegen import DEFAULT_TARGET, CodegenStats, kernel_name, optimize_kernel
+from tinycore.codegen.optimize import KernelOpts
 from tinycore.device.registry import Device
 
 
@@ -48,8 +49,10 @@ class RenderedSource:
       raise RuntimeError(f"device {device} cannot run kernels (it only stores bytes): move the tensor to a compute "
                          "device first, e.g. .to(Device.DEFAULT)")
     check_dtypes(dev.renderer, sink, device)
-    # a renderer may describe its machine (vector width, registers, cores) for the tiles; else the default shapes
-    optimized = optimize_kernel(sink, getattr(dev.renderer, "kernel_target", DEFAULT_TARGET))
+    # a renderer may describe its machine (vector width, registers, cores) for the tiles; else the default shapes. A
+    # kernel whose SINK carries opts (a kernel search's choice, `tinycore.engine.search`) is shaped by them instead
+    opts = sink.arg if isinstance(sink.arg, KernelOpts) else None
+    optimized = optimize_kernel(sink, getattr(dev.renderer, "kernel_target", DEFAULT_TARGET), opts)
     if kernel_scalars(optimized) != kernel_scalars(sink):
       raise AssertionError("optimizing a kernel changed its scalar parameters: its CALL's arguments would not match")
     self.name = kernel_name(optimized)

@@ -12,6 +12,7 @@ from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import call_buffers, call_scalars
 from tinycore.device.buffer import Buffer
 from tinycore.device.buffers import buffer_of
+from tinycore.helpers import JITBEAM
 from tinycore.engine.plan import Binding, RunPlan
 
 _captured: list[list[UOp]] = []   # a stack: the LINEARs recorded by each active capture
@@ -101,7 +102,8 @@ class ReplayPlan:
     linear = UOp(Ops.LINEAR, None, tuple(call for lin in linears for call in lin.src))
     if prune: linear = prune_onetime_calls(linear, input_uops)
     self.linear, self.input_uops = linear, list(input_uops)
-    self.plan = RunPlan(linear, patched=self.input_uops)
+    # JITBEAM=N searches the captured kernels (0: BEAM's setting decides)
+    self.plan = RunPlan(linear, patched=self.input_uops, search_width=int(JITBEAM) or None)
     self.kernel_count = self.plan.kernel_count  # (compiles the plan now, at capture)
     # the buffers a replay writes, and those of them it does not take as inputs (outputs, intermediates)
     self.written = {base_buffer(b) for call in linear.src for b in written_and_taken_buffers(call)[0]}

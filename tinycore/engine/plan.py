@@ -17,8 +17,10 @@ training loop, each call of a model's forward) binds the placeholders to its buf
 neither schedules nor compiles (`PlanCacheStats` counts the hits and misses).
 """
 from __future__ import annotations
-from typing import Any, Iterable, Sequence
+import time
+from typing import Any, Callable, Iterable, Sequence
 import tinycore.profiler as profiler
+from tinycore.helpers import BEAM
 from tinycore.caches import BoundedCache
 from tinycore.uop.ops import GroupOp, Ops, UOp, substitute_all
 from tinycore.uop.scalars import call_buffers, call_scalars, scalar_value, scalar_word
@@ -35,6 +37,7 @@ from tinycore.hcq.device import is_hcq_device
 from tinycore.hcq.in_flight import wait_for_queues
 from tinycore.hcq.runtime import call_is_hcq, compile_linear, queue_settings, uses_queues
 from tinycore.engine.memory import plan_memory
+from tinycore.engine.search import search_linear
 
 
 class _MemoryCountersView(type):
@@ -151,19 +154,23 @@ class RunPlan:
   """A LINEAR as steps to run. `patched` are the buffers whose addresses a queue batch takes at every run (None:
   all of them, as for a cached schedule's placeholders); a batch writes the others' addresses in when compiled."""
 
-  def __init__(self, linear: UOp, patched: Sequence[UOp] | None = None):
+  def __init__(self, linear: UOp, patched: Sequence[UOp] | None = None, search_width: int | None = None):
     self.linear = split_lanes(linear)  # a tuple CALL runs once per lane (and counts once per lane)
     self.patched = list(patched) if patched is not None else None
+    self.search_width = search_width  # the kernel search's width (None: the BEAM setting's; 0: no search)
     self.devices = sorted({b.device for call in self.linear.src for b in call_buffers(call)})
     self.queued = any(uses_queues(call) for call in self.linear.src)
     self.compiled: dict[bool, tuple[tuple, list[Step]]] = {}  # profiling on/off -> (the settings, the steps)
 
-  def steps(self) -> list[Step]:
-    """The plan compiled for the profiler's state and the devices' present settings (made once for each)."""
+  def steps(self, binding: Binding | None = None) -> list[Step]:
+    """The plan compiled for the profiler's state and the devices' present settings (made once for each). With a
+    kernel search on (BEAM), its new kernels are searched first, run with `binding`'s scalars."""
     profile = profiler.enabled
-    settings = queue_settings(self.devices) if self.queued else ()
+    width = int(BEAM) if self.search_width is None else self.search_width
+    settings = (queue_settings(self.devices) if self.queued else (), width)
     if (hit := self.compiled.get(profile)) is not None and hit[0] == settings: return hit[1]
     linear = self.linear
+    if width > 0: linear = search_linear(linear, width, binding or Binding(), call_runner)
     compile_kernels([(call.src[1].device, call.src[0]) for call in linear.src if call.src[0].op is Ops.SINK])
     if self.queued:
       patched = linear_buffers(linear) if self.patched is None else self.patched
@@ -176,7 +183,7 @@ class RunPlan:
     """Run every step with `binding`. When it returns, every non-queue device it wrote to is synchronized (so a
     write to DISK is durable); `wait` also waits for the queues. `count=False` leaves GlobalCounters alone."""
     written: dict[str, None] = {}
-    for step in self.steps():
+    for step in self.steps(binding):
       if type(step) is BatchStep: step.run(binding, count)
       else:
         written[step.device] = None
@@ -190,6 +197,17 @@ class RunPlan:
   def kernel_count(self) -> int:
     """What one run adds to GlobalCounters.kernel_count."""
     return sum(step.batch.commands if type(step) is BatchStep else 1 for step in self.steps())
+
+
+def call_runner(call: UOp) -> Callable[[Binding], float]:
+  """A function that runs the one CALL `call` with a binding, waits for it, and returns the seconds it took (the
+  kernel search's way of timing a candidate as the device runs any kernel)."""
+  plan = RunPlan(UOp(Ops.LINEAR, None, (call,)), search_width=0)
+  def run(binding: Binding) -> float:
+    start = time.perf_counter()
+    plan.run(binding, count=False, wait=True)
+    return time.perf_counter() - start
+  return run
 
 
 def timed_host_copy(dst: Any, src: Any) -> None:

@@ -8,8 +8,10 @@ names are covered by API_VERSION: a MINOR bump adds names or optional hooks, a M
   memory, page-aligned), view_address, HOST_DEVICE (the core's host kind, "PYTHON");
 - compiling and running: Compiled, Compiler, Program, cache_dir, dump_binary (TINYCORE_DUMP_BINARIES);
 - rendering: CStyleRenderer, LLVMRenderer and LLVMTarget (LLVM IR for any LLVM target), RenderedKernel, LinearKernel,
-  Loop, AccUpdate, KernelTarget (the machine the optimizer shapes tiles for), Panel and find_panels (operand panels
-  a renderer may pack into a kernel-local buffer) and the IR they render (Ops, GroupOp, UOp, DType, dtypes);
+  Loop, AccUpdate, linearize, KernelTarget (the machine the optimizer shapes tiles for), KernelOpts (a kernel's
+  searchable choices, which a renderer reads as `self.opts` and offers more of in `search_space`), Panel and
+  find_panels (operand panels a renderer may pack into a kernel-local buffer) and the IR they render (Ops, GroupOp,
+  UOp, DType, dtypes);
 - queue devices (HCQ2): HCQDevice, HWQueue, CommandWriter, Encoded, HCQTimeoutError, Signal, signal_pool, the queue
   commands
   (Exec, Copy, SignalStore, SignalWait, Timestamp, Barrier, Command) and their run-time values (Value,
@@ -27,8 +29,8 @@ from tinycore.plugin.spec import DeviceSpec
 
 if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.codegen.c_style import CStyleRenderer, RenderedKernel
-  from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop
-  from tinycore.codegen.optimize import KernelTarget
+  from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop, linearize
+  from tinycore.codegen.optimize import KernelOpts, KernelTarget
   from tinycore.codegen.packing import Panel, find_panels
   from tinycore.codegen.llvm_ir import LLVMRenderer, LLVMTarget
   from tinycore.device.allocator import Allocator, BufferSpec, BufferStorage, LRUAllocator
@@ -61,8 +63,8 @@ _LAZY_EXPORTS: dict[str, str] = {
                    "compile_timeout_s", "count_setting", "run_bounded", "run_compiler", "start_bounded", "finish_bounded"),
                  "tinycore.device.compiled"),
   **dict.fromkeys(("CStyleRenderer", "RenderedKernel"), "tinycore.codegen.c_style"),
-  **dict.fromkeys(("AccUpdate", "LinearKernel", "Loop"), "tinycore.codegen.linearize"),
-  "KernelTarget": "tinycore.codegen.optimize",
+  **dict.fromkeys(("AccUpdate", "LinearKernel", "Loop", "linearize"), "tinycore.codegen.linearize"),
+  **dict.fromkeys(("KernelOpts", "KernelTarget"), "tinycore.codegen.optimize"),
   **dict.fromkeys(("Panel", "find_panels"), "tinycore.codegen.packing"),
   **dict.fromkeys(("LLVMRenderer", "LLVMTarget"), "tinycore.codegen.llvm_ir"),
   **dict.fromkeys(("DType", "dtypes"), "tinycore.dtype"),

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 # and finish_bounded (a compiler started ahead of need, fed later), KernelTarget.broadcast_strips and split_gates.
 # 1.4: Compiled.max_kernel_args (a device's limit on one kernel's arguments; None: any number). 1.5: count_setting
 # and SettingError (a setting with a bad value, which the default device does not fall back past), DeviceUnavailable
-# (a device present but unusable here, listed "unavailable").
-API_VERSION = "1.5"
+# (a device present but unusable here, listed "unavailable"). 1.6: KernelOpts and linearize (a kernel's searchable
+# choices, carried as its SINK's arg: CStyleRenderer.opts, search_space, grid_sizes), Compiled.times_kernels.
+API_VERSION = "1.6"
 
 hookspec = pluggy.HookspecMarker("tinycore")
 hookimpl = pluggy.HookimplMarker("tinycore")

@@ -425,5 +425,10 @@ class AMDDevice(HCQDevice):
     """"emulated gfx1100" on the emulator (what `tinycore devices` shows after "ok")."""
     return None if type(self.driver).__name__ == "KFDDriver" else f"emulated {self.arch}"
 
+  @property
+  def times_kernels(self) -> bool:  # type: ignore[override]
+    """The emulator's run times say nothing of a GPU's: a kernel search skips it."""
+    return type(self.driver).__name__ == "KFDDriver"
+
   def capabilities(self) -> dict[str, Any]:
     return {**super().capabilities(), "arch": self.arch, "wave": WAVE_SIZE[self.arch]}

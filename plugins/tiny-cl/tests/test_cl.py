@@ -466,3 +466,21 @@ def test_every_cl_device_listed_ok_passes_its_check_with_every_installed_driver(
   assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
   rows = [line for line in result.stdout.splitlines() if " tiny-cl " in line]
   assert rows and all(" ok " in row or "unavailable:" in row for row in rows), rows
+
+
+@needs_device
+def test_a_kernel_search_tries_work_group_sizes_and_keeps_the_values(cache_dir, monkeypatch):
+  from tinycore import Context
+  from tinycore.engine import search
+  monkeypatch.setattr(search, "MIN_SEARCHED_SECONDS", 0.0)
+  search.searched.clear()
+  search.reports.clear()
+  data = np.random.default_rng(7).uniform(-1, 1, (64, 4096)).astype(np.float32)
+  x = Tensor(data, device="CL").realize()
+  with Context(BEAM=2): out = (x.exp() * 3 - x).numpy()
+  np.testing.assert_allclose(out, np.exp(data) * 3 - data, rtol=1e-5, atol=1e-6)
+  (report,) = search.reports
+  # the rules' local size and every other power of two of the grid were candidates; the choice is one of them
+  assert report.tried > 4 and report.best_s <= report.default_s
+  local = report.opts.setting("local")
+  assert local is None or all(w & (w - 1) == 0 for w in local)

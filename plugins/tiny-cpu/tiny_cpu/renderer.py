@@ -1,7 +1,7 @@
 """The C renderer of the CPU device: tinycore's C-style renderer with the CPU's details."""
 import os
 from tinycore.plugin import (CStyleRenderer, DType, GroupOp, KernelTarget, LinearKernel, Loop, Ops, Panel, UOp, dtypes,
-                             find_panels)
+                             find_panels, linearize)
 
 # exp2 for float32 without a libm call, so loops over it vectorize: 2^x = 2^n * 2^f with n = rint(x), f in
 # [-0.5, 0.5], 2^f from Cephes' degree-6 polynomial (relative error < 2e-7) in fused multiply-adds, 2^n built in two
@@ -104,12 +104,27 @@ class CPURenderer(CStyleRenderer):
             f"{{ {name}({', '.join(args)}); }}\n")
 
   def threaded_loop(self, kernel: LinearKernel) -> UOp | None:
-    """The outermost output loop to split across threads, or None for a kernel too small (or too narrow)."""
+    """The outermost output loop to split across threads, or None for a kernel too small (or too narrow). The kernel
+    opts' "threads" setting (a kernel search's choice) overrides the size rule."""
     if self.threads < 2: return None
-    outer = min((r for r in kernel.ranges if r.arg[1] == "loop"), key=lambda r: r.arg[0], default=None)
-    if (outer is None or outer.src[0].arg < self.threads or
-        (kernel.iterations() or 0) < self.parallel_threshold): return None
-    return outer
+    outer = self.outer_loop(kernel)
+    if outer is None or outer.src[0].arg < self.threads: return None
+    if (chosen := self.opts.setting("threads")) is not None: return outer if chosen else None
+    return outer if (kernel.iterations() or 0) >= self.parallel_threshold else None
+
+  @staticmethod
+  def outer_loop(kernel: LinearKernel) -> UOp | None:
+    return min((r for r in kernel.ranges if r.arg[1] == "loop"), key=lambda r: r.arg[0], default=None)
+
+  def search_space(self, sink: UOp) -> dict[str, tuple]:
+    """What a kernel search may try beyond the tiles: splitting the outer loop across threads or not, and how many
+    vector accumulators a reduction loop keeps in flight (`lane_width`)."""
+    kernel = linearize(sink)
+    space: dict[str, tuple] = {}
+    if self.threads > 1 and (outer := self.outer_loop(kernel)) is not None and outer.src[0].arg >= self.threads:
+      space["threads"] = (True, False)
+    if any(u.op is Ops.REDUCE for u in sink.toposort()): space["lanes"] = (1, 2, 4, 8)
+    return space
 
   def begin_kernel(self, kernel: LinearKernel) -> None:
     self._split = self.threaded_loop(kernel)
@@ -235,7 +250,7 @@ class CPURenderer(CStyleRenderer):
   # This reassociates a float sum, as numpy's pairwise sum and BLAS do; a max is exact in any order, and a lane
   # holding NaN keeps it (NaN wins in `max_expr`), so NaN still propagates.
   def lane_width(self) -> int:
-    return self.kernel_target.vector_lanes * LANE_VECTORS
+    return self.kernel_target.vector_lanes * self.opts.setting("lanes", LANE_VECTORS)
 
   def lane_updates(self, loop: Loop) -> list:
     """The updates of an innermost reduction loop that lane accumulators may compute: sums and maxima of 32/64-bit

@@ -360,6 +360,11 @@ class NVDevice(HCQDevice):
     """"emulated" on the mock driver (what `tinycore devices` shows after "ok")."""
     return "emulated" if self.emulated else None
 
+  @property
+  def times_kernels(self) -> bool:  # type: ignore[override]
+    """The mock's run times (a PTX interpreter) say nothing of a GPU's: a kernel search skips it."""
+    return not self.emulated
+
   def finalize(self) -> None:
     try:
       driver = self.bound_driver()
