@@ -1,7 +1,8 @@
 """Common neural-network ops at realistic sizes, family by family: tinycore's time and torch's (CPU) when torch is
 importable, and their ratio. Asserts nothing. Written to find performance cliffs (an op 10x-1000x slower than it
-should be), not to tune kernels: each time is the best of a few runs of compute + read back to a numpy array (the
-same for both libraries), after one warm-up run (which compiles).
+should be), not to tune kernels: each time is the best of a few runs of the op on inputs already in memory (tinycore:
+realize() and a device synchronize, so the kernels ended; torch: the eager call), after one warm-up run (which
+compiles). Reading the result back is not timed: torch's .numpy() is a view, tinycore's a copy.
 
     python bench/bench_ops.py [substring ...]     # only the rows whose name (or family) contains one of them
     BEAM=2 python bench/bench_ops.py matmul      # with the kernel search (its first run searches; timed runs after)
@@ -135,7 +136,7 @@ def Tensor_einsum(formula: str, *operands: Any) -> Any:
 
 
 def main() -> None:
-  from tinycore import Tensor
+  from tinycore import Device, Tensor
   try:
     import torch
     import torch.nn.functional as F
@@ -146,12 +147,16 @@ def main() -> None:
   for family, name, ours, theirs, inputs in cases(np.random.default_rng(0)):
     if wanted and not any(w in name or w in family for w in wanted): continue
     tensors = [Tensor(a).realize() for a in inputs]
-    ours_s = best_seconds(lambda: ours(*tensors).realize().numpy())
+    device = Device[tensors[0].device]
+    def run_ours() -> None:
+      ours(*tensors).contiguous().realize()  # (a view of a realized buffer, `x.T`, realizes as the view it is)
+      device.synchronize()  # a queue device's realize returns before its kernels end
+    ours_s = best_seconds(run_ours)
     line = f"{name:46s} {ours_s * 1e3:12.2f}"
     if torch is not None:
       torch_inputs = [torch.tensor(a) for a in inputs]
       fn = theirs(torch, F)
-      torch_s = best_seconds(lambda: fn(*torch_inputs).numpy())
+      torch_s = best_seconds(lambda: fn(*torch_inputs))
       line += f" {torch_s * 1e3:10.2f} {ours_s / torch_s:7.2f}x"
     print(line, flush=True)
 

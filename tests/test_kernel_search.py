@@ -25,7 +25,7 @@ def fresh_search(monkeypatch, tmp_path):
 @pytest.mark.parametrize("device", ["CPU", "SIM", "PYTHON"])
 def test_searched_kernels_compute_what_the_rules_kernels_do(device):
   rng = np.random.default_rng(0)
-  a, w = rng.standard_normal((24, 40)).astype(np.float32), rng.standard_normal((40, 16)).astype(np.float32)
+  a, w = rng.standard_normal((12, 20)).astype(np.float32), rng.standard_normal((20, 8)).astype(np.float32)
   x, y = Tensor(a, device=device).realize(), Tensor(w, device=device).realize()
   with Context(BEAM=1): product, column_sums = (x @ y).numpy(), x.sum(0).numpy()
   np.testing.assert_allclose(product, a @ w, rtol=1e-4, atol=1e-5)
@@ -36,7 +36,7 @@ def test_searched_kernels_compute_what_the_rules_kernels_do(device):
 
 def test_a_search_replaces_a_tile_that_spills_with_one_that_fits(monkeypatch):
   # the case built to need a search: rules that pick a 64 x 32 register tile (2048 accumulators: they spill to the
-  # stack), several times slower than a tile that fits the registers
+  # stack), over ten times slower than a tile that fits the registers
   real_rules = search.decide_opts
 
   def spilling_rules(prepared, target):

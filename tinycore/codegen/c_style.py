@@ -276,8 +276,9 @@ class CStyleRenderer:
     return f"({b} == 0 ? 0 : {b} == -1 ? {minus_one} : {cast}({a}{symbol}{b}))"
 
   def max_expr(self, a: str, b: str, dtype: DType) -> str:
-    """The larger of a and b; for floats NaN wins (numpy's maximum propagates NaN)."""
-    if dtypes.is_float(dtype): return f"(({a} != {a} || {a} > {b}) ? {a} : {b})"
+    """The larger of a and b; for floats NaN wins (numpy's maximum propagates NaN). The two tests are joined with a
+    bitwise `|`: a short-circuit `||` is a branch, which kept gcc from vectorizing a running max (cummax 3x slower)."""
+    if dtypes.is_float(dtype): return f"((({a} != {a}) | ({a} > {b})) ? {a} : {b})"
     return f"({a} > {b} ? {a} : {b})"
 
   def accumulate(self, x: UOp) -> str:

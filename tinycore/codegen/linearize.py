@@ -39,12 +39,24 @@ class LinearKernel:
   upcast: list[UOp] = attrs.field(factory=list)
   vector: set[UOp] = attrs.field(factory=set)
 
+  pieces: list[tuple[UOp, ...]] = attrs.field(factory=list)
+
   def iterations(self) -> int | None:
-    """How many times the innermost statements run in all (the pieces of a cut loop add up); None if symbolic."""
+    """How many times the innermost statements run in all (the pieces of cut loops add up); None if symbolic."""
     sizes = [r.src[0].arg for r in self.ranges if r.arg[1] != "part"]
     parts = [r.src[0].arg for r in self.ranges if r.arg[1] == "part"]
     if not all(isinstance(size, int) for size in sizes + parts): return None
-    return prod(sizes) * (sum(parts) if parts else 1)
+    return prod(sizes) * (sum(prod(r.src[0].arg for r in chain) for chain in self.pieces) if self.pieces else 1)
+
+
+def piece_chains(nodes: list[UOp]) -> list[tuple[UOp, ...]]:
+  """Each store's part ranges (the pieces of cut loops it writes), outermost first (by id); none without pieces."""
+  if not any(n.op is Ops.RANGE and n.arg[1] == "part" for n in nodes): return []
+  chains = []
+  for store in (n for n in nodes if n.op is Ops.STORE):
+    parts = {u for u in store.toposort() if u.op is Ops.RANGE and u.arg[1] == "part"}
+    chains.append(tuple(sorted(parts, key=lambda r: r.arg[0])))
+  return chains
 
 
 def value_sources(node: UOp) -> list[UOp]:
@@ -69,7 +81,7 @@ def linearize(sink: UOp) -> LinearKernel:
   nest.sink_vector_addresses(nodes, vector)
   body = StatementOrder(nodes, nest, vector).build(None)
   params = sorted((n for n in nodes if n.op is Ops.PARAM), key=lambda p: p.arg)
-  return LinearKernel(body, params, [n for n in nodes if n.op is Ops.RANGE], upcast, vector)
+  return LinearKernel(body, params, [n for n in nodes if n.op is Ops.RANGE], upcast, vector, piece_chains(nodes))
 
 
 def loop_dependencies(nodes: list[UOp]) -> dict[UOp, frozenset[UOp]]:
@@ -94,9 +106,13 @@ class LoopNest:
     previous: UOp | None = None
     for r in outputs:
       self.parent[r], self.depth[r], previous = previous, self.depth[previous] + 1, r
-    # the pieces of a loop cut at its gates (codegen.optimize.split_at_gates): sibling loops inside the output loops
-    for r in (n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "part"):
-      self.parent[r], self.depth[r] = previous, self.depth[previous] + 1
+    # the pieces of loops cut at their gates (codegen.optimize.split_at_gates): sibling loops inside the output loops,
+    # each store's pieces nested in the order of their ids (a piece of the rows holds its pieces of the columns)
+    for chain in piece_chains(nodes):
+      parent = previous
+      for r in chain:
+        if r not in self.parent: self.parent[r], self.depth[r] = parent, self.depth[parent] + 1
+        parent = r
     self.scope: dict[UOp, UOp | None] = {}
     for x in reversed(nodes):  # enclosing reduces come later in toposort, so they are placed first
       if x.op is not Ops.REDUCE: continue

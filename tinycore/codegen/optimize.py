@@ -420,7 +420,7 @@ float_minimums = PatternMatcher([
 ])
 
 
-# a kernel is cut into at most this many pieces (a cat of 16 tensors; a pad has 3)
+# a kernel is cut into at most this many pieces (a cat of 16 tensors; a pad has 3 per padded dim)
 MAX_PIECES = 16
 
 
@@ -437,27 +437,34 @@ def _cut_point(compare: UOp, r: UOp) -> int | None:
 
 
 def split_at_gates(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
-  """An elementwise kernel whose innermost output loop is cut by comparisons of its index with constants (a cat:
-  where(r < 1024, a[r], -0) + where(1024 <= r < 2048, b[r - 1024], -0) + ...; a pad's borders) becomes one loop per
-  piece between the cut points (ranges of kind "part", siblings inside the outer loops), each piece's comparisons
+  """An elementwise kernel whose output loops are cut by comparisons of their index with constants (a cat:
+  where(r < 1024, a[r], -0) + where(1024 <= r < 2048, b[r - 1024], -0) + ...; a pad's borders, along the rows and the
+  columns) becomes one loop per piece between the cut points (ranges of kind "part"), each piece's comparisons
   decided: an element reads only its own piece, in a loop the compiler vectorizes (a copy, for a cat), instead of
-  evaluating every piece's gated load. Only with an outer loop left for the cores to share, and a known size."""
+  evaluating every piece's gated load. Every loop but the outermost (which the cores share) is cut, outer loops
+  first; a piece of an outer loop holds its own pieces of the inner ones (fresh part ranges, nested in the order of
+  their ids), at most MAX_PIECES stores in all. Only loops of known size."""
   if not target.split_gates: return sink
   nodes = sink.toposort()
   if any(n.op is Ops.REDUCE for n in nodes) or any(n.op is Ops.RANGE and n.arg[1] != "loop" for n in nodes):
     return sink
   outputs = sorted((n for n in nodes if n.op is Ops.RANGE), key=lambda r: r.arg[0])
-  if len(outputs) < 2 or len((r := outputs[-1]).src) != 1 or not isinstance(size := _range_size(r), int): return sink
-  cuts = {cut for n in nodes if n.op is Ops.CMPLT and n.src[0].dtype is dtypes.index
-          and (cut := _cut_point(n, r)) is not None and 0 < cut < size}
-  if not cuts or len(cuts) >= MAX_PIECES: return sink
-  bounds = [0, *sorted(cuts), size]
-  stores = [u for u in sink.src if u.op is Ops.STORE]
-  pieces: list[UOp] = []
-  for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-    part = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, hi - lo),), (r.arg[0] + 1 + i, "part"))
-    index = part + UOp.const(dtypes.index, lo) if lo else part
-    pieces.extend(store.substitute({r: index}) for store in stores)
+  pieces = [u for u in sink.src if u.op is Ops.STORE]
+  next_id = outputs[-1].arg[0] + 1 if outputs else 0
+  for r in outputs[1:]:
+    if len(r.src) != 1 or not isinstance(size := _range_size(r), int): continue
+    cuts = {cut for n in nodes if n.op is Ops.CMPLT and n.src[0].dtype is dtypes.index
+            and (cut := _cut_point(n, r)) is not None and 0 < cut < size}
+    bounds = [0, *sorted(cuts), size]
+    if not cuts or len(pieces) * (len(bounds) - 1) > MAX_PIECES: continue
+    cut_pieces: list[UOp] = []
+    for piece in pieces:
+      for lo, hi in zip(bounds, bounds[1:]):
+        part = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, hi - lo),), (next_id, "part"))
+        next_id += 1
+        cut_pieces.append(piece.substitute({r: part + UOp.const(dtypes.index, lo) if lo else part}))
+    pieces = cut_pieces
+  if len(pieces) == len([u for u in sink.src if u.op is Ops.STORE]): return sink
   split = sink.replace(src=tuple(pieces) + tuple(u for u in sink.src if u.op is not Ops.STORE))
   split = graph_rewrite(graph_rewrite(split, symbolic), decided_gates)
   # a buffer no piece reads any more stays a parameter: the kernel's call passes every buffer by position
