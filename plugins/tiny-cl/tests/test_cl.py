@@ -484,3 +484,26 @@ def test_a_kernel_search_tries_work_group_sizes_and_keeps_the_values(cache_dir, 
   assert report.tried > 4 and report.best_s <= report.default_s
   local = report.opts.setting("local")
   assert local is None or all(w & (w - 1) == 0 for w in local)
+
+
+@needs_device
+def test_a_run_shares_memory_between_intermediates_and_computes_the_same(cache_dir):
+  from tinycore import Context, GlobalCounters
+  data = np.random.default_rng(8).standard_normal((256, 1024)).astype(np.float32)
+  x = Tensor(data, device="CL").realize()
+
+  def chain() -> np.ndarray:
+    y = x
+    for i in range(8): y = (y * 1.01 + i).contiguous()
+    GlobalCounters.reset()
+    before = GlobalCounters.mem_used
+    y.sum(axis=0).realize()
+    peak = GlobalCounters.mem_peak - before
+    return y.sum(axis=0).numpy(), peak
+  planned, planned_peak = chain()
+  with Context(TINYCORE_NO_MEMORY_PLANNER=1): unplanned, unplanned_peak = chain()
+  np.testing.assert_array_equal(planned, unplanned)
+  expected = data.astype(np.float64)
+  for i in range(8): expected = expected * 1.01 + i
+  np.testing.assert_allclose(planned, expected.sum(axis=0), rtol=1e-4)
+  assert planned_peak < unplanned_peak
