@@ -498,3 +498,18 @@ def test_threaded_kernels_give_every_share_of_the_outer_loop_to_one_thread(run_s
   # (tc_parallel): every row is reduced exactly once whether the loop has fewer, as many or more rows than shares
   result = run_scenario(SHARES_SCRIPT, timeout=240, env={"TINYCORE_CPU_THREADS": "3", "TINYCORE_DEVICE": "CPU"})
   assert result.returncode == 0 and "shares ok" in result.stdout, result.stdout + result.stderr[-3000:]
+
+
+def test_a_transpose_runs_in_blocks_that_read_and_write_whole_cache_lines():
+  from tinycore.codegen.optimize import Block, decide_block, prepared_kernel
+  data = np.arange(256 * 128, dtype=np.float32).reshape(256, 128)
+  x = Tensor(data).realize()
+  target = attrs.evolve(AVX512, blocks=True)
+  prepared = prepared_kernel(kernel_of(x.T.contiguous()), target)
+  block = decide_block(prepared, target)
+  assert block == Block(0, 1, 32)
+  assert decide_block(prepared, AVX512) is None  # (a target without inner loops to spare: a grid)
+  assert decide_block(prepared_kernel(kernel_of(x * 2), target), target) is None  # nothing transposed
+  np.testing.assert_array_equal(x.T.contiguous().numpy(), data.T)
+  np.testing.assert_array_equal(x.reshape(16, 16, 128).permute(2, 0, 1).contiguous().numpy(),
+                                data.reshape(16, 16, 128).transpose(2, 0, 1))

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 from tinycore import Context, Device, Tensor, TinyJit
-from tinycore.codegen.optimize import KernelOpts, Tile
+from tinycore.codegen.optimize import Block, KernelOpts, Tile
 from tinycore.uop.ops import Ops
 from tinycore.engine import search
 
@@ -143,7 +143,7 @@ def test_a_device_that_cannot_time_kernels_is_skipped_with_a_note(monkeypatch, c
 
 
 def test_opts_round_trip_through_their_disk_form():
-  opts = KernelOpts(Tile(2, 16, 0, 4), 8, (("local", (32, 4)), ("threads", True)))
+  opts = KernelOpts(Tile(2, 16, 0, 4), 8, (("local", (32, 4)), ("threads", True)), Block(0, 1, 32))
   assert search.decode_opts(search.encode_opts(opts)) == opts
   assert search.decode_opts(b"{not json") is None
   assert search.decode_opts(json.dumps({"tile": None}).encode()) is None

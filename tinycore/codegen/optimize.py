@@ -86,8 +86,10 @@ class KernelTarget:
   computed a strip at a time (`_unread_output`: a scan's blocks, sort's ranks; for a core that runs one thread per
   kernel share, not a GPU's thread per output), and `split_gates`, whether an elementwise kernel's innermost loop is
   cut into one loop per piece where comparisons of its index with constants change (`split_at_gates`: cat, pad;
-  the pieces are sibling loops, which a GPU's grid of one thread per output does not have). A renderer carries one
-  as `kernel_target`."""
+  the pieces are sibling loops, which a GPU's grid of one thread per output does not have), and `blocks`, whether an
+  elementwise kernel that reads along one dim and writes along another (a transpose) runs in square blocks of both
+  (`decide_block`: inner loops, which a grid of one thread per output does not have). A renderer carries one as
+  `kernel_target`."""
   vector_lanes: int = 4
   vector_registers: int = 16
   cores: int = 1
@@ -97,6 +99,7 @@ class KernelTarget:
   gathers: bool = False
   broadcast_strips: bool = False
   split_gates: bool = False
+  blocks: bool = False
 
 
 # 8 lanes (AVX2-sized): the tiles every device got before targets existed
@@ -543,15 +546,82 @@ gathers = PatternMatcher([
 
 
 @attrs.frozen
+class Block:
+  """Loop blocking of an elementwise kernel, by range ids: output ranges `outer` and `inner` (the outer one first)
+  each cut into blocks of `size`, the two in-block loops innermost."""
+  outer: int
+  inner: int
+  size: int
+
+
+# a transpose's block: 32 x 32 floats, 4 KiB read and written per block, 32 cache lines each way (L1 holds them)
+TRANSPOSE_BLOCK = 32
+# a dim is read "across" when a step along it moves at least this many elements (a cache line of floats and more)
+ACROSS_STRIDE = 16
+
+
+def _transposed_dims(nodes: list[UOp]) -> tuple[UOp, UOp] | None:
+  """(the output range every store writes contiguously, a range some load reads contiguously) when that load steps
+  across cache lines along the first and the stores across cache lines along the second: a transpose's two dims."""
+  if any(n.op is Ops.REDUCE for n in nodes) or any(n.op is Ops.RANGE and n.arg[1] != "loop" for n in nodes):
+    return None
+  ranges = [n for n in nodes if n.op is Ops.RANGE]
+  if any(len(r.src) != 1 or not isinstance(_range_size(r), int) for r in ranges): return None
+  stores = [affine_terms(n.src[0].src[1])[0] for n in nodes if n.op is Ops.STORE]
+  written = [r for r in ranges if stores and all(c.get(r) == 1 for c in stores)]
+  if len(written) != 1: return None
+  across = written[0]
+  for load in (n for n in nodes if n.op is Ops.LOAD):
+    terms = affine_terms(load.src[0].src[1])[0]
+    if abs(terms.get(across, 0)) < ACROSS_STRIDE: continue
+    for r in ranges:
+      if r is not across and terms.get(r) == 1 and all(abs(c.get(r, 0)) >= ACROSS_STRIDE for c in stores):
+        return across, r
+  return None
+
+
+def block_options(sink: UOp) -> list[Block]:
+  """The blockings a search may try: the transposed dims (`_transposed_dims`) in blocks of 8 to 64."""
+  dims = _transposed_dims(sink.toposort())
+  if dims is None: return []
+  outer, inner = sorted(dims, key=lambda r: r.arg[0])
+  return [Block(outer.arg[0], inner.arg[0], size) for size in (8, 16, 32, 64)
+          if _range_size(outer) % size == 0 and _range_size(inner) % size == 0 and _range_size(outer) > size]
+
+
+def decide_block(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> Block | None:
+  """The rules' blocking: a transpose (`_transposed_dims`) on a target with `blocks` runs in blocks of
+  TRANSPOSE_BLOCK (or the largest smaller option), so each block reads and writes whole cache lines."""
+  if not target.blocks: return None
+  options = [b for b in block_options(sink) if b.size <= TRANSPOSE_BLOCK]
+  return options[-1] if options else None
+
+
+def apply_block(sink: UOp, block: Block) -> UOp:
+  """`block`'s two ranges as block loops (their own ids) and in-block loops (new ids after every other range, so
+  they nest innermost, the outer one's first)."""
+  by_id = {n.arg[0]: n for n in sink.toposort() if n.op is Ops.RANGE}
+  next_id = 1 + max(by_id)
+  substitutions = {}
+  for i, r in enumerate((by_id[block.outer], by_id[block.inner])):
+    blocks = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, _range_size(r) // block.size),), r.arg)
+    within = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, block.size),), (next_id + i, "loop"))
+    substitutions[r] = blocks * block.size + within
+  return graph_rewrite(sink.substitute(substitutions), symbolic)
+
+
+@attrs.frozen
 class KernelOpts:
   """The choices that shape one kernel, the space a kernel search (BEAM) explores: its register `tile` (None: none),
-  how many rows a column-sum strip adds per pass (`strip_rows`), and settings of the renderer's own (`renderer`:
+  how many rows a column-sum strip adds per pass (`strip_rows`), an elementwise kernel's loop `block` (None: none),
+  and settings of the renderer's own (`renderer`:
   sorted (name, value) pairs a renderer declares in its `search_space`, e.g. a GPU's work-group size; a name not
   given is the renderer's rule). `decide_opts` gives the rules' choices; the optimized kernel carries its opts as its
   SINK's arg, for the renderer."""
   tile: Tile | None = None
   strip_rows: int = 1
   renderer: tuple[tuple[str, Any], ...] = ()
+  block: Block | None = None
 
   def setting(self, name: str, default: Any = None) -> Any:
     """The renderer setting `name`, or `default` (the renderer's rule) when the opts do not set it."""
@@ -581,12 +651,13 @@ def prepared_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
 
 def decide_opts(prepared: UOp, target: KernelTarget = DEFAULT_TARGET) -> KernelOpts:
   """The rules' choices for a prepared kernel (`prepared_kernel`)."""
-  return KernelOpts(decide_tile(prepared, target), target.strip_rows)
+  return KernelOpts(decide_tile(prepared, target), target.strip_rows, block=decide_block(prepared, target))
 
 
 def apply_opts(prepared: UOp, opts: KernelOpts) -> UOp:
   """The prepared kernel shaped by `opts` (which it carries as its SINK's arg)."""
   sink = apply_tile(prepared, opts.tile) if opts.tile is not None else prepared
+  if opts.block is not None: sink = apply_block(sink, opts.block)
   sink = strip_rows_per_pass(sink, opts.strip_rows)
   return sink.replace(arg=opts)
 

@@ -6,8 +6,8 @@ vector accumulators a reduction keeps); `KernelOpts` is that whole space. With `
 kernels TinyJit captures) a run plan's new kernels are searched before they are compiled:
 
 1. the rules' opts are the first candidate; each round, every neighbour of the `N` fastest so far (one choice changed:
-   another tile from `tile_options`, strip rows, or a value of one renderer setting from its `search_space`) that
-   renders to new source is compiled, side by side (one compiler per core);
+   another tile from `tile_options`, strip rows, a loop block from `block_options`, or a value of one renderer
+   setting from its `search_space`) that renders to new source is compiled, side by side (one compiler per core);
 2. each runs on the device through the run plan (so a queue device runs it as it runs any kernel, threads and all),
    with buffers of the call's sizes filled with random values: first once, its outputs checked against the rules'
    kernel (a candidate that differs, or fails to render, compile or run, is dropped), then timed (best of
@@ -32,7 +32,8 @@ from tinycore.dtype import DType, dtypes, to_np_dtype
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import call_buffers
 from tinycore.codegen import DEFAULT_TARGET, kernel_name
-from tinycore.codegen.optimize import (KernelOpts, Tile, apply_opts, decide_opts, prepared_kernel, tile_options)
+from tinycore.codegen.optimize import (Block, KernelOpts, Tile, apply_opts, block_options, decide_opts, prepared_kernel,
+                                       tile_options)
 from tinycore.device.buffer import Buffer
 from tinycore.device.compiled import read_signed_entry, write_signed_entry
 from tinycore.device.kernels import RenderedSource, compile_threads
@@ -159,6 +160,7 @@ class KernelSearch:
     out = [attrs.evolve(opts, tile=tile) for tile in [None, *tile_options(self.prepared, self.target)]
            if tile != opts.tile]
     out += [attrs.evolve(opts, strip_rows=rows) for rows in (1, 2, 4, 8) if rows != opts.strip_rows]
+    out += [attrs.evolve(opts, block=block) for block in [None, *block_options(self.prepared)] if block != opts.block]
     try: space = self.renderer.search_space(apply_opts(self.prepared, opts)) if hasattr(self.renderer,
                                                                                         "search_space") else {}
     except Exception: space = {}
@@ -248,7 +250,8 @@ def same_values(a: np.ndarray, b: np.ndarray) -> bool:
 # --------------------------------------------------------------------------- opts on disk
 def encode_opts(opts: KernelOpts) -> bytes:
   tile = attrs.asdict(opts.tile) if opts.tile is not None else None
-  fields = {"tile": tile, "strip_rows": opts.strip_rows, "renderer": [list(p) for p in opts.renderer]}
+  block = attrs.asdict(opts.block) if opts.block is not None else None
+  fields = {"tile": tile, "strip_rows": opts.strip_rows, "renderer": [list(p) for p in opts.renderer], "block": block}
   return json.dumps(fields).encode()
 
 
@@ -258,5 +261,6 @@ def decode_opts(data: bytes) -> KernelOpts | None:
   try:
     raw = json.loads(data)
     tile = Tile(**raw["tile"]) if raw["tile"] is not None else None
-    return KernelOpts(tile, int(raw["strip_rows"]), tuple((str(k), tupled(v)) for k, v in raw["renderer"]))
+    block = Block(**raw["block"]) if raw["block"] is not None else None
+    return KernelOpts(tile, int(raw["strip_rows"]), tuple((str(k), tupled(v)) for k, v in raw["renderer"]), block)
   except (ValueError, KeyError, TypeError): return None

@@ -345,7 +345,7 @@ def host_target(cores: int) -> KernelTarget:
   panel = panel_budget(l2_cache_bytes())
   lanes, registers = (16, 32) if "avx512f" in words else (8, 16) if "avx" in words else (4, 16)
   return KernelTarget(lanes, registers, cores, STRIP_VECTORS, panel, STRIP_ROWS, gathers=True, broadcast_strips=True,
-                      split_gates=True)
+                      split_gates=True, blocks=True)
 
 
 DEFAULT_L2_BYTES = 512 * 1024
