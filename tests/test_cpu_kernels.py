@@ -101,22 +101,25 @@ def test_a_cat_is_one_copy_loop_per_piece():
 @pytest.mark.parametrize("dim", [0, 1])
 def test_every_load_at_a_gathered_address_is_gated_by_its_range(dim):
   """A scatter picks, per output element, the last index row that names it (a max over positions: -1 when none
-  does) and reads the index tensor there again: that read must be gated by 0 <= pick < rows, not only by the
-  element's own bounds (ungated, an unmatched element read data1[-4 + col], before the buffer: a segfault when the
-  page before was unmapped)."""
+  does) and reads the values there: that read, at an address computed from the pick, must be gated by
+  0 <= pick < rows, not only by the element's own bounds (ungated, an unmatched element read data1[-4 + col], before
+  the buffer: a segfault when the page before was unmapped)."""
   rng = np.random.default_rng(dim)
   x, index = rng.standard_normal((4, 5)).astype(np.float32), rng.integers(0, (4, 5)[dim], size=(3, 4))
-  out = Tensor(x).scatter(dim, Tensor(index), 2.5)
-  sink = optimize_kernel(kernel_of(out), attrs.evolve(AVX512, gathers=True))
-  gathered = [u for u in sink.toposort() if u.op is Ops.INDEX and any(v.op is Ops.REDUCE for v in u.src[1].toposort())]
+  src = rng.standard_normal((3, 4)).astype(np.float32)
+  out = Tensor(x).scatter(dim, Tensor(index), Tensor(src))
+  sinks = [optimize_kernel(call.src[0], attrs.evolve(AVX512, gathers=True)) for call in out.schedule_linear().src
+           if call.src[0].op is Ops.SINK]
+  gathered = [u for sink in sinks for u in sink.toposort()
+              if u.op is Ops.INDEX and any(v.op is Ops.LOAD for v in u.src[1].toposort())]
   assert gathered
   for index_node in gathered:
-    picks = {v for v in index_node.src[1].toposort() if v.op is Ops.REDUCE}
+    picks = {v for v in index_node.src[1].toposort() if v.op is Ops.LOAD}
     assert len(index_node.src) == 3 and picks & set(index_node.src[2].toposort()), index_node
   expected = x.copy()
   for i in range(3):
     for j in range(4):
-      expected[(index[i, j], j) if dim == 0 else (i, index[i, j])] = 2.5
+      expected[(index[i, j], j) if dim == 0 else (i, index[i, j])] = src[i, j]
   np.testing.assert_array_equal(out.numpy(), expected)
 
 

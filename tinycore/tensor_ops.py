@@ -536,13 +536,13 @@ class TensorOps(TensorMath, TensorNN):
     dim = _axis(dim, self.ndim)
     hits, values = self._scatter_parts(dim, index, src)
     k = hits.shape[dim]
-    position = Tensor.arange(k, device=self.device).reshape((k,) + (1,) * (hits.ndim - dim - 1))
-    last = hits.where(position, -1).max(dim, keepdim=True)
-    winner = hits & (position == last)
-    written = winner.where(values, 0).sum(dim, keepdim=True, dtype=values.dtype if dtypes.is_float(values.dtype)
-                                          else None).cast(self.dtype)
-    any_hit = self._scatter_to_self(dim, hits.any(dim, keepdim=True))
-    return any_hit.where(self._scatter_to_self(dim, written), self)
+    position = Tensor.arange(k, device=self.device, dtype=dtypes.int32).reshape((k,) + (1,) * (hits.ndim - dim - 1))
+    # one pass over the index: the last position naming each place (-1: none), then its value picked directly (a
+    # gather, which a device that reads computed addresses does as one load)
+    last = hits.where(position, -1).max(dim, keepdim=True).transpose(dim, -1).squeeze(-1).contiguous()
+    written = values.squeeze(-1).gather(dim, last.maximum(0))
+    off_dim = [(0, 0) if d == dim else (0, s - i) for d, (i, s) in enumerate(zip(index.shape, self.shape))]
+    return (last >= 0).pad(off_dim).where(written.pad(off_dim), self)
 
   def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
                      include_self: bool = True) -> Tensor:
@@ -558,12 +558,15 @@ class TensorOps(TensorMath, TensorNN):
     elif reduce == "amax": reduced = hits.where(spread, dtypes.min(self.dtype)).max(dim, keepdim=True)
     else: reduced = hits.where(spread, dtypes.max(self.dtype)).min(dim, keepdim=True)
     reduced = self._scatter_to_self(dim, reduced)
-    count = self._scatter_to_self(dim, hits.sum(dim, keepdim=True))
     if include_self:
       if reduce in ("sum", "mean"): reduced = reduced + self
       elif reduce == "prod": reduced = reduced * self
       elif reduce == "amax": reduced = reduced.maximum(self)
       else: reduced = reduced.minimum(self)
+      # a sum adds 0 where no write lands (also off the index's shape, zero-padded): self already, no second pass
+      # over the index to count the writes
+      if reduce == "sum": return reduced.cast(self.dtype)
+    count = self._scatter_to_self(dim, hits.sum(dim, keepdim=True))
     if reduce == "mean":
       total = (count + int(include_self)).maximum(1).cast(self.dtype)
       reduced = reduced / total if dtypes.is_float(self.dtype) else reduced.div(total, rounding_mode="floor")
