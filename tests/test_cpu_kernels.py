@@ -516,3 +516,24 @@ def test_a_transpose_runs_in_blocks_that_read_and_write_whole_cache_lines():
   np.testing.assert_array_equal(x.T.contiguous().numpy(), data.T)
   np.testing.assert_array_equal(x.reshape(16, 16, 128).permute(2, 0, 1).contiguous().numpy(),
                                 data.reshape(16, 16, 128).transpose(2, 0, 1))
+
+
+@pytest.mark.parametrize("compiler", ["clang", "gcc"])
+def test_lane_accumulators_take_a_row_that_is_no_whole_number_of_blocks(compiler, monkeypatch, tmp_path):
+  """A reduction over 1000 elements runs its whole blocks of lanes (15 x 64 with AVX-512) and then the 40 left one at a
+  time: NaN and -inf in the left-over elements count as anywhere else, with either compiler."""
+  if shutil.which(compiler) is None: pytest.skip(f"{compiler} is not installed")
+  monkeypatch.setenv("TINYCORE_CACHE_DIR", str(tmp_path))
+  x = np.random.default_rng(5).standard_normal((4, 1000)).astype(np.float32)
+  x[0, 995] = np.nan
+  x[1, :] = -np.inf
+  x[2, 999] = 50.0
+  source = CPURenderer(1, AVX512).render("rowmax", optimize_kernel(kernel_of(Tensor(x).max(1)), AVX512)).source
+  assert "_lanes[64]" in source and "for (long long ridx1 = 960ll; ridx1 < 1000ll; ridx1++)" in source
+  try: program = CPUProgram("rowmax", CPUCompiler([compiler]).compile(source))
+  except RuntimeError as error:
+    if "-march=native" in str(error) or "unsupported" in str(error): pytest.skip(f"{compiler} cannot build AVX-512 here")
+    raise
+  out = np.zeros(4, np.float32)
+  program.run_words([out.ctypes.data, x.ctypes.data])
+  np.testing.assert_array_equal(out, x.max(1))

@@ -241,3 +241,14 @@ def test_a_printed_graph_shows_its_last_nodes_by_number():
   lines = pretty(node).splitlines()
   assert len(lines) == 60 and lines[-1].startswith("%59 = ADD")
   assert pretty(rng(0, 4), limit=1) == "%0 = RANGE (0, 'loop') (…) : dtypes.int64"
+
+
+def test_a_bool_made_a_number_and_a_condition_again_is_the_bool():
+  picked = UOp(Ops.CMPEQ, dtypes.bool, (rng(0, 10), UOp.const(dtypes.index, 3)))
+  assert simplify(picked.cast(dtypes.int32).cast(dtypes.bool)) is picked
+  assert simplify(UOp(Ops.CMPNE, dtypes.bool, (picked.cast(dtypes.int32), UOp.const(dtypes.int32, 0)))) is picked
+  assert simplify(UOp(Ops.CMPNE, dtypes.bool, (picked.cast(dtypes.float32), UOp.const(dtypes.float32, -0.0)))) is picked
+  # a number that was not a bool keeps its test: 2 != 0 is not 2
+  two = rng(1, 5).cast(dtypes.int32)
+  assert simplify(UOp(Ops.CMPNE, dtypes.bool, (two, UOp.const(dtypes.int32, 0)))).op is Ops.CMPNE
+  assert simplify(UOp(Ops.CMPNE, dtypes.bool, (picked.cast(dtypes.int32), UOp.const(dtypes.int32, 1)))).op is Ops.CMPNE

@@ -295,6 +295,11 @@ symbolic = PatternMatcher([
   (UPat((Ops.OR, Ops.XOR), src=[UPat.var("x"), UPat.const(0)]), lambda x: x),
   # x & x and x | x are x, for bools and ints alike
   (UPat((Ops.AND, Ops.OR), src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
+  # a bool made a number and then a condition again is the bool (a one-hot mask, int32, used in a where): cast back
+  # to bool, or tested against zero (0, 0.0 and -0.0 all compare equal to it)
+  (UPat(Ops.CAST, dtype=dtypes.bool, src=(UPat(Ops.CAST, src=(UPat.var("b", dtype=dtypes.bool),)),)), lambda b: b),
+  (UPat(Ops.CMPNE, src=(UPat(Ops.CAST, src=(UPat.var("b", dtype=dtypes.bool),)), UPat.cvar("zero"))),
+   lambda b, zero: b if zero.arg == 0 else None),
   # a WHERE with a known (bool) condition, or equal branches, is one branch
   (UPat(Ops.WHERE, src=(UPat.const(True), UPat.var("a"), UPat.var("b"))), lambda a, b: a),
   (UPat(Ops.WHERE, src=(UPat.const(False), UPat.var("a"), UPat.var("b"))), lambda a, b: b),

@@ -254,10 +254,9 @@ class CPURenderer(CStyleRenderer):
 
   def lane_updates(self, loop: Loop) -> list:
     """The updates of an innermost reduction loop that lane accumulators may compute: sums and maxima of 32/64-bit
-    values over a constant trip count that is a multiple of several lane widths; [] for any other loop."""
+    values over a constant trip count of at least two lane widths; [] for any other loop."""
     updates, width = self.reduction_updates(loop), self.lane_width()
-    if not updates or len(loop.range.src) > 1 or loop.range.src[0].arg % width or loop.range.src[0].arg < 2 * width:
-      return []
+    if not updates or len(loop.range.src) > 1 or loop.range.src[0].arg < 2 * width: return []
     if any(isinstance(item, UOp) and item.op is Ops.STORE for item in loop.body): return []
     if all(u.reduce.arg in (Ops.ADD, Ops.MAX) and u.reduce.dtype in LANE_DTYPES for u in updates): return updates
     return []
@@ -275,7 +274,8 @@ class CPURenderer(CStyleRenderer):
     # blocks of `width` elements; in each, LANE_VECTORS unrolled vector-wide `omp simd` loops (gcc then keeps every
     # lane vector in a register, as clang does; one simd loop over all the lanes left them in the stack array)
     index, lanes = self.index_type, self.kernel_target.vector_lanes
-    lines.append(f"{pad}for ({index} {r}_block = 0; {r}_block < {loop.range.src[0].arg // width}ll; {r}_block++) {{")
+    blocks, rest = divmod(loop.range.src[0].arg, width)
+    lines.append(f"{pad}for ({index} {r}_block = 0; {r}_block < {blocks}ll; {r}_block++) {{")
     lines.append(f"{pad}  #pragma GCC unroll {LANE_VECTORS}")
     lines.append(f"{pad}  for ({index} {r}_vector = 0; {r}_vector < {width}ll; {r}_vector += {lanes}ll) {{")
     lines.append(f"{pad}    #pragma omp simd")
@@ -286,6 +286,10 @@ class CPURenderer(CStyleRenderer):
     for x, acc in accumulators.items():
       self._names[x] = acc
       self.combine_lanes(x, f"{acc}_lanes", width, lines, pad)
+    if rest:  # the elements past the last whole block (1000 = 15 x 64 + 40), one at a time into the accumulator
+      lines.append(f"{pad}for ({index} {r} = {blocks * width}ll; {r} < {loop.range.src[0].arg}ll; {r}++) {{")
+      self._emit_block(loop.body, lines, depth + 1)
+      lines.append(f"{pad}}}")
 
   def combine_lanes(self, x: UOp, lanes: str, width: int, lines: list[str], pad: str) -> None:
     """acc = acc OP (the lanes combined pairwise): half the lanes into the other half until one is left."""
