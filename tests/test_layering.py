@@ -20,7 +20,7 @@ LAYERS = {
   "tensor": 6, "tensor_indexing": 6, "tensor_assign": 6, "tensor_ops": 6, "tensor_math": 6, "tensor_nn": 6,
   "gradient": 6, "multi": 6,
   # the public faces: they gather the layers below for users and plugin authors
-  "nn": 7, "cli": 7, "testing": 7, "jit": 7, "plugin": 7, "__init__": 7, "__main__": 7,
+  "nn": 7, "cli": 7, "testing": 7, "jit": 7, "plugin": 7, "__init__": 7, "__main__": 7, "distributed": 7,
   # VIZ: the web page of what the compiler did (the layers report to it through tinycore.uop.capture)
   "viz": 7,
   # models people bring, written with the public faces (Tensor, nn, TinyJit), and the command that runs them

@@ -104,6 +104,13 @@ def copy_gradient(ctx: UOp, ret: UOp) -> tuple[UOp]:
   return (ctx if source_device == ctx.device else UOp(Ops.COPY, ctx.dtype, (ctx,), source_device),)
 
 
+def collective_gradient(ctx: UOp, ret: UOp) -> tuple[UOp]:
+  # an all_reduce sum sends every rank's input into every rank's output: its gradient is the sum of the ranks' ones
+  if ret.arg.kind != "all_reduce" or ret.arg.reduce_op != "sum":
+    raise RuntimeError(f"no gradient through {ret.arg.describe()}: only an all_reduce sum (or mean) has one")
+  return (UOp(Ops.COLLECTIVE, ctx.dtype, (ctx,), ret.arg),)
+
+
 VIEW_OPS = (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP)
 
 
@@ -196,6 +203,8 @@ pm_gradient = PatternMatcher([
   (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (ctx.flip(ret.arg),)),
   # a copy sends the gradient back to the source's device
   (UPat(Ops.COPY, name="ret"), copy_gradient),
+  # a collective across processes: the same collective of the gradient (all_reduce sum only)
+  (UPat(Ops.COLLECTIVE, name="ret"), collective_gradient),
   (UPat(Ops.AFTER, name="after"), after_gradient),
   # a store passes its gradient (already in the view's shape) to the stored value, none to the destination view
   (UPat(Ops.STORE), lambda ctx: (None, ctx)),

@@ -62,10 +62,10 @@ def record_linear(linear: UOp) -> None:
 
 
 def written_and_taken_buffers(call: UOp) -> tuple[list[UOp], list[UOp]]:
-  """(the buffers a captured CALL writes, every buffer it takes): a copy writes its destination, a kernel the
-  parameters its stores target."""
+  """(the buffers a captured CALL writes, every buffer it takes): a copy or a collective writes its destination, a
+  kernel the parameters its stores target."""
   buffers = list(call_buffers(call))
-  if call.src[0].op is Ops.COPY: return buffers[:1], buffers
+  if call.src[0].op in (Ops.COPY, Ops.COLLECTIVE): return buffers[:1], buffers
   slots = {p.arg for store in call.src[0].toposort() if store.op is Ops.STORE
            for p in store.src[0].toposort() if p.op is Ops.PARAM}
   return [buffers[i] for i in sorted(slots) if isinstance(i, int) and i < len(buffers)], buffers
@@ -77,12 +77,12 @@ def base_buffer(buf: UOp) -> UOp: return buf.src[0] if buf.op is Ops.BUFFER_VIEW
 def prune_onetime_calls(linear: UOp, input_uops: Sequence[UOp]) -> UOp:
   """TinyJit(prune=True): the captured calls without those whose results cannot change between replays (they take
   no input and no Variable, and no replayed call writes a buffer they read or write). They ran at capture; a replay
-  keeps their results."""
+  keeps their results. A collective is always replayed: the other processes' values change."""
   calls = list(linear.src)
   # by base buffer: views of one buffer (the memory planner's arena) may share bytes
   info = [tuple([base_buffer(b) for b in bufs] for bufs in written_and_taken_buffers(call)) for call in calls]
   replayed = [any(s.op in (Ops.BIND, Ops.DEFINE_VAR) for s in call.src[1:]) or any(b in input_uops for b in bufs)
-              for call, (_, bufs) in zip(calls, info)]
+              or call.src[0].op is Ops.COLLECTIVE for call, (_, bufs) in zip(calls, info)]
   changed = True
   while changed:  # a call that reads or writes a buffer some replayed call writes is replayed too
     written = {b for keep, (out, _) in zip(replayed, info) if keep for b in out}

@@ -28,6 +28,7 @@ from tinycore.codegen.estimates import estimated_ops
 from tinycore.device.allocator import MemoryCounters
 from tinycore.device.buffers import buffer_of, linear_buffers
 from tinycore.device.copy import run_copy
+from tinycore.device.collective import run_collective
 from tinycore.device.kernels import CompiledKernel, compile_kernel, compile_kernels
 from tinycore.device.registry import Device
 from tinycore.schedule import create_schedule
@@ -121,6 +122,23 @@ class CopyStep:
       GlobalCounters.kernel_count += 1
 
 
+class CollectiveStep:
+  """A collective across processes (`tinycore.device.collective`), run by the host after the queues finished what
+  they were given; recorded by the profiler on the device's own "collective" track."""
+  __slots__ = ("dst", "src", "device", "collective")
+
+  def __init__(self, call: UOp):
+    self.dst, self.src = call_buffers(call)[:2]
+    self.device, self.collective = self.dst.device, call.src[0].arg
+
+  def run(self, binding: Binding, count: bool) -> None:
+    dst, src = binding.buffer(self.dst), binding.buffer(self.src)
+    wait_for_queues()
+    if profiler.enabled: timed_collective(self.collective, dst, src)
+    else: run_collective(self.collective, dst, src)
+    if count: GlobalCounters.kernel_count += 1
+
+
 class KernelStep:
   """A kernel of a device without queues, called by the host."""
   __slots__ = ("kernel", "sink", "buffers", "scalars", "device")
@@ -141,11 +159,12 @@ class KernelStep:
       GlobalCounters.kernel_count += 1
 
 
-Step = BatchStep | CopyStep | KernelStep
+Step = BatchStep | CopyStep | CollectiveStep | KernelStep
 
 
-def host_step(call: UOp) -> CopyStep | KernelStep:
+def host_step(call: UOp) -> CopyStep | CollectiveStep | KernelStep:
   if call.src[0].op is Ops.COPY: return CopyStep(call)
+  if call.src[0].op is Ops.COLLECTIVE: return CollectiveStep(call)
   if call.src[0].op is Ops.SINK: return KernelStep(call)
   raise RuntimeError(f"cannot run a call to {call.src[0].op}")
 
@@ -188,7 +207,7 @@ class RunPlan:
       else:
         written[step.device] = None
         if type(step) is KernelStep: step.run(binding, count, wait)
-        else: step.run(binding, count)
+        else: step.run(binding, count)  # a copy or a collective
     for device in written:
       if not is_hcq_device(Device[device]): Device[device].synchronize()
     if wait: wait_for_queues()
@@ -216,6 +235,14 @@ def timed_host_copy(dst: Any, src: Any) -> None:
   run_copy(dst, src)
   profiler.record(f"copy {src.device} -> {dst.device}", "copy", dst.device, "copy", start, profiler.clock_ns(),
                   bytes=dst.nbytes, src=src.device, dst=dst.device)
+
+
+def timed_collective(collective: Any, dst: Any, src: Any) -> None:
+  """A collective, recorded on the destination device's collective track with host times."""
+  start = profiler.clock_ns()
+  run_collective(collective, dst, src)
+  profiler.record(f"{collective.kind} {src.dtype.name}[{src.size}]", "collective", dst.device, "collective", start,
+                  profiler.clock_ns(), bytes=src.nbytes, collective=collective.describe())
 
 
 def timed_host_kernel(kernel: Any, sink: UOp, buffers: Sequence[Any], handles: Sequence[Any],

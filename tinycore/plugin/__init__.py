@@ -4,6 +4,8 @@ A plugin imports only from here (its tests may also use the public `tinycore` AP
 names are covered by API_VERSION: a MINOR bump adds names or optional hooks, a MAJOR bump changes or removes them.
 
 - hooks: `hookimpl` (decorate your hook functions with it), `hookspec`, DeviceSpec, API_VERSION, KnownFailure;
+- collective backends: CollectiveSpec (the row `tinycore_collective_backends` returns) and CollectiveBackend (what
+  its `open` starts);
 - memory: Allocator, LRUAllocator, BufferSpec, BufferStorage, Buffer, HostAllocator and HostMemory (the core's host
   memory, page-aligned), view_address, HOST_DEVICE (the core's host kind, "PYTHON");
 - compiling and running: Compiled, Compiler, Program, cache_dir, dump_binary (TINYCORE_DUMP_BINARIES);
@@ -25,7 +27,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 from tinycore.plugin.hookspecs import API_VERSION, hookimpl, hookspec
-from tinycore.plugin.spec import DeviceSpec
+from tinycore.plugin.spec import CollectiveSpec, DeviceSpec
 
 if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.codegen.c_style import CStyleRenderer, RenderedKernel
@@ -35,6 +37,7 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.codegen.llvm_ir import LLVMRenderer, LLVMTarget
   from tinycore.device.allocator import Allocator, BufferSpec, BufferStorage, LRUAllocator
   from tinycore.device.buffer import Buffer
+  from tinycore.device.collective import CollectiveBackend
   from tinycore.device.host import HostAllocator, HostMemory, view_address
   from tinycore.device.kernels import dump_binary
   from tinycore.device.python import HOST_DEVICE
@@ -56,6 +59,7 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
 _LAZY_EXPORTS: dict[str, str] = {
   **dict.fromkeys(("Allocator", "BufferSpec", "BufferStorage", "LRUAllocator"), "tinycore.device.allocator"),
   "Buffer": "tinycore.device.buffer",
+  "CollectiveBackend": "tinycore.device.collective",
   **dict.fromkeys(("HostAllocator", "HostMemory", "view_address"), "tinycore.device.host"),
   "HOST_DEVICE": "tinycore.device.python",
   "dump_binary": "tinycore.device.kernels",
@@ -79,7 +83,7 @@ _LAZY_EXPORTS: dict[str, str] = {
   **dict.fromkeys(("wait_for_queues", "keep_in_flight_memory"), "tinycore.hcq.in_flight"),
 }
 
-__all__ = ["API_VERSION", "DeviceSpec", "hookimpl", "hookspec", *sorted(_LAZY_EXPORTS)]
+__all__ = ["API_VERSION", "CollectiveSpec", "DeviceSpec", "hookimpl", "hookspec", *sorted(_LAZY_EXPORTS)]
 
 
 def __getattr__(name: str) -> Any:

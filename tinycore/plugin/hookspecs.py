@@ -13,7 +13,7 @@ import pluggy
 if TYPE_CHECKING:
   from tinycore.device.compiled import Compiled
   from tinycore.plugin.known_failures import KnownFailure
-  from tinycore.plugin.spec import DeviceSpec
+  from tinycore.plugin.spec import CollectiveSpec, DeviceSpec
 
 # MAJOR.MINOR of the plugin API (the hooks below and every name tinycore.plugin exports). A plugin built for another
 # MAJOR is refused; a MINOR bump only adds. 1.1: the names of tinycore.plugin, HWQueue's per-command methods,
@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 # 1.4: Compiled.max_kernel_args (a device's limit on one kernel's arguments; None: any number). 1.5: count_setting
 # and SettingError (a setting with a bad value, which the default device does not fall back past), DeviceUnavailable
 # (a device present but unusable here, listed "unavailable"). 1.6: KernelOpts and linearize (a kernel's searchable
-# choices, carried as its SINK's arg: CStyleRenderer.opts, search_space, grid_sizes), Compiled.times_kernels.
-API_VERSION = "1.6"
+# choices, carried as its SINK's arg: CStyleRenderer.opts, search_space, grid_sizes), Compiled.times_kernels. 1.7:
+# tinycore_collective_backends, CollectiveSpec and CollectiveBackend (collectives across processes: tiny-mpi's MPI).
+API_VERSION = "1.7"
 
 hookspec = pluggy.HookspecMarker("tinycore")
 hookimpl = pluggy.HookimplMarker("tinycore")
@@ -68,3 +69,19 @@ def tinycore_known_failures(device: str) -> list[KnownFailure]:
   ``test`` is "test_file.py::test_name[params]", with shell-style wildcards (``test_dtypes.py::*float16*``). Called
   once per test run, at collection; every plugin's answers are used. A declared test is reported as xfail with the
   reason; with ``strict=True`` (the default) a declared test that passes fails the run, so stale entries are seen."""
+
+
+@hookspec
+def tinycore_collective_backends() -> list[CollectiveSpec]:
+  """Return the collective backends this plugin provides, one ``CollectiveSpec`` per backend ("MPI"): ways for the
+  processes of a job (on one machine or many) to combine memory. Called once per process, when
+  ``tinycore.distributed.init()`` picks a backend or ``tinycore devices`` lists them. Must not start anything:
+  ``CollectiveSpec.launched`` reads the environment, ``probe`` checks the library, ``open`` starts the backend.
+
+  The backend ``open`` returns is a ``tinycore.plugin.CollectiveBackend``: its ``rank`` and ``world_size``, and
+  ``all_reduce`` / ``all_gather`` / ``broadcast`` over host memory (memoryviews of the core's buffers, zero-copy;
+  ``takes_device_memory(device)`` True makes the core pass that device's ``Buffer``s instead of staging them
+  through host memory) and ``abort`` (end every process of the job). The core calls them in the same order on every
+  process, each after a header exchange (an ``all_gather`` of a small int64 record naming the collective, its dtype
+  and shape, which also serves as the barrier), so a backend never sees mismatched calls. Every plugin's answers
+  are used; two backends of one name are an error (the second is listed as failed)."""

@@ -18,7 +18,7 @@ import attrs
 import pluggy
 import tinycore.plugin.hookspecs as hookspecs
 from tinycore.plugin.hookspecs import API_VERSION
-from tinycore.plugin.spec import DeviceSpec
+from tinycore.plugin.spec import CollectiveSpec, DeviceSpec
 
 CORE_DISTRIBUTION = "tinycore"
 BUILTIN_PLUGIN_MODULES = ("tinycore.device.npy", "tinycore.device.python")
@@ -52,6 +52,7 @@ class _PluginState:
     self.entry_points: dict[int, str] = {}  # id(plugin module) -> "name = module" (empty for built-ins)
     self.specs: list[DeviceSpec] | None = None
     self.spec_owner: dict[str, Any] = {}  # device prefix -> the plugin module that declared it
+    self.collective_specs: list[CollectiveSpec] | None = None
 
 
 _state: _PluginState | None = None
@@ -111,6 +112,16 @@ def device_specs() -> list[DeviceSpec]:
   with _state_lock:
     if state.specs is None: state.specs = _collect_device_specs(state)
     return list(state.specs)
+
+
+def collective_specs() -> list[CollectiveSpec]:
+  """Every CollectiveSpec that the loaded plugins declare (``tinycore_collective_backends``), with ``distribution``
+  and ``version`` filled in. Read once per process; a second backend of the same name is recorded as a failure."""
+  state = _get_state()
+  with _state_lock:
+    if state.collective_specs is None:
+      state.collective_specs = _collect_rows(state, "tinycore_collective_backends", CollectiveSpec, "name", {})
+    return list(state.collective_specs)
 
 
 def device_plugin(prefix: str) -> Any | None:
@@ -214,40 +225,50 @@ def _record_failure(state: _PluginState, failure: PluginFailure, error: BaseExce
 
 
 def _collect_device_specs(state: _PluginState) -> list[DeviceSpec]:
-  """Call each plugin's tinycore_devices separately, so that every row is attributed to its plugin."""
-  specs: list[DeviceSpec] = []
+  return _collect_rows(state, "tinycore_devices", DeviceSpec, "prefix", state.spec_owner)
+
+
+def _collect_rows(state: _PluginState, hook_name: str, row_type: type, key: str, owner: dict[str, Any]) -> list:
+  """Call each plugin's `hook_name` separately, so that every row is attributed to its plugin; `owner` maps each
+  row's `key` (a device prefix, a backend name) to the plugin that declared it first."""
+  rows_out: list = []
   owner_info: dict[str, PluginInfo] = {}
   # pluggy calls hooks newest-registration first; read them oldest first so built-ins come first
-  for hook_impl in reversed(state.manager.hook.tinycore_devices.get_hookimpls()):
+  for hook_impl in reversed(getattr(state.manager.hook, hook_name).get_hookimpls()):
     plugin = hook_impl.plugin
     info = state.origin.get(id(plugin)) or PluginInfo("<unknown distribution>", "", repr(plugin))
     entry_point = state.entry_points.get(id(plugin), "")
     try:
       rows = list(hook_impl.function() or [])
-      for row in rows: _check_spec_row(row)
+      for row in rows: _check_spec_row(row, row_type, key)
     except KeyboardInterrupt:
       raise
     except BaseException as error:
       _record_failure(state, PluginFailure(info.distribution, info.version, entry_point,
-                                           f"tinycore_devices raised {plugin_error_reason(error)}"), error)
+                                           f"{hook_name} raised {plugin_error_reason(error)}"), error)
       continue
     for row in rows:
-      if row.prefix in state.spec_owner:
-        first = owner_info[row.prefix]
+      name = getattr(row, key)
+      if name in owner:
+        first = owner_info[name]
+        what = "device prefix" if key == "prefix" else "collective backend"
         _record_failure(state, PluginFailure(info.distribution, info.version, entry_point,
-                                             f"device prefix {row.prefix!r} is already provided by "
+                                             f"{what} {name!r} is already provided by "
                                              f"{first.distribution} {first.version}"), None)
         continue
-      state.spec_owner[row.prefix] = plugin
-      owner_info[row.prefix] = info
-      specs.append(attrs.evolve(row, distribution=info.distribution, version=info.version))
-  return specs
+      owner[name] = plugin
+      owner_info[name] = info
+      rows_out.append(attrs.evolve(row, distribution=info.distribution, version=info.version))
+  return rows_out
 
 
-def _check_spec_row(row: Any) -> None:
-  if not isinstance(row, DeviceSpec): raise TypeError(f"tinycore_devices returned {row!r}, expected DeviceSpec rows")
-  if not row.prefix or ":" in row.prefix or row.prefix != row.prefix.upper():
-    raise ValueError(f"device prefix {row.prefix!r} must be non-empty, upper-case and without ':'")
+def _check_spec_row(row: Any, row_type: type = DeviceSpec, key: str = "prefix") -> None:
+  if not isinstance(row, row_type):
+    raise TypeError(f"returned {row!r}, expected {row_type.__name__} rows")
+  name = getattr(row, key)
+  if not name or ":" in name or name != name.upper():
+    what = "device prefix" if key == "prefix" else "collective backend name"
+    raise ValueError(f"{what} {name!r} must be non-empty, upper-case and without ':'")
 
 
 def register_plugin(module: Any, distribution: str, version: str = "") -> None:
@@ -281,6 +302,7 @@ def unregister_plugin(module: Any) -> None:
 
 
 def _forget_device_specs(state: _PluginState) -> None:
-  """The device lists are read again on next use (the set of plugins changed)."""
+  """The device and collective backend lists are read again on next use (the set of plugins changed)."""
   state.specs = None
   state.spec_owner = {}
+  state.collective_specs = None

@@ -50,3 +50,32 @@ class DeviceSpec:
   def copies_below_movement(self) -> bool:
     """Whether a copy off this kind moves below permute, flip, pad and expand (``copy_below_movement``, resolved)."""
     return (not self.compute) if self.copy_below_movement is None else self.copy_below_movement
+
+
+@attrs.frozen
+class CollectiveSpec:
+  """One collective backend: a way for the processes of a job to combine memory (MPI today; NCCL later).
+
+  name: what it is called ("MPI"): upper-case, non-empty; ``TINYCORE_DIST_BACKEND`` names it to force it.
+  description: a short human line for ``tinycore devices``.
+  launched: returns whether the environment says this process was started by the backend's launcher (for MPI:
+    ``mpiexec`` sets PMI_RANK / OMPI_COMM_WORLD_RANK / PMIX_RANK). ``tinycore.distributed.init()`` picks the
+    launched backend of highest priority. Cheap: reads the environment only.
+  probe: returns None when the backend can work here, else why not ("mpi4py is not installed: pip install
+    tiny-mpi[mpich]"); may import its library (without starting it); must not raise for an ordinary absence.
+  open: returns the started `tinycore.plugin.CollectiveBackend` of this process (its rank and world size known).
+    Called once per process, by ``tinycore.distributed.init()``.
+  library: returns which library and version it runs on ("MPICH 5.0.2"), for ``tinycore devices``; called only
+    after a passing probe. None: not shown.
+  priority: which launched backend wins when several are (higher first).
+  distribution / version: filled in by the plugin manager from the entry point's distribution.
+  """
+  name: str
+  description: str
+  launched: Callable[[], bool]
+  probe: Callable[[], str | None]
+  open: Callable[[], object]
+  library: Callable[[], str] | None = None
+  priority: int = 0
+  distribution: str = ""
+  version: str = ""

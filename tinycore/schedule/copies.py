@@ -3,6 +3,9 @@
 A copy between devices moves bytes and computes nothing. So a COPY either disappears into the STORE that consumes
 it (a store into another device's buffer *is* a copy) or becomes a store into a fresh buffer on the target device,
 and every cross-device store runs as a `CALL(COPY, dst, src)` between two contiguous regions of memory.
+
+A COLLECTIVE (a load across processes) is lowered the same way: into a STORE through the collective (the STORE's
+arg), which runs as a `CALL(COLLECTIVE, dst, src)` between two contiguous regions.
 """
 from __future__ import annotations
 from typing import Callable
@@ -47,6 +50,12 @@ def is_cross_device_store(store: UOp) -> bool:
   return value.device != target.device or is_storage_only(target.device)
 
 
+def is_transfer_store(store: UOp) -> bool:
+  """A store that moves bytes and computes nothing: a copy across devices, or a store through a collective (across
+  processes). Its value is realized first and it runs as a call between two contiguous regions."""
+  return store.arg is not None or is_cross_device_store(store)
+
+
 def has_buffer_identity(u: UOp) -> bool:
   """u's elements are exactly a whole buffer's, in order: a BUFFER (or a pending AFTER on it) behind reshapes."""
   node = u
@@ -82,6 +91,18 @@ def copy_to_anonymous_store(c: UOp, x: UOp) -> UOp:
   return view_in_buffer(UOp(Ops.AFTER, c.dtype, (buf, UOp(Ops.STORE, None, (target, x)))), c.shape)
 
 
+def _store_through_collective(store: UOp, dst: UOp, c: UOp, x: UOp) -> UOp | None:
+  if dst.device != x.device or not has_buffer_identity(dst): return None
+  return UOp(Ops.STORE, None, (dst, x), c.arg)
+
+
+def collective_to_anonymous_store(c: UOp, x: UOp) -> UOp:
+  """COLLECTIVE(x) -> AFTER(STORE(b, x) through the collective) on a fresh buffer b on x's device."""
+  buf = UOp.new_buffer(x.device, max_numel(c.shape), c.dtype)
+  target = view_in_buffer(buf, c.shape)
+  return view_in_buffer(UOp(Ops.AFTER, c.dtype, (buf, UOp(Ops.STORE, None, (target, x), c.arg))), c.shape)
+
+
 copy_rules = PatternMatcher([
   # a COPY to the device its source is already on is nothing
   (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), _drop_same_device_copy),
@@ -91,18 +112,23 @@ copy_rules = PatternMatcher([
   # a STORE into a whole buffer on the copy's device drops the COPY: a store into another device's buffer is the copy
   (UPat(Ops.STORE, src=(UPat.var("dst"), UPat(Ops.COPY, src=(UPat.var("x"),), name="c")), name="store"),
    _store_drops_copy),
+  # a STORE of a COLLECTIVE into a whole buffer on its device stores through the collective (in place when x is it)
+  (UPat(Ops.STORE, src=(UPat.var("dst"), UPat(Ops.COLLECTIVE, src=(UPat.var("x"),), name="c")), name="store"),
+   _store_through_collective),
 ])
 
 anonymous_store_rules = PatternMatcher([
   # a bare COPY is an anonymous store into a fresh buffer on the target device (like CONTIGUOUS)
   (UPat(Ops.COPY, src=(UPat.var("x"),), name="c"), copy_to_anonymous_store),
+  # a bare COLLECTIVE is an anonymous store through the collective into a fresh buffer on its device
+  (UPat(Ops.COLLECTIVE, src=(UPat.var("x"),), name="c"), collective_to_anonymous_store),
 ])
 
 
 def lower_copies(sink: UOp) -> dict[UOp, UOp]:
   """Apply the COPY rules (STORE-dropping first, parent before child, then bare COPYs); what every node became."""
   nodes = sink.toposort()
-  if not any(n.op is Ops.COPY for n in nodes): return {n: n for n in nodes}
+  if not any(n.op in (Ops.COPY, Ops.COLLECTIVE) for n in nodes): return {n: n for n in nodes}
   first = graph_rewrite_map(sink, copy_rules)
   second = graph_rewrite_map(first[sink], anonymous_store_rules)
   return {node: second.get(mid, mid) for node, mid in first.items()}

@@ -14,7 +14,7 @@ from tinycore.uop.symbolic import symbolic
 from tinycore.uop.capture import report_pass
 from tinycore.schedule.context import ScheduleContext, ScheduleError
 from tinycore.schedule.rangeify import KernelBuilder, build_store_kernel, build_value_kernel
-from tinycore.schedule.copies import contiguous_region, is_cross_device_store, region_uop
+from tinycore.schedule.copies import contiguous_region, is_transfer_store, region_uop
 from tinycore.schedule.multi import stacked_call
 
 
@@ -64,8 +64,8 @@ def lower_kernels(ctx: ScheduleContext) -> list[Job]:
       continue
     for effect in node.src[1:]:
       if effect.op is not Ops.STORE: raise ScheduleError(f"AFTER effects must be STOREs, got {effect.op}")
-      if is_cross_device_store(effect):
-        jobs.append(copy_job(ctx, node, effect))
+      if is_transfer_store(effect):
+        jobs.append(transfer_job(ctx, node, effect))
         continue
       kb = build_store_kernel(ctx, effect, ctx.buffer_for(node))
       report_pass("rangeify", effect, kb.sink)
@@ -73,20 +73,25 @@ def lower_kernels(ctx: ScheduleContext) -> list[Job]:
   return jobs
 
 
-def copy_job(ctx: ScheduleContext, after: UOp, store: UOp) -> Job:
-  """A store across devices (or into DISK) between contiguous regions is one CALL(COPY, dst, src)."""
+def transfer_job(ctx: ScheduleContext, after: UOp, store: UOp) -> Job:
+  """A store across devices (or into DISK) between contiguous regions is one CALL(COPY, dst, src); a store through a
+  collective (across processes) one CALL(COLLECTIVE, dst, src), the collective its callee's arg."""
   target, value = store.src
   dst = contiguous_region(target, {})
   if dst is None:
     raise ScheduleError(f"non-contiguous view is not supported: a store into {target.device} must target one "
                         "contiguous range of its buffer (shrink, reshape, bitcast)")
   src = contiguous_region(value, ctx.realized)
-  assert src is not None, "the source of a cross-device store was realized on its own device"
+  assert src is not None, "the source of a transfer store was realized on its own device"
   dst_arg = region_uop(dst, ctx.buffer_for(dst.version))
   src_arg = region_uop(src, ctx.buffer_for(src.version))
-  if dst_arg.dtype.itemsize * dst_arg.shape[0] != src_arg.dtype.itemsize * src_arg.shape[0]:
+  dst_bytes, src_bytes = dst_arg.dtype.itemsize * dst_arg.shape[0], src_arg.dtype.itemsize * src_arg.shape[0]
+  expected = src_bytes * (store.arg.world_size if store.arg is not None and store.arg.kind == "all_gather" else 1)
+  if dst_bytes != expected:
     raise ScheduleError(f"copy between regions of different sizes: {src_arg.shape} -> {dst_arg.shape}")
-  callee = UOp(Ops.COPY, dst_arg.dtype, (UOp(Ops.PARAM, src_arg.dtype, (), 1),), dst_arg.device)
+  param = UOp(Ops.PARAM, src_arg.dtype, (), 1)
+  callee = UOp(Ops.COPY, dst_arg.dtype, (param,), dst_arg.device) if store.arg is None else \
+    UOp(Ops.COLLECTIVE, dst_arg.dtype, (param,), store.arg)
   return Job(after, UOp(Ops.CALL, None, (callee, dst_arg, src_arg)), [src.version], after_prev=after.src[0])
 
 

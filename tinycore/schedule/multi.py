@@ -220,6 +220,19 @@ def _lower_after(node: UOp, srcs: list[UOp]) -> UOp:
   return multi_value(lanes, base.arg)
 
 
+def _lower_collective(node: UOp, src: UOp) -> UOp:
+  """A collective across processes of a tuple value crosses once per process (hierarchical): the lanes are gathered
+  onto the first lane's device (a replicated value is lane 0 itself: when it is a local allreduce's result, that
+  reduces the lanes first), one collective runs there, and its result is copied back out to every lane (an
+  all_reduce or broadcast keeps the input's sharding; an all_gather's result is replicated)."""
+  devices, axis = devices_of(src), src.arg
+  crossed = node.replace(src=(gather(src, devices[0]),))
+  if node.arg.kind == "all_gather" or axis is None: return multi_value([_copy(crossed, d) for d in devices], None)
+  n = len(devices)
+  return multi_value([_lane_slice(crossed, axis, i, n) if i == 0 else _copy(_lane_slice(crossed, axis, i, n), d)
+                      for i, d in enumerate(devices)], axis)
+
+
 def _lower_tuple_source(node: UOp) -> UOp:
   """A constant, arange or scalar placeholder on a device tuple is the same value on every lane. A placeholder
   stays one node (its value is bound once per call): each lane reads it through MSELECT."""
@@ -245,6 +258,7 @@ def lower_multi_node(node: UOp, srcs: list[UOp]) -> UOp:
   if op is Ops.COPY: return _lower_copy(node, srcs[0])
   if op is Ops.STORE: return _lower_store(node, srcs[0], srcs[1])
   if op is Ops.AFTER: return _lower_after(node, srcs)
+  if op is Ops.COLLECTIVE: return _lower_collective(node, srcs[0])
   raise MultiError(f"{op.name} is not supported on multi-device tensors")
 
 

@@ -7,7 +7,7 @@ reads it at (the kernel's loops, through the movement ops in between) and the re
 When a node is reached every use it will ever have is known, so its decision is made once, by these rules (each
 names why in `ScheduleContext.reasons`, which `explain_realize_points` lists):
 
-- forced (`forced_realize_points`): the roots, CONTIGUOUS, AFTER, the sources of cross-device stores;
+- forced (`forced_realize_points`): the roots, CONTIGUOUS, AFTER, the sources of cross-device and collective stores;
 - on a device whose kernels take a limited number of arguments, the sources of a node that would read more
   (`limit_kernel_arguments`, bottom-up before the rest: it splits a sum of hundreds of tensors into several kernels);
 - a reduce read by two kernels is computed once, in its own;
@@ -35,7 +35,7 @@ from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
 from tinycore.uop.symbolic_shapes import max_int, max_numel
 from tinycore.schedule.context import ScheduleContext, ScheduleError
-from tinycore.schedule.copies import (contiguous_region, has_buffer_identity, is_cross_device_store, is_storage_only,
+from tinycore.schedule.copies import (contiguous_region, has_buffer_identity, is_storage_only, is_transfer_store,
                                      storage_root)
 from tinycore.schedule.indexing import (Index, KernelLoops, and_valid, flat_index, kept_ranges, ranges_in,
                                         resized_bitcast_indices, source_index)
@@ -147,7 +147,7 @@ def forced_realize_points(ctx: ScheduleContext, roots: list[UOp], graph: dict[UO
         not (root.op is Ops.RESHAPE and _strip_reshapes(root) in ctx.realized):
       ctx.realize(root, "a root of the realize")
   for node in graph:
-    if node.op is Ops.STORE and is_cross_device_store(node) and contiguous_region(node.src[1], ctx.realized) is None:
+    if node.op is Ops.STORE and is_transfer_store(node) and contiguous_region(node.src[1], ctx.realized) is None:
       value = node.src[1]
       if is_storage_only(value.device) and is_buffer_view(value):
         raise ScheduleError(f"non-contiguous view is not supported: {value.device} cannot compute, so a view of it "
@@ -155,7 +155,7 @@ def forced_realize_points(ctx: ScheduleContext, roots: list[UOp], graph: dict[UO
       if is_storage_only(value.device):
         raise ScheduleError(f"{value.device} cannot compute (it only stores bytes): move the tensor to a compute "
                             "device first, e.g. .to(Device.DEFAULT)")
-      ctx.realize(value, "the source of a cross-device store is realized on its own device")
+      ctx.realize(value, "the source of a cross-device (or collective) store is realized on its own device")
 
 
 class RealizePoints:
@@ -246,7 +246,7 @@ class RealizePoints:
       self.propagate(node, Use(kernel, idx, gate, None))
       return
     for effect in node.src[1:]:
-      if effect.op is not Ops.STORE or is_cross_device_store(effect): continue
+      if effect.op is not Ops.STORE or is_transfer_store(effect): continue
       target, value = effect.src
       kernel = PlannedKernel()
       idx, gate = kernel.loops.output_index(target.shape)

@@ -51,6 +51,8 @@ class Ops(Enum):
   CONTIGUOUS = auto()   # materialize src into fresh storage
   DETACH = auto()
   COPY = auto()         # a load that changes device: an anonymous store of src into new storage on device arg
+  COLLECTIVE = auto()   # a load across processes (arg: a uop.collective.Collective): an anonymous store of the
+                        # processes' combined values into new storage on src's device; a CALL's callee like COPY
   STORE = auto()        # src: (target, value); tensor level: target is a view of a buffer; kernel level: an INDEX
   AFTER = auto()        # src: (buffer, *effects); the buffer's value once the effects (STOREs) ran
 
@@ -413,6 +415,7 @@ _SHAPE_RULES: dict[Ops, Callable[[UOp], Any]] = {
   **{op: _source_shape for op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.AFTER, Ops.CAST, Ops.MSTACK, Ops.MSELECT,
                                   Ops.ALLREDUCE)},
   Ops.UNSHARD: _unsharded_shape,
+  Ops.COLLECTIVE: lambda u: u.arg.output_shape() if u.src and u.src[0].shape is not None else None,
 }
 
 

@@ -10,6 +10,7 @@ from typing import Callable
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp, pretty
 from tinycore.uop.pattern import UPat
+from tinycore.uop.collective import is_valid_collective
 from tinycore.uop.scalars import kernel_scalars
 
 Predicate = Callable[..., bool]
@@ -45,6 +46,12 @@ def _is_lane_stack(a: UOp) -> bool:
   return a.op is Ops.MSTACK and all(s.op in (Ops.BUFFER, Ops.BUFFER_VIEW) for s in a.src)
 
 
+def _stores_collective(store: UOp) -> bool:
+  target, value = store.src
+  return is_valid_collective(store.arg) and store.arg.shape == value.shape and \
+    target.shape == store.arg.output_shape() and target.dtype is value.dtype
+
+
 def _same_shapes(x: UOp) -> bool: return len({s.shape for s in x.src if s.shape is not None}) <= 1
 
 
@@ -73,7 +80,11 @@ tensor_spec: list[tuple[UPat, Predicate]] = _common + [
    lambda x: x.arg[0] in (Ops.ADD, Ops.MUL, Ops.MAX) and isinstance(x.arg[1], tuple) and x.dtype is x.src[0].dtype),
   (UPat((Ops.CONTIGUOUS, Ops.DETACH), name="x"), lambda x: len(x.src) == 1 and x.dtype is x.src[0].dtype),
   (UPat(Ops.COPY, name="x"), lambda x: len(x.src) == 1 and isinstance(x.arg, (str, tuple))),
-  (UPat(Ops.STORE, name="x"), lambda x: len(x.src) == 2 and x.src[0].shape == x.src[1].shape),
+  (UPat(Ops.COLLECTIVE, name="x"),
+   lambda x: len(x.src) == 1 and is_valid_collective(x.arg) and x.arg.shape == x.src[0].shape),
+  # a store; through a collective (arg) the target has the collective's output shape
+  (UPat(Ops.STORE, name="x"), lambda x: len(x.src) == 2 and (x.src[0].shape == x.src[1].shape if x.arg is None else
+                                                             _stores_collective(x))),
   (UPat(Ops.AFTER, name="x"),
    lambda x: x.src[0].base.op in (Ops.BUFFER, Ops.AFTER, Ops.UNSHARD) and all(s.op is Ops.STORE for s in x.src[1:])),
   # multi-device values: lanes stacked into a tuple value, one lane selected, the logical tensor, a collective
@@ -104,7 +115,8 @@ kernel_spec: list[tuple[UPat, Predicate]] = _common + [
 
 linear_spec: list[tuple[UPat, Predicate]] = [
   (UPat(Ops.LINEAR, name="x"), lambda x: all(s.op is Ops.CALL for s in x.src)),
-  (UPat(Ops.CALL, name="x"), lambda x: x.src[0].op in (Ops.SINK, Ops.COPY, Ops.PROGRAM) and _call_arguments(x)),
+  (UPat(Ops.CALL, name="x"),
+   lambda x: x.src[0].op in (Ops.SINK, Ops.COPY, Ops.COLLECTIVE, Ops.PROGRAM) and _call_arguments(x)),
 ]
 
 SPECS = {"tensor": tensor_spec, "kernel": kernel_spec, "linear": linear_spec}

@@ -64,9 +64,12 @@ class VizData:
   def call_summary(self, callee: UOp, args: tuple[UOp, ...]) -> dict[str, Any]:
     if callee.op is Ops.COPY:
       dst, src = args[0], args[1]
-      size = dst.arg[0] if dst.op is Ops.BUFFER_VIEW else dst.arg
       return {"kind": "copy", "name": f"copy {src.device} -> {dst.device}", "device": str(dst.device),
-              "bytes": int(size) * dst.dtype.itemsize if isinstance(size, int) else None}
+              "bytes": call_bytes(dst)}
+    if callee.op is Ops.COLLECTIVE:
+      dst, src = args[0], args[1]
+      return {"kind": "collective", "name": f"{callee.arg.describe()} on {src.device}", "device": str(dst.device),
+              "bytes": call_bytes(src)}
     rendered = self.recorder.rendered_kernel(callee)
     name = rendered.name if rendered is not None else kernel_name(callee)
     return {"kind": "kernel", "name": name, "device": str(args[0].device), "kernel": self.kernel_id(callee)}
@@ -94,6 +97,12 @@ class VizData:
               "arg": arg_text(n.arg)} for n in kept]
     edges = [[ids[s], ids[n]] for n in kept for s in n.src if s in ids]
     return {"nodes": nodes, "edges": edges, "truncated": len(order) - len(kept)}
+
+
+def call_bytes(buffer: UOp) -> int | None:
+  """The bytes a call's buffer argument (a BUFFER or a BUFFER_VIEW) spans, when its size is a number."""
+  size = buffer.arg[0] if buffer.op is Ops.BUFFER_VIEW else buffer.arg
+  return int(size) * buffer.dtype.itemsize if isinstance(size, int) else None
 
 
 def arg_text(arg: Any) -> str:

@@ -2,14 +2,16 @@
 "use strict";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
-// node colours by op; a COPY has the STORE colour, since a copy is an anonymous store
+// node colours by op; a COPY has the STORE colour, since a copy is an anonymous store; a COLLECTIVE (a copy across
+// processes) a darker one
 const OP_COLOURS = {
-  STORE: "#ffb74d", COPY: "#ffb74d", LOAD: "#aed581", CONST: "#e0e0e0", VCONST: "#e0e0e0",
+  STORE: "#ffb74d", COPY: "#ffb74d", COLLECTIVE: "#ff8a65", LOAD: "#aed581", CONST: "#e0e0e0", VCONST: "#e0e0e0",
   RANGE: "#ce93d8", END: "#ce93d8", REDUCE: "#f48fb1", REDUCE_AXIS: "#f48fb1", SINK: "#90caf9",
   PARAM: "#80deea", BUFFER: "#80deea", BUFFER_VIEW: "#80deea", DEFINE_VAR: "#80deea", BIND: "#80deea",
   CALL: "#64b5f6",
 };
 const DEFAULT_COLOUR = "#fff59d";
+const CALL_OPS = { copy: "COPY", collective: "COLLECTIVE", kernel: "CALL" };
 const CHAR_WIDTH = 7, NODE_HEIGHT = 34;
 
 const state = { kernel: null, step: 0, selectedItem: null };
@@ -75,11 +77,12 @@ function showSchedule(realize, highlight = null) {
   document.getElementById("steps").textContent = "";
   document.getElementById("rules").textContent = "";
   document.getElementById("graph-title").textContent =
-    `schedule ${realize.id}: LINEAR of ${realize.items.length} calls (buffers in cyan, copies in the store colour)`;
+    `schedule ${realize.id}: LINEAR of ${realize.items.length} calls (buffers in cyan, copies in the store colour, ` +
+    "collectives in orange)";
   const nodes = [], edges = [];
   realize.buffers.forEach((label, i) => nodes.push({ id: `b${i}`, op: "BUFFER", dtype: "", arg: label }));
   for (const item of realize.items) {
-    const op = item.kind === "copy" ? "COPY" : "CALL";
+    const op = CALL_OPS[item.kind] || "CALL";
     nodes.push({ id: `c${item.index}`, op, dtype: item.device, arg: item.name, isNew: item.index === highlight,
       kernel: item.kernel });
     for (const read of item.reads) edges.push([`b${read}`, `c${item.index}`]);
@@ -88,7 +91,7 @@ function showSchedule(realize, highlight = null) {
   drawGraph({ nodes, edges, truncated: 0 }, null);
   document.getElementById("source-title").textContent = "schedule";
   document.getElementById("source").textContent = realize.items.map(item =>
-    `${item.index}: ${item.kind === "copy" ? "COPY" : "CALL"} ${item.name} on ${item.device}` +
+    `${item.index}: ${CALL_OPS[item.kind] || "CALL"} ${item.name} on ${item.device}` +
     (item.bytes ? ` (${item.bytes} bytes)` : "")).join("\n");
 }
 
@@ -279,7 +282,7 @@ function drawTimeline() {
   for (const e of timeline.boxes) {
     if (e.ts + e.dur < from || e.ts > to) continue;
     const row = trackRow[`${e.pid}:${e.tid}`] + timeline.depth.get(e);
-    const kind = e.cat === "copy" ? "copy" : e.cat === "kernel" ? "kernel" : "other";
+    const kind = ["copy", "kernel", "collective"].includes(e.cat) ? e.cat : "other";
     const x = LABEL_WIDTH + Math.max(0, (e.ts - from) * scale);
     const right = LABEL_WIDTH + Math.min(span, e.ts + e.dur - from) * scale;
     const box = element("rect", { class: `box ${kind}`, x, y: row * TRACK_HEIGHT + 2, width: Math.max(1, right - x),

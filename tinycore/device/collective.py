@@ -1,0 +1,228 @@
+"""Running a COLLECTIVE call: the processes of a job combine a buffer through a collective backend (a plugin's, found
+through the `tinycore_collective_backends` hook: MPI through tiny-mpi).
+
+Each call, in this order:
+1. the header: every process gathers every other's (which collective, its dtype, its shape and its number), through
+   the backend's all_gather of a small fixed-size record; a mismatch raises `CollectiveMismatch` naming each rank's
+   call, on every rank at once, before any payload moves (so no process is left inside a collective the others never
+   entered). The exchange completes only when every process reached it: it is also the barrier;
+2. the payload, in host memory: a buffer with a zero-copy host view (CPU, PYTHON memory) is passed as it is, any
+   other staged through host memory (copied out, combined, copied back in), unless the backend takes that device's
+   memory itself (`CollectiveBackend.takes_device_memory`);
+3. meanwhile the watch (`tinycore.device.collective_faults`) ends the job when this process waits longer than
+   TINYCORE_DIST_TIMEOUT seconds, or as soon as another process of the job on this machine exits.
+"""
+from __future__ import annotations
+import struct
+import zlib
+from typing import Any
+from tinycore.dtype import DType, dtypes
+from tinycore.uop.collective import Collective
+from tinycore.device.buffer import Buffer
+
+
+class CollectiveError(RuntimeError):
+  """A collective that cannot run: no backend started, or one that cannot be used here."""
+
+
+class CollectiveMismatch(CollectiveError):
+  """The processes of a job called different collectives (or on different dtypes or shapes) at the same point."""
+
+
+class CollectiveBackend:
+  """A started collective backend (what `CollectiveSpec.open` returns): this process's `rank` among `world_size`.
+
+  Subclass it and implement the methods below. The core calls them in the same order on every process, only after
+  the header exchange agreed, and never from two threads at once. Host memory arrives as memoryviews of format "B"
+  (the core's buffers, zero-copy: write the result into `recv` in place) with the element dtype alongside."""
+  name = ""
+  rank = 0
+  world_size = 1
+
+  def all_gather(self, send: Any, recv: Any, dtype: DType) -> None:
+    """recv := every rank's `send` one after another, in rank order (recv is world_size times send's size)."""
+    raise NotImplementedError
+
+  def all_reduce(self, send: Any, recv: Any, dtype: DType, op: str) -> None:
+    """recv := the elementwise `op` ("sum", "max" or "min") of every rank's send. `send is recv` means in place.
+    float16 and bfloat16 travel as 16 bits (combined pairwise, each result rounded to the dtype), not as float32."""
+    raise NotImplementedError
+
+  def broadcast(self, buffer: Any, dtype: DType, root: int) -> None:
+    """buffer := rank `root`'s buffer, on every rank."""
+    raise NotImplementedError
+
+  def abort(self, code: int) -> None:
+    """End every process of the job now with exit status `code` (the core has printed why). May be called from
+    another thread while one waits inside a collective. Must not return."""
+    raise NotImplementedError
+
+  def takes_device_memory(self, device: str) -> bool:
+    """Whether this backend reads and writes `device`'s memory itself: then send/recv/buffer are that device's
+    `Buffer`s (allocated, synchronized) instead of host memoryviews. Default: no (the core stages through host
+    memory)."""
+    return False
+
+  def finalize(self) -> None:
+    """Called once at exit, after the last collective every process agreed on (release the library)."""
+
+
+# ---------------------------------------------------------------------------- the header
+HEADER_WORDS = 16
+HEADER_BYTES = HEADER_WORDS * 8
+HEADER_FORMAT = f"<{HEADER_WORDS}q"
+MAGIC = 0x74696E79636F7265  # "tinycore"
+SHOWN_DIMS = HEADER_WORDS - 7
+# what a header says a process is doing (the first three are its collectives)
+KIND_CODES = {"all_reduce": 1, "all_gather": 2, "broadcast": 3, "barrier": 4, "exit": 5, "start": 6}
+KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
+REDUCE_CODES = {"sum": 1, "max": 2, "min": 3}
+
+
+def dtype_word(dtype: DType | None) -> int:
+  """A dtype's name in one int64 (every name has at most 8 characters)."""
+  return int.from_bytes((dtype.name if dtype is not None else "").encode()[:8].ljust(8, b"\0"), "little", signed=True)
+
+
+def header_words(kind: str, number: int, detail: int = 0, dtype: DType | None = None,
+                 shape: tuple[int, ...] = ()) -> tuple[int, ...]:
+  """[magic, number, kind, detail (reduce op or root), dtype, ndim, crc of the shape, the first dims...]."""
+  dims = tuple(shape[:SHOWN_DIMS]) + (0,) * (SHOWN_DIMS - min(len(shape), SHOWN_DIMS))
+  return (MAGIC, number, KIND_CODES[kind], detail, dtype_word(dtype), len(shape),
+          zlib.crc32(repr(tuple(shape)).encode()), *dims)
+
+
+def describe_header(words: tuple[int, ...]) -> str:
+  """What a header says, for a message: "all_reduce sum float32 (4, 3) (collective #7)"."""
+  if words[0] != MAGIC: return "no tinycore collective (a call of the backend that tinycore did not make)"
+  kind = KIND_NAMES.get(words[2], f"kind {words[2]}")
+  if kind == "exit": return f"exiting (after {words[1] - 1} collectives)"
+  if kind == "start": return "starting (tinycore.distributed.init)"
+  if kind == "barrier": return f"barrier (collective #{words[1]})"
+  dtype = words[4].to_bytes(8, "little", signed=True).rstrip(b"\0").decode(errors="replace")
+  ndim = words[5]
+  shape = tuple(words[7:7 + min(ndim, SHOWN_DIMS)]) + (("...",) if ndim > SHOWN_DIMS else ())
+  detail = {"all_reduce": " " + next((op for op, code in REDUCE_CODES.items() if code == words[3]), "?"),
+            "broadcast": f" from rank {words[3]}"}.get(kind, "")
+  return f"{kind}{detail} {dtype} {shape} (collective #{words[1]})"
+
+
+def mismatch_message(rows: list[tuple[int, ...]]) -> str:
+  """Which rank called what, grouped: "ranks 0, 2: all_reduce sum float32 (4,) ...; rank 1: ..."."""
+  groups: dict[tuple[int, ...], list[int]] = {}
+  for rank, words in enumerate(rows): groups.setdefault(words, []).append(rank)
+  parts = [f"{'ranks' if len(ranks) > 1 else 'rank'} {', '.join(map(str, ranks))}: {describe_header(words)}"
+           for words, ranks in groups.items()]
+  return "the processes called different collectives at the same point: " + "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------- the group this process belongs to
+class CollectiveGroup:
+  """The started backend of this process, its watch, and the number of collectives run so far."""
+
+  def __init__(self, backend: CollectiveBackend, watch: Any):
+    self.backend, self.watch = backend, watch
+    self.rank, self.world_size, self.name = backend.rank, backend.world_size, backend.name
+    self.number = 0
+    self.header_send = memoryview(bytearray(HEADER_BYTES))
+    self.header_recv = memoryview(bytearray(HEADER_BYTES * self.world_size))
+    self.staging: dict[str, memoryview] = {}
+
+  def exchange(self, kind: str, detail: int = 0, dtype: DType | None = None, shape: tuple[int, ...] = (),
+               payload_bytes: int = 0) -> list[tuple[int, ...]]:
+    """Every rank's header for this step (the barrier); raises CollectiveMismatch when they differ."""
+    self.number += 1
+    mine = header_words(kind, self.number, detail, dtype, shape)
+    struct.pack_into(HEADER_FORMAT, self.header_send, 0, *mine)
+    self.watch.entering(f"{kind} (collective #{self.number}, {payload_bytes} bytes)")
+    try: self.backend.all_gather(self.header_send, self.header_recv, dtypes.int64)
+    finally: self.watch.left()
+    received = self.header_recv.tobytes()
+    rows = [struct.unpack_from(HEADER_FORMAT, received, i * HEADER_BYTES) for i in range(self.world_size)]
+    if any(row != mine for row in rows): raise CollectiveMismatch(mismatch_message(rows))
+    return rows
+
+  def scratch(self, role: str, nbytes: int) -> memoryview:
+    """Host memory to stage `nbytes` through (one per role, grown as needed, kept)."""
+    held = self.staging.get(role)
+    if held is None or held.nbytes < nbytes: held = self.staging[role] = memoryview(bytearray(nbytes))
+    return held[:nbytes]
+
+  def run(self, collective: Collective, dst: Buffer, src: Buffer) -> None:
+    """Run one collective: the header, then the payload from src into dst (see the module docstring)."""
+    detail = {"all_reduce": REDUCE_CODES.get(collective.reduce_op or "", 0), "all_gather": 0,
+              "broadcast": collective.root}[collective.kind]
+    self.exchange(collective.kind, detail, src.dtype, collective.shape, src.nbytes)
+    if src.nbytes == 0: return
+    self.watch.entering(f"{collective.describe()} {src.dtype.name} (collective #{self.number})")
+    try: self.move_payload(collective, dst, src)
+    finally: self.watch.left()
+
+  def move_payload(self, collective: Collective, dst: Buffer, src: Buffer) -> None:
+    backend = self.backend
+    in_place = src.base is dst.base and src.offset == dst.offset and src.nbytes == dst.nbytes
+    if backend.takes_device_memory(dst.device) and backend.takes_device_memory(src.device):
+      send, recv = (dst, dst) if in_place else (src.ensure_allocated(), dst.ensure_allocated())
+      staged = False
+    else:
+      recv, staged = self.host_view(dst, "recv", read=in_place)
+      send = recv if in_place else self.readable_copy(src, dst)
+    if collective.kind == "all_reduce": backend.all_reduce(send, recv, src.dtype, collective.reduce_op)
+    elif collective.kind == "all_gather": backend.all_gather(send, recv, src.dtype)
+    else:
+      if self.rank == collective.root and send is not recv: copy_into(recv, send)
+      backend.broadcast(recv, src.dtype, collective.root)
+    if staged: dst.copyin(recv)
+
+  def host_view(self, buffer: Buffer, role: str, read: bool) -> tuple[memoryview, bool]:
+    """(buffer's bytes in host memory, whether they are a staged copy): its zero-copy host view when it has one."""
+    if (view := buffer.ensure_allocated().host) is not None: return view, False
+    staged = self.scratch(role, buffer.nbytes)
+    if read: buffer.copyout(staged)
+    return staged, True
+
+  def readable_copy(self, src: Buffer, dst: Buffer) -> memoryview:
+    """src's bytes in host memory, not overlapping dst's (a source inside the destination is copied first)."""
+    view, staged = self.host_view(src, "send", read=True)
+    if not staged and src.base is dst.base and overlaps(src, dst):
+      copy = self.scratch("send", src.nbytes)
+      copy[:] = view
+      return copy
+    return view
+
+
+def overlaps(a: Buffer, b: Buffer) -> bool:
+  return a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
+
+
+def copy_into(dst: Any, src: Any) -> None:
+  """dst := src, for host memoryviews or Buffers (a backend that takes device memory)."""
+  if isinstance(dst, Buffer): dst.copy_from(src)
+  else: dst[:] = src
+
+
+_group: list[CollectiveGroup] = []  # the group this process started (at most one)
+
+
+def start_group(backend: CollectiveBackend, watch: Any) -> CollectiveGroup:
+  """Make `backend` the one this process's collectives run through (tinycore.distributed.init does)."""
+  if _group: raise CollectiveError(f"a collective backend is already started ({_group[0].name})")
+  _group.append(CollectiveGroup(backend, watch))
+  return _group[0]
+
+
+def current_group() -> CollectiveGroup:
+  """The started group; a CollectiveError saying what to do when there is none."""
+  if not _group:
+    raise CollectiveError("no collective backend is started in this process: call tinycore.distributed.init() "
+                          "first (under mpiexec: mpiexec -n 2 python script.py)")
+  return _group[0]
+
+
+def started_group() -> CollectiveGroup | None:
+  return _group[0] if _group else None
+
+
+def run_collective(collective: Collective, dst: Buffer, src: Buffer) -> None:
+  """Execute CALL(COLLECTIVE, dst, src) in this process's group (see the module docstring)."""
+  current_group().run(collective, dst, src)

@@ -1,0 +1,170 @@
+"""How a job of several processes ends when one of them fails, instead of hanging.
+
+- A process that raises an exception nobody catches prints it, says which rank failed and ends every process of the
+  job (`CollectiveBackend.abort`: for MPI, MPI_Abort), from its `sys.excepthook`.
+- The watch, a daemon thread per process: while this process waits inside a collective longer than
+  TINYCORE_DIST_TIMEOUT seconds (default 300) it says which collective and ends the job; and as soon as another
+  process of the job on this machine exits before the job ended (killed, crashed, `os._exit`), it names that rank
+  and ends the job. Processes on other machines are seen through the timeout (and their launcher, which usually
+  ends the job itself).
+- At exit every process exchanges one more header, "exiting": a process that exits while another still calls
+  collectives is named by the header mismatch (on both sides) instead of leaving the other waiting.
+"""
+from __future__ import annotations
+import atexit
+import os
+import select
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+import zlib
+from typing import Any, Callable
+from tinycore.dtype import dtypes
+from tinycore.device.compiled import seconds_setting
+from tinycore.device.collective import CollectiveBackend, CollectiveGroup, CollectiveMismatch, start_group
+
+TIMEOUT_ENV = "TINYCORE_DIST_TIMEOUT"
+DEFAULT_TIMEOUT_S = 300.0
+# the watch looks at the clock at least this often (and at most 20 times per timeout)
+WATCH_INTERVAL_S = 0.5
+FAILED_STATUS = 1
+
+
+def timeout_s() -> float:
+  """How long a process may wait inside one collective: $TINYCORE_DIST_TIMEOUT seconds (default 300)."""
+  return seconds_setting(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
+
+
+def say(message: str) -> None:
+  """One line on stderr, written at once (several processes share the terminal)."""
+  try:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+  except (OSError, ValueError): pass  # stderr closed: the exit status still tells
+
+
+def machine_id() -> int:
+  """This machine (and pid namespace) as a number: processes with equal ids can see each other's pids."""
+  try: boot = open("/proc/sys/kernel/random/boot_id").read().strip()
+  except OSError: boot = ""
+  try: namespace = os.stat("/proc/self/ns/pid").st_ino
+  except OSError: namespace = 0
+  return zlib.crc32(f"{socket.gethostname()}|{boot}|{namespace}".encode())
+
+
+class Watch:
+  """The watch thread of one process (see the module docstring). `entering`/`left` bracket every wait inside the
+  backend (two attribute stores); the thread reads them."""
+
+  def __init__(self, rank: int, world_size: int, limit_s: float, end_job: Callable[[int], None]):
+    self.rank, self.world_size, self.limit_s, self.end_job = rank, world_size, limit_s, end_job
+    self.waiting: tuple[float, str] | None = None
+    self.peers: dict[int, tuple[int, int]] = {}  # rank -> (pid, pidfd or -1) of the other processes on this machine
+    self.stopped = threading.Event()
+    self.thread: threading.Thread | None = None
+
+  def entering(self, what: str) -> None: self.waiting = (time.monotonic(), what)
+  def left(self) -> None: self.waiting = None
+
+  def watch_peers(self, peers: dict[int, int]) -> None:
+    """Watch these processes (rank -> pid, on this machine) and start the thread."""
+    for rank, pid in peers.items():
+      try: fd = os.pidfd_open(pid)
+      except (AttributeError, OSError): fd = -1  # no pidfd (old kernel): polled with kill(pid, 0)
+      self.peers[rank] = (pid, fd)
+    self.thread = threading.Thread(target=self.run, name="tinycore-collective-watch", daemon=True)
+    self.thread.start()
+
+  def stop(self) -> None:
+    self.stopped.set()
+    for _, fd in self.peers.values():
+      if fd >= 0: os.close(fd)
+    self.peers = {}
+
+  def run(self) -> None:
+    interval = min(WATCH_INTERVAL_S, self.limit_s / 20)
+    while not self.stopped.is_set():
+      ready = self.wait_for_exits(interval)
+      if self.stopped.is_set(): return
+      if (gone := self.exited_peer(ready)) is not None:
+        rank, pid = gone
+        self.fail(f"rank {rank} (pid {pid} on this machine) exited before the job ended (killed, crashed or "
+                  f"os._exit): ending the job")
+      if (waiting := self.waiting) is not None and time.monotonic() - waiting[0] > self.limit_s:
+        self.fail(f"rank {self.rank} waited more than {self.limit_s:g} s inside {waiting[1]}: another rank did not "
+                  f"reach it (it hangs, or runs other code); ending the job (allow more time with "
+                  f"{TIMEOUT_ENV}=<seconds>)")
+
+  def wait_for_exits(self, interval: float) -> list[int]:
+    """Up to `interval` seconds: the pidfds of peers that exited meanwhile (a pidfd is readable once it has)."""
+    fds = [fd for _, fd in self.peers.values() if fd >= 0]
+    if not fds:
+      self.stopped.wait(interval)
+      return []
+    try: return select.select(fds, [], [], interval)[0]
+    except (OSError, ValueError): return []  # a descriptor closed by stop() meanwhile
+
+  def exited_peer(self, ready: list[int]) -> tuple[int, int] | None:
+    for rank, (pid, fd) in self.peers.items():
+      if fd in ready or (fd < 0 and not process_alive(pid)): return rank, pid
+    return None
+
+  def fail(self, message: str) -> None:
+    say(f"tinycore.distributed: {message}")
+    self.stopped.set()
+    self.end_job(FAILED_STATUS)
+
+
+def process_alive(pid: int) -> bool:
+  try: os.kill(pid, 0)
+  except ProcessLookupError: return False
+  except PermissionError: return True
+  return True
+
+
+def start_with_faults(backend: CollectiveBackend) -> CollectiveGroup:
+  """Start the group of `backend` with its watch, the exception hook and the exit exchange (see the module
+  docstring); the first exchange ("starting") tells each process its peers on this machine."""
+  watch = Watch(backend.rank, backend.world_size, timeout_s(), backend.abort)
+  group = start_group(backend, watch)
+  group.exchange("start")
+  identities = memoryview(bytearray(16 * backend.world_size))
+  watch.entering("tinycore.distributed.init")
+  try: backend.all_gather(memoryview(struct.pack("<qq", os.getpid(), machine_id())), identities, dtypes.int64)
+  finally: watch.left()
+  rows = [struct.unpack_from("<qq", identities, 16 * i) for i in range(backend.world_size)]
+  here = rows[backend.rank][1]
+  watch.watch_peers({rank: pid for rank, (pid, machine) in enumerate(rows) if machine == here and rank != backend.rank})
+  install_exception_hook(group)
+  atexit.register(exit_exchange, group)
+  return group
+
+
+def install_exception_hook(group: CollectiveGroup) -> None:
+  """An exception nobody catches ends every process of the job, naming this rank (after the usual traceback)."""
+  previous = sys.excepthook
+
+  def end_job_on_exception(kind: type[BaseException], error: BaseException, trace: Any) -> None:
+    previous(kind, error, trace)
+    if group.world_size > 1:
+      what = "".join(traceback.format_exception_only(kind, error)).strip().splitlines()[-1]
+      say(f"tinycore.distributed: rank {group.rank} of {group.world_size} failed ({what}): ending the job")
+      group.watch.stop()
+      group.backend.abort(FAILED_STATUS)
+
+  sys.excepthook = end_job_on_exception
+
+
+def exit_exchange(group: CollectiveGroup) -> None:
+  """At exit: one more header exchange, so a process exiting while another still calls collectives is named on both
+  sides; then the watch stops (the others may exit now) and the backend is released."""
+  try: group.exchange("exit")
+  except CollectiveMismatch as error:
+    say(f"tinycore.distributed: rank {group.rank} of {group.world_size} exits, but {error}: ending the job")
+    group.watch.stop()
+    group.backend.abort(FAILED_STATUS)
+  group.watch.stop()
+  group.backend.finalize()
