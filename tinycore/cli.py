@@ -1,8 +1,10 @@
 """The ``tinycore`` command line (also ``python -m tinycore``).
 
 ``tinycore devices`` lists every device the installed plugins provide (one row per instance) and every plugin that
-failed to load, with its distribution and the reason. ``--json`` prints the same rows as JSON; ``--check`` also runs
-a small kernel on each usable compute device and exits with 1 if any of them computes a wrong result or fails.
+failed to load, with its distribution and the reason, then the collective backends (``tinycore.distributed``: MPI
+through tiny-mpi) with their status. ``--json`` prints the same rows as JSON (a backend's row has ``kind``
+"collective"); ``--check`` also runs a small kernel on each usable compute device and exits with 1 if any of them
+computes a wrong result or fails.
 """
 from __future__ import annotations
 import argparse
@@ -29,6 +31,7 @@ class DeviceRow:
   capabilities: dict[str, Any] = attrs.field(factory=dict)
   entry_point: str | None = None
   check: str | None = None
+  kind: str = "device"  # or "collective": a collective backend (tinycore.distributed)
 
   @property
   def ok(self) -> bool: return self.status == "ok" or self.status.startswith("ok (")
@@ -71,6 +74,21 @@ def collect_rows() -> list[DeviceRow]:
   return rows
 
 
+def collect_collective_rows() -> list[DeviceRow]:
+  """One row per collective backend the plugins provide: its status (usable, launched here, started) and library."""
+  from tinycore.distributed import backend_status
+  from tinycore.plugin.manager import collective_specs
+  rows = []
+  for spec in collective_specs():
+    status = backend_status(spec)
+    row = DeviceRow(spec.name, spec.distribution, spec.version, status, spec.description, kind="collective")
+    if not status.startswith(("unavailable", "failed")) and spec.library is not None:
+      try: row.capabilities = {"library": spec.library()}
+      except Exception as error: row.capabilities = {"library": f"unknown ({type(error).__name__}: {error})"}
+    rows.append(row)
+  return rows
+
+
 def _spec_row(spec: DeviceSpec, name: str, status: str, default: bool = False) -> DeviceRow:
   return DeviceRow(name, spec.distribution, spec.version, status, spec.description, default, spec.compute)
 
@@ -103,9 +121,9 @@ def format_capabilities(capabilities: dict[str, Any]) -> str:
   return " ".join(parts)
 
 
-def format_table(rows: Sequence[DeviceRow]) -> str:
+def format_table(rows: Sequence[DeviceRow], title: str = "DEVICE") -> str:
   """The rows as an aligned text table; "*" marks the default device."""
-  header = ("", "DEVICE", "DISTRIBUTION", "STATUS", "CAPABILITIES")
+  header = ("", title, "DISTRIBUTION", "STATUS", "CAPABILITIES")
   lines = [header]
   for row in rows:
     distribution = f"{row.distribution} {row.version}".strip()
@@ -120,6 +138,7 @@ def format_table(rows: Sequence[DeviceRow]) -> str:
 
 def devices_command(arguments: argparse.Namespace) -> int:
   rows = collect_rows()
+  backends = collect_collective_rows()
   any_failed = False
   if arguments.check:
     for row in rows:
@@ -128,9 +147,10 @@ def devices_command(arguments: argparse.Namespace) -> int:
       row.check = "PASS" if error is None else f"FAIL: {error}"
       any_failed |= error is not None
   if arguments.json:
-    print(json.dumps([attrs.asdict(row) for row in rows], indent=2, default=str))
+    print(json.dumps([attrs.asdict(row) for row in rows + backends], indent=2, default=str))
   else:
     print(format_table(rows))
+    if backends: print("\n" + format_table(backends, "COLLECTIVE BACKEND"))
     for row in rows:
       if row.check is not None: print(f"{row.name}: {row.check}")
   return 1 if any_failed else 0

@@ -29,19 +29,19 @@ from tinycore.uop.collective import Collective
 from tinycore.uop.symbolic_shapes import has_symbolic_arg
 from tinycore.device.collective import (CollectiveBackend, CollectiveError, CollectiveMismatch, current_group,
                                         started_group)
-from tinycore.device.collective_faults import TIMEOUT_ENV, start_with_faults
+from tinycore.device.collective_faults import TIMEOUT_ENV, end_group, start_with_faults
 from tinycore.device.registry import Device
 from tinycore.hcq.in_flight import wait_for_queues
 from tinycore.plugin.manager import collective_specs
 from tinycore.plugin.spec import CollectiveSpec
 from tinycore.tensor import Tensor
 
-__all__ = ["init", "is_initialized", "rank", "world_size", "backend_name", "all_reduce", "all_gather", "broadcast",
+__all__ = ["init", "shutdown", "is_initialized", "rank", "world_size", "backend_name", "all_reduce", "all_gather", "broadcast",
            "barrier", "broadcast_parameters", "all_reduce_gradients", "CollectiveError", "CollectiveMismatch",
            "TIMEOUT_ENV"]
 
 BACKEND_ENV = "TINYCORE_DIST_BACKEND"
-INSTALL_HINT = "pip install tiny-mpi[mpich] (MPI through mpi4py, with MPICH's mpiexec)"
+INSTALL_HINT = "pip install tiny-mpi[mpich] adds one (MPI through mpi4py, with MPICH's mpiexec)"
 
 
 # ---------------------------------------------------------------------------- starting
@@ -54,7 +54,7 @@ def backend_status(spec: CollectiveSpec) -> str:
     return f"ok (started: rank {group.rank} of {group.world_size})"
   try: launched = spec.launched()
   except Exception as error: return f"failed: launched() raised {type(error).__name__}: {error}"
-  return "ok (launched here)" if launched else "ok (not launched: start the script under its launcher)"
+  return "ok (launched here)" if launched else "ok (not launched here)"
 
 
 def choose_backend() -> CollectiveSpec:
@@ -69,9 +69,9 @@ def choose_backend() -> CollectiveSpec:
     return named[0]
   launched = sorted((spec for spec in specs if spec.launched()), key=lambda spec: -spec.priority)
   if not launched:
+    installed = "; ".join(f"{spec.name}: {spec.description}" for spec in specs)
     raise CollectiveError("this process was not started by the launcher of a collective backend: run the script "
-                          "under one (MPI: mpiexec -n 2 python script.py), or name a backend in "
-                          f"{BACKEND_ENV} (installed: {', '.join(spec.name for spec in specs)})")
+                          f"under one, or name a backend in {BACKEND_ENV} (installed: {installed})")
   return launched[0]
 
 
@@ -86,6 +86,13 @@ def init() -> None:
   if not isinstance(backend, CollectiveBackend):
     raise CollectiveError(f"{spec.distribution}'s {spec.name} backend opened {backend!r}, not a CollectiveBackend")
   start_with_faults(backend)
+
+
+def shutdown() -> None:
+  """End this process's part in the job now instead of at exit (torch's destroy_process_group): every process
+  exchanges its exit header (a process still calling collectives is named), then the backend is released. A
+  backend need not start twice in one process (MPI cannot)."""
+  if (group := started_group()) is not None: end_group(group)
 
 
 def is_initialized() -> bool:
@@ -112,8 +119,11 @@ def backend_name() -> str:
 REDUCE_OPS = ("sum", "mean", "max", "min")
 
 
+def _check_tensor(t: Tensor, name: str) -> None:
+  if not isinstance(t, Tensor): raise TypeError(f"{name} takes a Tensor, got {type(t).__name__}")
+
+
 def _collective(t: Tensor, kind: str, **fields) -> Tensor:
-  if not isinstance(t, Tensor): raise TypeError(f"{kind} takes a Tensor, got {type(t).__name__}")
   if any(has_symbolic_arg(n) for n in t.uop.toposort()):
     raise ArgumentError(f"{kind} of a tensor of symbolic shape {t.shape}: collectives take concrete shapes")
   for device in t.device if isinstance(t.device, tuple) else (t.device,):
@@ -126,18 +136,30 @@ def _collective(t: Tensor, kind: str, **fields) -> Tensor:
 def all_reduce(t: Tensor, op: str = "sum") -> Tensor:
   """Every rank's `t` combined elementwise with `op` ("sum", "mean", "max" or "min"), on every rank (lazy). A mean
   is the sum divided by the world size (integers are summed in int64 and averaged in float32, as Tensor.mean)."""
+  _check_tensor(t, "all_reduce")
   if op not in REDUCE_OPS: raise ArgumentError(f"all_reduce op must be one of {', '.join(REDUCE_OPS)}, got {op!r}")
   if t.dtype is dtypes.bool and op in ("sum", "mean"):
     raise DTypeError(f"all_reduce {op} of bools: cast to an integer dtype first (max is any, min is all)")
-  if op != "mean": return _collective(t, "all_reduce", reduce_op=op)
-  if dtypes.is_float(t.dtype): return _collective(t, "all_reduce", reduce_op="sum") / world_size()
-  return (_collective(t.cast(dtypes.int64), "all_reduce", reduce_op="sum") / world_size()).cast(dtypes.float32)
+  if op != "mean": return _reduced(t, op)
+  if dtypes.is_float(t.dtype): return _reduced(t, "sum") / world_size()
+  return (_reduced(t.cast(dtypes.int64), "sum") / world_size()).cast(dtypes.float32)
+
+
+def _reduced(t: Tensor, op: str) -> Tensor:
+  """all_reduce: a small tensor (its bytes ride in the header exchange) is gathered from every rank and reduced here,
+  in one exchange and a kernel (every rank computes the same result, in the same order); a larger one is the
+  backend's all_reduce."""
+  if t.nbytes() > current_group().inline_bytes: return _collective(t, "all_reduce", reduce_op=op)
+  stacked = _collective(t, "all_gather")  # (world, *shape)
+  reduced = stacked.sum(0) if op == "sum" else stacked.max(0) if op == "max" else stacked.min(0)
+  return reduced.cast(t.dtype)
 
 
 def all_gather(t: Tensor, axis: int = 0) -> Tensor:
   """Every rank's `t` joined along `axis` in rank order (that axis world_size() times longer; a 0-d tensor becomes a
   vector of one value per rank), on every rank (lazy). The ranks' values arrive stacked along a new first axis,
   which is then moved into place (a view)."""
+  _check_tensor(t, "all_gather")
   if t.ndim == 0: t = t.reshape(1)
   if not -t.ndim <= axis < t.ndim: raise IndexError(f"all_gather axis {axis} out of range for {t.ndim} dims")
   axis %= t.ndim
@@ -149,6 +171,7 @@ def all_gather(t: Tensor, axis: int = 0) -> Tensor:
 
 def broadcast(t: Tensor, src: int = 0) -> Tensor:
   """Rank `src`'s `t`, on every rank (lazy; every rank passes a tensor of the same shape and dtype)."""
+  _check_tensor(t, "broadcast")
   if not 0 <= src < world_size(): raise ValueError(f"broadcast src {src} is not a rank of {world_size()}")
   return _collective(t, "broadcast", root=src)
 

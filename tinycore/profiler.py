@@ -4,10 +4,11 @@ chrome://tracing open.
     TINYCORE_PROFILE=trace.json python train.py        # whole run, written at exit
     with tinycore.profile("step.json"): step()         # one block
 
-The trace has a process per device with a track per queue ("compute", "copy") and a "host" process with the
-schedule, compile and submit tracks. Every kernel and copy is one complete ("X") event with its name, device, bytes
-or estimated ops, and `clock`: "device" when its times come from the device's own timestamps (HCQ2 `Timestamp`
-commands, converted to the host timebase with a per-device offset), "host" when the host timed the call.
+The trace has a process per device with a track per queue ("compute", "copy"; "collective" for collectives across
+processes, tinycore.distributed) and a "host" process with the schedule, compile and submit tracks. Every kernel and
+copy is one complete ("X") event with its name, device, bytes or estimated ops, and `clock`: "device" when its times
+come from the device's own timestamps (HCQ2 `Timestamp` commands, converted to the host timebase with a per-device
+offset), "host" when the host timed the call.
 
 This module sits at the bottom of the layers and imports nothing of tinycore: realize (scheduling), the compile path,
 HCQ2 and the engine call into it, each behind one check of `enabled`, so profiling off costs one attribute read per
@@ -26,9 +27,9 @@ from typing import Any, Callable, Iterator
 
 PROFILE_ENV = "TINYCORE_PROFILE"
 HOST_PROCESS = "host"
-CATEGORIES = ("kernel", "copy", "schedule", "compile", "submit")
+CATEGORIES = ("kernel", "copy", "collective", "schedule", "compile", "submit")
 # thread ids of the tracks: the same number for the same track in every process, so traces line up
-TRACK_IDS = {"compute": 1, "copy": 2, "schedule": 3, "compile": 4, "submit": 5}
+TRACK_IDS = {"compute": 1, "copy": 2, "schedule": 3, "compile": 4, "submit": 5, "collective": 6}
 
 enabled = False  # the one flag every hook checks; change it with enable()/disable()/profile()
 

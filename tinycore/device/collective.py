@@ -5,7 +5,8 @@ Each call, in this order:
 1. the header: every process gathers every other's (which collective, its dtype, its shape and its number), through
    the backend's all_gather of a small fixed-size record; a mismatch raises `CollectiveMismatch` naming each rank's
    call, on every rank at once, before any payload moves (so no process is left inside a collective the others never
-   entered). The exchange completes only when every process reached it: it is also the barrier;
+   entered). The exchange completes only when every process reached it: it is also the barrier. A small all_gather
+   or broadcast payload rides in the record (`inline_bytes`: one backend call, not two);
 2. the payload, in host memory: a buffer with a zero-copy host view (CPU, PYTHON memory) is passed as it is, any
    other staged through host memory (copied out, combined, copied back in), unless the backend takes that device's
    memory itself (`CollectiveBackend.takes_device_memory`);
@@ -117,6 +118,19 @@ def mismatch_message(rows: list[tuple[int, ...]]) -> str:
 
 
 # ---------------------------------------------------------------------------- the group this process belongs to
+# Each rank's record in the header exchange: the header, then room for a small payload. A small all_gather or
+# broadcast rides in it (one backend call instead of two); the room shrinks as the job grows, so the exchange stays
+# within RECORDS_BYTES (and vanishes past 512 ranks). Every rank computes the same size from the world size.
+RECORDS_BYTES = 64 * 1024
+MOST_INLINE_BYTES = 4096
+
+
+def inline_bytes(world_size: int) -> int:
+  """The payload bytes that ride in a rank's header record, for a job of `world_size` ranks."""
+  room = RECORDS_BYTES // world_size - HEADER_BYTES
+  return max(0, min(MOST_INLINE_BYTES, room - room % 8))
+
+
 class CollectiveGroup:
   """The started backend of this process, its watch, and the number of collectives run so far."""
 
@@ -124,23 +138,30 @@ class CollectiveGroup:
     self.backend, self.watch = backend, watch
     self.rank, self.world_size, self.name = backend.rank, backend.world_size, backend.name
     self.number = 0
-    self.header_send = memoryview(bytearray(HEADER_BYTES))
-    self.header_recv = memoryview(bytearray(HEADER_BYTES * self.world_size))
+    self.inline_bytes = inline_bytes(self.world_size)
+    self.record_bytes = HEADER_BYTES + self.inline_bytes
+    self.record_send = memoryview(bytearray(self.record_bytes))
+    self.records = memoryview(bytearray(self.record_bytes * self.world_size))
     self.staging: dict[str, memoryview] = {}
+    self.previous_excepthook: Any = None  # the fault handling's (tinycore.device.collective_faults)
+    self.exception_hook: Any = None
 
   def exchange(self, kind: str, detail: int = 0, dtype: DType | None = None, shape: tuple[int, ...] = (),
-               payload_bytes: int = 0) -> list[tuple[int, ...]]:
-    """Every rank's header for this step (the barrier); raises CollectiveMismatch when they differ."""
+               payload: memoryview | None = None) -> memoryview:
+    """Every rank's record for this step, one backend all_gather (the barrier): each a header (raises
+    CollectiveMismatch when they differ) and, when given, this rank's small payload after it."""
     self.number += 1
     mine = header_words(kind, self.number, detail, dtype, shape)
-    struct.pack_into(HEADER_FORMAT, self.header_send, 0, *mine)
-    self.watch.entering(f"{kind} (collective #{self.number}, {payload_bytes} bytes)")
-    try: self.backend.all_gather(self.header_send, self.header_recv, dtypes.int64)
+    struct.pack_into(HEADER_FORMAT, self.record_send, 0, *mine)
+    if payload is not None: self.record_send[HEADER_BYTES:HEADER_BYTES + payload.nbytes] = payload
+    self.watch.entering(f"{describe_header(mine)}, exchanging headers")
+    try: self.backend.all_gather(self.record_send, self.records, dtypes.uint8)
     finally: self.watch.left()
-    received = self.header_recv.tobytes()
-    rows = [struct.unpack_from(HEADER_FORMAT, received, i * HEADER_BYTES) for i in range(self.world_size)]
-    if any(row != mine for row in rows): raise CollectiveMismatch(mismatch_message(rows))
-    return rows
+    size, records = self.record_bytes, self.records
+    headers = [records[i * size:i * size + HEADER_BYTES] for i in range(self.world_size)]
+    if any(header != self.record_send[:HEADER_BYTES] for header in headers):
+      raise CollectiveMismatch(mismatch_message([struct.unpack_from(HEADER_FORMAT, h) for h in headers]))
+    return records
 
   def scratch(self, role: str, nbytes: int) -> memoryview:
     """Host memory to stage `nbytes` through (one per role, grown as needed, kept)."""
@@ -149,14 +170,27 @@ class CollectiveGroup:
     return held[:nbytes]
 
   def run(self, collective: Collective, dst: Buffer, src: Buffer) -> None:
-    """Run one collective: the header, then the payload from src into dst (see the module docstring)."""
+    """Run one collective: the header exchange (with the payload in it when it is a small all_gather or
+    broadcast), then the payload from src into dst (see the module docstring)."""
     detail = {"all_reduce": REDUCE_CODES.get(collective.reduce_op or "", 0), "all_gather": 0,
               "broadcast": collective.root}[collective.kind]
-    self.exchange(collective.kind, detail, src.dtype, collective.shape, src.nbytes)
-    if src.nbytes == 0: return
-    self.watch.entering(f"{collective.describe()} {src.dtype.name} (collective #{self.number})")
-    try: self.move_payload(collective, dst, src)
-    finally: self.watch.left()
+    inline = collective.kind != "all_reduce" and 0 < src.nbytes <= self.inline_bytes
+    payload = self.host_view(src, "send", read=True)[0] if inline else None
+    records = self.exchange(collective.kind, detail, src.dtype, collective.shape, payload)
+    if inline: self.unpack_inline(collective, dst, records, src.nbytes)
+    elif src.nbytes:
+      self.watch.entering(f"{collective.describe()} {src.dtype.name} (collective #{self.number})")
+      try: self.move_payload(collective, dst, src)
+      finally: self.watch.left()
+
+  def unpack_inline(self, collective: Collective, dst: Buffer, records: memoryview, nbytes: int) -> None:
+    """dst := the payloads that rode in the records: every rank's in rank order, or the root's."""
+    recv, staged = self.host_view(dst, "recv", read=False)
+    ranks = range(self.world_size) if collective.kind == "all_gather" else (collective.root,)
+    for i, rank in enumerate(ranks):
+      start = rank * self.record_bytes + HEADER_BYTES
+      recv[i * nbytes:(i + 1) * nbytes] = records[start:start + nbytes]
+    if staged: dst.copyin(recv)
 
   def move_payload(self, collective: Collective, dst: Buffer, src: Buffer) -> None:
     backend = self.backend
@@ -215,12 +249,17 @@ def current_group() -> CollectiveGroup:
   """The started group; a CollectiveError saying what to do when there is none."""
   if not _group:
     raise CollectiveError("no collective backend is started in this process: call tinycore.distributed.init() "
-                          "first (under mpiexec: mpiexec -n 2 python script.py)")
+                          "first, in a script its backend's launcher started (tinycore devices lists the backends)")
   return _group[0]
 
 
 def started_group() -> CollectiveGroup | None:
   return _group[0] if _group else None
+
+
+def forget_group() -> None:
+  """No group started any more (after its exit exchange: tinycore.distributed.shutdown)."""
+  _group.clear()
 
 
 def run_collective(collective: Collective, dst: Buffer, src: Buffer) -> None:

@@ -24,7 +24,8 @@ import zlib
 from typing import Any, Callable
 from tinycore.dtype import dtypes
 from tinycore.device.compiled import seconds_setting
-from tinycore.device.collective import CollectiveBackend, CollectiveGroup, CollectiveMismatch, start_group
+from tinycore.device.collective import (CollectiveBackend, CollectiveGroup, CollectiveMismatch, forget_group,
+                                        start_group)
 
 TIMEOUT_ENV = "TINYCORE_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
@@ -143,9 +144,18 @@ def start_with_faults(backend: CollectiveBackend) -> CollectiveGroup:
   return group
 
 
+def end_group(group: CollectiveGroup) -> None:
+  """End the group before the process exits: the exit exchange now (every process agrees to stop), then the
+  exception hook and the exit handler are removed and no group is started any more."""
+  atexit.unregister(exit_exchange)
+  if sys.excepthook is group.exception_hook: sys.excepthook = group.previous_excepthook
+  exit_exchange(group)
+  forget_group()
+
+
 def install_exception_hook(group: CollectiveGroup) -> None:
   """An exception nobody catches ends every process of the job, naming this rank (after the usual traceback)."""
-  previous = sys.excepthook
+  previous = group.previous_excepthook = sys.excepthook
 
   def end_job_on_exception(kind: type[BaseException], error: BaseException, trace: Any) -> None:
     previous(kind, error, trace)
@@ -155,7 +165,7 @@ def install_exception_hook(group: CollectiveGroup) -> None:
       group.watch.stop()
       group.backend.abort(FAILED_STATUS)
 
-  sys.excepthook = end_job_on_exception
+  sys.excepthook = group.exception_hook = end_job_on_exception
 
 
 def exit_exchange(group: CollectiveGroup) -> None:

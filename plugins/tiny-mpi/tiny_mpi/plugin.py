@@ -46,5 +46,6 @@ def tinycore_api_version() -> str:
 
 @hookimpl
 def tinycore_collective_backends() -> list[CollectiveSpec]:
-  return [CollectiveSpec(NAME, "MPI through mpi4py: processes on one machine (shared memory) or many (the MPI's "
-                         "network)", launched=launched, probe=probe, open=open_backend, library=library)]
+  return [CollectiveSpec(NAME, "MPI through mpi4py, launched with mpiexec -n N python script.py (one machine: "
+                         "shared memory; many: -hostfile, the MPI's network)", launched=launched, probe=probe,
+                         open=open_backend, library=library)]
