@@ -244,11 +244,12 @@ def test_a_sharded_tensor_crosses_processes_once(mirror):
   np.testing.assert_array_equal(halves.numpy(), 2 * x)
 
 
-def test_the_gradient_of_an_all_reduce_is_the_all_reduce_of_the_gradient(mirror):
-  w = Tensor(np.arange(LARGE, dtype=np.float32), requires_grad=True)
+@pytest.mark.parametrize("size", [SMALL, LARGE])
+def test_the_gradient_of_an_all_reduce_is_the_all_reduce_of_the_gradient(mirror, size):
+  w = Tensor(np.arange(size, dtype=np.float32), requires_grad=True)
   (distributed.all_reduce(w * 3, "mean") * 2).sum().backward()
   # d/dw of mean_r(3 w) * 2: each rank's 6 / world, all-reduced (summed) over the ranks: 6
-  np.testing.assert_allclose(w.grad.numpy(), np.full(LARGE, 6.0, np.float32))
+  np.testing.assert_allclose(w.grad.numpy(), np.full(size, 6.0, np.float32))
   with pytest.raises(RuntimeError, match="no gradient through all_reduce max"):
     distributed.all_reduce(w, "max").sum().backward()
 

@@ -150,7 +150,7 @@ def _reduced(t: Tensor, op: str) -> Tensor:
   in one exchange and a kernel (every rank computes the same result, in the same order); a larger one is the
   backend's all_reduce."""
   if t.nbytes() > current_group().inline_bytes: return _collective(t, "all_reduce", reduce_op=op)
-  stacked = _collective(t, "all_gather")  # (world, *shape)
+  stacked = _collective(t, "all_gather", reduce_op=op)  # (world, *shape)
   reduced = stacked.sum(0) if op == "sum" else stacked.max(0) if op == "max" else stacked.min(0)
   return reduced.cast(t.dtype)
 

@@ -106,9 +106,12 @@ def copy_gradient(ctx: UOp, ret: UOp) -> tuple[UOp]:
 
 def collective_gradient(ctx: UOp, ret: UOp) -> tuple[UOp]:
   # an all_reduce sum sends every rank's input into every rank's output: its gradient is the sum of the ranks' ones
-  if ret.arg.kind != "all_reduce" or ret.arg.reduce_op != "sum":
-    raise RuntimeError(f"no gradient through {ret.arg.describe()}: only an all_reduce sum (or mean) has one")
-  return (UOp(Ops.COLLECTIVE, ctx.dtype, (ctx,), ret.arg),)
+  arg = ret.arg
+  if arg.reduce_op != "sum" or arg.kind == "broadcast":
+    raise RuntimeError(f"no gradient through {arg.describe()}: only an all_reduce sum (or mean) has one")
+  if arg.kind == "all_gather":  # a small all_reduce, gathered then summed over axis 0: every row's gradient is equal
+    ctx = ctx.shrink(((0, 1), *((0, s) for s in arg.shape))).reshape(arg.shape)
+  return (UOp(Ops.COLLECTIVE, ctx.dtype, (ctx,), arg._replace(kind="all_reduce")),)
 
 
 VIEW_OPS = (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP)

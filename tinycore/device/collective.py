@@ -172,11 +172,12 @@ class CollectiveGroup:
   def run(self, collective: Collective, dst: Buffer, src: Buffer) -> None:
     """Run one collective: the header exchange (with the payload in it when it is a small all_gather or
     broadcast), then the payload from src into dst (see the module docstring)."""
-    detail = {"all_reduce": REDUCE_CODES.get(collective.reduce_op or "", 0), "all_gather": 0,
-              "broadcast": collective.root}[collective.kind]
+    # (a gathered all_reduce's header says all_reduce: ranks that disagree on its size are named as the user wrote it)
+    kind = "all_reduce" if collective.reduce_op is not None else collective.kind
+    detail = collective.root if kind == "broadcast" else REDUCE_CODES.get(collective.reduce_op or "", 0)
     inline = collective.kind != "all_reduce" and 0 < src.nbytes <= self.inline_bytes
     payload = self.host_view(src, "send", read=True)[0] if inline else None
-    records = self.exchange(collective.kind, detail, src.dtype, collective.shape, payload)
+    records = self.exchange(kind, detail, src.dtype, collective.shape, payload)
     if inline: self.unpack_inline(collective, dst, records, src.nbytes)
     elif src.nbytes:
       self.watch.entering(f"{collective.describe()} {src.dtype.name} (collective #{self.number})")

@@ -126,19 +126,36 @@ def process_alive(pid: int) -> bool:
   return True
 
 
+IDENTITY_FORMAT = "<qq48s"  # pid, machine id, host name
+IDENTITY_BYTES = struct.calcsize(IDENTITY_FORMAT)
+# the rank table rank 0 prints at the start, up to this many ranks (a launcher that kills the job names a pid)
+LISTED_RANKS = 64
+
+
+def host_name(packed: bytes) -> str: return packed.rstrip(b"\0").decode(errors="replace")
+
+
 def start_with_faults(backend: CollectiveBackend) -> CollectiveGroup:
   """Start the group of `backend` with its watch, the exception hook and the exit exchange (see the module
-  docstring); the first exchange ("starting") tells each process its peers on this machine."""
+  docstring). The first exchange ("starting") tells each process which peers share its machine (their pids), and
+  rank 0 prints which pid on which host each rank is (a launcher that ends the job names the pid that died)."""
   watch = Watch(backend.rank, backend.world_size, timeout_s(), backend.abort)
   group = start_group(backend, watch)
   group.exchange("start")
-  identities = memoryview(bytearray(16 * backend.world_size))
+  host = socket.gethostname()
+  identities = memoryview(bytearray(IDENTITY_BYTES * backend.world_size))
+  mine = struct.pack(IDENTITY_FORMAT, os.getpid(), machine_id(), host.encode()[:48])
   watch.entering("tinycore.distributed.init")
-  try: backend.all_gather(memoryview(struct.pack("<qq", os.getpid(), machine_id())), identities, dtypes.int64)
+  try: backend.all_gather(memoryview(mine), identities, dtypes.uint8)
   finally: watch.left()
-  rows = [struct.unpack_from("<qq", identities, 16 * i) for i in range(backend.world_size)]
+  rows = [struct.unpack_from(IDENTITY_FORMAT, identities, IDENTITY_BYTES * i) for i in range(backend.world_size)]
   here = rows[backend.rank][1]
-  watch.watch_peers({rank: pid for rank, (pid, machine) in enumerate(rows) if machine == here and rank != backend.rank})
+  watch.watch_peers({rank: pid for rank, (pid, machine, _) in enumerate(rows)
+                     if machine == here and rank != backend.rank})
+  if backend.rank == 0 and backend.world_size > 1:
+    listed = ", ".join(f"{rank}: pid {pid} on {host_name(name)}" for rank, (pid, _, name) in enumerate(rows[:LISTED_RANKS]))
+    more = f", ... ({backend.world_size} ranks)" if backend.world_size > LISTED_RANKS else ""
+    say(f"tinycore.distributed: {backend.name} started {backend.world_size} ranks (rank: process) {listed}{more}")
   install_exception_hook(group)
   atexit.register(exit_exchange, group)
   return group

@@ -18,7 +18,8 @@ class Collective(NamedTuple):
   kind: "all_reduce" (every process gets the elementwise `reduce_op` of all processes' values), "all_gather" (every
     process gets the values stacked in rank order along a new first axis) or "broadcast" (every process gets rank
     `root`'s).
-  reduce_op: "sum", "max" or "min" for all_reduce, else None.
+  reduce_op: "sum", "max" or "min" for all_reduce; on an all_gather, the all_reduce it serves (a small one is
+    gathered, then reduced by a kernel): messages name the user's all_reduce. None otherwise.
   """
   kind: str
   world_size: int
@@ -32,6 +33,8 @@ class Collective(NamedTuple):
 
   def describe(self) -> str:
     """One line for messages, VIZ and the profiler: "all_reduce sum (4, 3)"."""
+    if self.kind == "all_gather" and self.reduce_op is not None:
+      return f"all_reduce {self.reduce_op} {self.shape} (gathered, reduced here)"
     detail = {"all_reduce": f" {self.reduce_op}", "all_gather": "", "broadcast": f" from rank {self.root}"}[self.kind]
     return f"{self.kind}{detail} {self.shape}"
 
@@ -39,5 +42,6 @@ class Collective(NamedTuple):
 def is_valid_collective(arg: object) -> bool:
   """The arg names a collective the engine can run (the spec checker's rule)."""
   if not isinstance(arg, Collective) or arg.kind not in KINDS or arg.world_size < 1: return False
-  if (arg.kind == "all_reduce") != (arg.reduce_op in REDUCE_OPS): return False
+  if arg.reduce_op not in (*REDUCE_OPS, *((None,) if arg.kind != "all_reduce" else ())): return False
+  if arg.kind == "broadcast" and arg.reduce_op is not None: return False
   return 0 <= arg.root < arg.world_size
