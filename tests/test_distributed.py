@@ -182,7 +182,8 @@ def test_headers_describe_collectives():
   assert describe_header(words) == "all_reduce sum bfloat16 (3, 4) (collective #7)"
   assert describe_header(header_words("broadcast", 2, 1, dtypes.int8, ())) == "broadcast from rank 1 int8 () " \
     "(collective #2)"
-  assert describe_header(header_words("exit", 5)) == "exiting (after 4 collectives)"
+  assert describe_header(header_words("exit", 5)) == "exiting after 4 collectives"
+  assert describe_header(header_words("exit", 2)) == "exiting after 1 collective"
   assert describe_header(header_words("all_gather", 1, 0, dtypes.float32, tuple(range(1, 13)))).endswith(
     "(1, 2, 3, 4, 5, 6, 7, 8, 9, '...') (collective #1)")
   assert inline_bytes(2) == 4096 and inline_bytes(64) == 896 and inline_bytes(1024) == 0

@@ -97,7 +97,7 @@ def describe_header(words: tuple[int, ...]) -> str:
   """What a header says, for a message: "all_reduce sum float32 (4, 3) (collective #7)"."""
   if words[0] != MAGIC: return "no tinycore collective (a call of the backend that tinycore did not make)"
   kind = KIND_NAMES.get(words[2], f"kind {words[2]}")
-  if kind == "exit": return f"exiting (after {words[1] - 1} collectives)"
+  if kind == "exit": return f"exiting after {words[1] - 1} collective{'' if words[1] == 2 else 's'}"
   if kind == "start": return "starting (tinycore.distributed.init)"
   if kind == "barrier": return f"barrier (collective #{words[1]})"
   dtype = words[4].to_bytes(8, "little", signed=True).rstrip(b"\0").decode(errors="replace")

@@ -34,6 +34,20 @@ WATCH_INTERVAL_S = 0.5
 FAILED_STATUS = 1
 
 
+# how long a failing process waits between printing why and ending the job: a launcher that ends the job drops what
+# is still in its processes' output pipes (MPICH's mpiexec lost the traceback without it)
+OUTPUT_GRACE_S = 0.5
+
+
+def end_job(backend: CollectiveBackend, code: int) -> None:
+  """End every process of the job, once what this process printed had time to reach the launcher."""
+  for stream in (sys.stdout, sys.stderr):
+    try: stream.flush()
+    except (OSError, ValueError): pass
+  time.sleep(OUTPUT_GRACE_S)
+  backend.abort(code)
+
+
 def timeout_s() -> float:
   """How long a process may wait inside one collective: $TINYCORE_DIST_TIMEOUT seconds (default 300)."""
   return seconds_setting(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
@@ -139,9 +153,10 @@ def start_with_faults(backend: CollectiveBackend) -> CollectiveGroup:
   """Start the group of `backend` with its watch, the exception hook and the exit exchange (see the module
   docstring). The first exchange ("starting") tells each process which peers share its machine (their pids), and
   rank 0 prints which pid on which host each rank is (a launcher that ends the job names the pid that died)."""
-  watch = Watch(backend.rank, backend.world_size, timeout_s(), backend.abort)
+  watch = Watch(backend.rank, backend.world_size, timeout_s(), lambda code: end_job(backend, code))
   group = start_group(backend, watch)
   group.exchange("start")
+  group.number = 0  # (the user's collectives count from 1)
   host = socket.gethostname()
   identities = memoryview(bytearray(IDENTITY_BYTES * backend.world_size))
   mine = struct.pack(IDENTITY_FORMAT, os.getpid(), machine_id(), host.encode()[:48])
@@ -180,7 +195,7 @@ def install_exception_hook(group: CollectiveGroup) -> None:
       what = "".join(traceback.format_exception_only(kind, error)).strip().splitlines()[-1]
       say(f"tinycore.distributed: rank {group.rank} of {group.world_size} failed ({what}): ending the job")
       group.watch.stop()
-      group.backend.abort(FAILED_STATUS)
+      end_job(group.backend, FAILED_STATUS)
 
   sys.excepthook = group.exception_hook = end_job_on_exception
 
@@ -192,6 +207,6 @@ def exit_exchange(group: CollectiveGroup) -> None:
   except CollectiveMismatch as error:
     say(f"tinycore.distributed: rank {group.rank} of {group.world_size} exits, but {error}: ending the job")
     group.watch.stop()
-    group.backend.abort(FAILED_STATUS)
+    end_job(group.backend, FAILED_STATUS)
   group.watch.stop()
   group.backend.finalize()
