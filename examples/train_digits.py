@@ -4,7 +4,7 @@ download), with Adam; print a progress line per epoch and the held-out test accu
     pip install -e '.[examples]' -e plugins/tiny-cpu
     python examples/train_digits.py                      # default device; --device CPU:1, --model conv, --epochs 20
     python examples/train_digits.py --devices CPU:0,CPU:1  # data parallel: the batch sharded over two devices
-    mpiexec -n 2 python examples/train_digits.py --distributed  # data parallel over processes (pip install tiny-mpi[mpich])
+    mpiexec -n 2 python examples/train_digits.py --distributed  # over processes (pip install tiny-mpi[mpich])
 
 With --distributed each process trains on its slice of every batch, the gradients are averaged across the processes
 (tinycore.distributed), and the per-epoch losses are those of one process training on the whole batch; only rank 0

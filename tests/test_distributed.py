@@ -266,12 +266,32 @@ def test_broadcast_parameters_works_in_place(mirror):
 
 
 def test_gradients_of_one_device_and_dtype_travel_as_one_buffer(mirror):
+  """Each gradient's kernel stores it into its slice of the bucket (no copy kernel), one collective sends it."""
   params = [Tensor(np.ones(shape, np.float32), requires_grad=True) for shape in ((64, 64), (64,), (10, 64))]
-  sum(p.sum() * (i + 1) for i, p in enumerate(params)).backward()
+  x = Tensor(np.arange(64, dtype=np.float32))
+  sum(((p * x).sum() * (i + 1)) for i, p in enumerate(params)).backward()
   distributed.all_reduce_gradients(params, op="sum")
   grads = [p.grad for p in params]
-  assert len(collective_calls(grads[0].schedule_linear(*grads[1:]))) == 1
-  for i, g in enumerate(grads): np.testing.assert_array_equal(g.numpy(), np.full(params[i].shape, 2.0 * (i + 1)))
+  linear = grads[0].schedule_linear(*grads[1:])
+  [call] = collective_calls(linear)
+  bucket = call.src[2]
+  assert bucket.arg == 64 * 64 + 64 + 10 * 64
+  def base(b): return b.src[0] if b.op is Ops.BUFFER_VIEW else b
+  assert len([c for c in linear.src if c.src[0].op is Ops.SINK and base(c.src[1]) is bucket]) == 3
+  for i, g in enumerate(grads):
+    np.testing.assert_array_equal(g.numpy(), 2.0 * (i + 1) * np.broadcast_to(np.arange(64), params[i].shape))
+
+
+def test_the_collectives_of_a_step_run_together(mirror):
+  """Two independent collectives with kernels between their inputs: both wait until no kernel can run, then run one
+  after the other (one wait for the device queues, not two)."""
+  a, b = Tensor.ones(LARGE).realize(), Tensor.ones(LARGE).realize()
+  first = distributed.all_reduce(a * 2)
+  second = distributed.all_reduce((b + 1).exp().sum(0, keepdim=True).expand(LARGE) + b)
+  linear = (first + 1).schedule_linear(second * 3)
+  kinds = [c.src[0].op for c in linear.src]
+  at = kinds.index(Ops.COLLECTIVE)
+  assert kinds[at:at + 2] == [Ops.COLLECTIVE, Ops.COLLECTIVE] and kinds.count(Ops.COLLECTIVE) == 2
 
 
 def test_bad_arguments(mirror):

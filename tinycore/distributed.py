@@ -36,9 +36,9 @@ from tinycore.plugin.manager import collective_specs
 from tinycore.plugin.spec import CollectiveSpec
 from tinycore.tensor import Tensor
 
-__all__ = ["init", "shutdown", "is_initialized", "rank", "world_size", "backend_name", "all_reduce", "all_gather", "broadcast",
-           "barrier", "broadcast_parameters", "all_reduce_gradients", "CollectiveError", "CollectiveMismatch",
-           "TIMEOUT_ENV"]
+__all__ = ["init", "shutdown", "is_initialized", "rank", "world_size", "backend_name", "all_reduce", "all_gather",
+           "broadcast", "barrier", "broadcast_parameters", "all_reduce_gradients", "CollectiveError",
+           "CollectiveMismatch", "TIMEOUT_ENV"]
 
 BACKEND_ENV = "TINYCORE_DIST_BACKEND"
 INSTALL_HINT = "pip install tiny-mpi[mpich] adds one (MPI through mpi4py, with MPICH's mpiexec)"
@@ -193,15 +193,16 @@ def broadcast_parameters(params: Iterable[Tensor], src: int = 0) -> None:
 
 def all_reduce_gradients(params: Iterable[Tensor], op: str = "mean") -> None:
   """Each parameter's `.grad` replaced by its all_reduce over the ranks (lazy; "mean" by default, as DDP averages).
-  The gradients of one device and dtype travel as one buffer (one collective), then are read back as views."""
+  The gradients of one device and dtype travel as one buffer (one collective), then are read back as views: each
+  gradient's kernel stores it straight into its slice of that buffer (no copy; a cat of the gradients would compute
+  them inside its copy kernel, without their matmuls' loop shapes: 8 ms instead of 0.1 for the digits MLP)."""
   buckets: dict[tuple, list[Tensor]] = {}
   for p in params:
     if p.grad is not None: buckets.setdefault((p.grad.device, p.grad.dtype), []).append(p)
-  for bucket in buckets.values():
-    flat = [p.grad.flatten() for p in bucket]
-    combined = all_reduce(flat[0].cat(*flat[1:]) if len(flat) > 1 else flat[0], op)
-    offset = 0
-    for p in bucket:
-      size = p.grad.numel()
-      p.grad = combined[offset:offset + size].reshape(p.grad.shape)
-      offset += size
+  for (device, dtype), bucket in buckets.items():
+    sizes = [p.grad.numel() for p in bucket]
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    flat = Tensor.empty(sum(sizes), device=device, dtype=dtype)
+    for p, offset, size in zip(bucket, offsets, sizes): flat[offset:offset + size].reshape(p.grad.shape).assign(p.grad)
+    combined = all_reduce(flat, op)
+    for p, offset, size in zip(bucket, offsets, sizes): p.grad = combined[offset:offset + size].reshape(p.grad.shape)

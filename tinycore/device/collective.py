@@ -74,6 +74,8 @@ HEADER_BYTES = HEADER_WORDS * 8
 HEADER_FORMAT = f"<{HEADER_WORDS}q"
 MAGIC = 0x74696E79636F7265  # "tinycore"
 SHOWN_DIMS = HEADER_WORDS - 7
+NUMBER_OFFSET = 8  # the collective's number: the second word
+MAX_HEADERS = 1024  # packed headers kept (one per distinct collective a program runs)
 # what a header says a process is doing (the first three are its collectives)
 KIND_CODES = {"all_reduce": 1, "all_gather": 2, "broadcast": 3, "barrier": 4, "exit": 5, "start": 6}
 KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
@@ -143,6 +145,7 @@ class CollectiveGroup:
     self.record_send = memoryview(bytearray(self.record_bytes))
     self.records = memoryview(bytearray(self.record_bytes * self.world_size))
     self.staging: dict[str, memoryview] = {}
+    self.headers: dict[tuple, bytes] = {}
     self.previous_excepthook: Any = None  # the fault handling's (tinycore.device.collective_faults)
     self.exception_hook: Any = None
 
@@ -151,17 +154,27 @@ class CollectiveGroup:
     """Every rank's record for this step, one backend all_gather (the barrier): each a header (raises
     CollectiveMismatch when they differ) and, when given, this rank's small payload after it."""
     self.number += 1
-    mine = header_words(kind, self.number, detail, dtype, shape)
-    struct.pack_into(HEADER_FORMAT, self.record_send, 0, *mine)
-    if payload is not None: self.record_send[HEADER_BYTES:HEADER_BYTES + payload.nbytes] = payload
-    self.watch.entering(f"{describe_header(mine)}, exchanging headers")
-    try: self.backend.all_gather(self.record_send, self.records, dtypes.uint8)
+    mine = self.header(kind, detail, dtype, shape)
+    send = self.record_send
+    send[:HEADER_BYTES] = mine
+    struct.pack_into("<q", send, NUMBER_OFFSET, self.number)
+    if payload is not None: send[HEADER_BYTES:HEADER_BYTES + payload.nbytes] = payload
+    self.watch.entering(lambda: f"{describe_header(struct.unpack_from(HEADER_FORMAT, send))}, exchanging headers")
+    try: self.backend.all_gather(send, self.records, dtypes.uint8)
     finally: self.watch.left()
-    size, records = self.record_bytes, self.records
-    headers = [records[i * size:i * size + HEADER_BYTES] for i in range(self.world_size)]
-    if any(header != self.record_send[:HEADER_BYTES] for header in headers):
-      raise CollectiveMismatch(mismatch_message([struct.unpack_from(HEADER_FORMAT, h) for h in headers]))
-    return records
+    size, received, header = self.record_bytes, self.records.tobytes(), send[:HEADER_BYTES].tobytes()
+    if any(received[i * size:i * size + HEADER_BYTES] != header for i in range(self.world_size)):
+      raise CollectiveMismatch(mismatch_message([struct.unpack_from(HEADER_FORMAT, received, i * size)
+                                                 for i in range(self.world_size)]))
+    return self.records
+
+  def header(self, kind: str, detail: int, dtype: DType | None, shape: tuple[int, ...]) -> bytes:
+    """The header of such a collective (its number left 0), packed once per distinct collective."""
+    key = (kind, detail, dtype, shape)
+    if (packed := self.headers.get(key)) is None:
+      if len(self.headers) >= MAX_HEADERS: self.headers.clear()
+      packed = self.headers[key] = struct.pack(HEADER_FORMAT, *header_words(kind, 0, detail, dtype, shape))
+    return packed
 
   def scratch(self, role: str, nbytes: int) -> memoryview:
     """Host memory to stage `nbytes` through (one per role, grown as needed, kept)."""
@@ -180,7 +193,8 @@ class CollectiveGroup:
     records = self.exchange(kind, detail, src.dtype, collective.shape, payload)
     if inline: self.unpack_inline(collective, dst, records, src.nbytes)
     elif src.nbytes:
-      self.watch.entering(f"{collective.describe()} {src.dtype.name} (collective #{self.number})")
+      number = self.number
+      self.watch.entering(lambda: f"{collective.describe()} {src.dtype.name} (collective #{number})")
       try: self.move_payload(collective, dst, src)
       finally: self.watch.left()
 

@@ -72,16 +72,17 @@ def machine_id() -> int:
 
 class Watch:
   """The watch thread of one process (see the module docstring). `entering`/`left` bracket every wait inside the
-  backend (two attribute stores); the thread reads them."""
+  backend (two attribute stores: what the wait is, `describe()`, is worded only when it timed out); the thread reads
+  them."""
 
   def __init__(self, rank: int, world_size: int, limit_s: float, end_job: Callable[[int], None]):
     self.rank, self.world_size, self.limit_s, self.end_job = rank, world_size, limit_s, end_job
-    self.waiting: tuple[float, str] | None = None
+    self.waiting: tuple[float, Callable[[], str]] | None = None
     self.peers: dict[int, tuple[int, int]] = {}  # rank -> (pid, pidfd or -1) of the other processes on this machine
     self.stopped = threading.Event()
     self.thread: threading.Thread | None = None
 
-  def entering(self, what: str) -> None: self.waiting = (time.monotonic(), what)
+  def entering(self, describe: Callable[[], str]) -> None: self.waiting = (time.monotonic(), describe)
   def left(self) -> None: self.waiting = None
 
   def watch_peers(self, peers: dict[int, int]) -> None:
@@ -109,7 +110,7 @@ class Watch:
         self.fail(f"rank {rank} (pid {pid} on this machine) exited before the job ended (killed, crashed or "
                   f"os._exit): ending the job")
       if (waiting := self.waiting) is not None and time.monotonic() - waiting[0] > self.limit_s:
-        self.fail(f"rank {self.rank} waited more than {self.limit_s:g} s inside {waiting[1]}: another rank did not "
+        self.fail(f"rank {self.rank} waited more than {self.limit_s:g} s inside {waiting[1]()}: another rank did not "
                   f"reach it (it hangs, or runs other code); ending the job (allow more time with "
                   f"{TIMEOUT_ENV}=<seconds>)")
 
@@ -160,7 +161,7 @@ def start_with_faults(backend: CollectiveBackend) -> CollectiveGroup:
   host = socket.gethostname()
   identities = memoryview(bytearray(IDENTITY_BYTES * backend.world_size))
   mine = struct.pack(IDENTITY_FORMAT, os.getpid(), machine_id(), host.encode()[:48])
-  watch.entering("tinycore.distributed.init")
+  watch.entering(lambda: "tinycore.distributed.init")
   try: backend.all_gather(memoryview(mine), identities, dtypes.uint8)
   finally: watch.left()
   rows = [struct.unpack_from(IDENTITY_FORMAT, identities, IDENTITY_BYTES * i) for i in range(backend.world_size)]
@@ -168,7 +169,8 @@ def start_with_faults(backend: CollectiveBackend) -> CollectiveGroup:
   watch.watch_peers({rank: pid for rank, (pid, machine, _) in enumerate(rows)
                      if machine == here and rank != backend.rank})
   if backend.rank == 0 and backend.world_size > 1:
-    listed = ", ".join(f"{rank}: pid {pid} on {host_name(name)}" for rank, (pid, _, name) in enumerate(rows[:LISTED_RANKS]))
+    listed = ", ".join(f"{rank}: pid {pid} on {host_name(name)}"
+                       for rank, (pid, _, name) in enumerate(rows[:LISTED_RANKS]))
     more = f", ... ({backend.world_size} ranks)" if backend.world_size > LISTED_RANKS else ""
     say(f"tinycore.distributed: {backend.name} started {backend.world_size} ranks (rank: process) {listed}{more}")
   install_exception_hook(group)

@@ -161,18 +161,23 @@ def order_jobs(ctx: ScheduleContext, jobs: list[Job]) -> list[Job] | None:
       deps[i].update(p for p in producer.get(prev, []) if p != i)
       deps[i].update(p for p in readers.get(prev, [])
                      if p != i and lane.writes not in {x.writes for x in jobs[p].lanes})
-  # Kahn's algorithm, lowest index first, so independent jobs keep graph order
+  # Kahn's algorithm, lowest index first, so independent jobs keep graph order. Collectives run in groups: one waits
+  # until no other job is ready, then every ready collective runs, so the collectives of a step leave the device
+  # queues together (one host stall for all of them)
   indegree = [len(d) for d in deps]
   users: list[list[int]] = [[] for _ in jobs]
   for i, d in enumerate(deps):
     for p in d: users[p].append(i)
-  ready = [i for i, n in enumerate(indegree) if n == 0]
-  heapq.heapify(ready)
-  order = []
-  while ready:
-    i = heapq.heappop(ready)
+  collective = [job.call.src[0].op is Ops.COLLECTIVE for job in jobs]
+  ready: tuple[list[int], list[int]] = ([], [])  # (other jobs, collectives)
+  for i, n in enumerate(indegree):
+    if n == 0: heapq.heappush(ready[collective[i]], i)
+  order: list[Job] = []
+  while ready[0] or ready[1]:
+    in_a_group = order and order[-1].call.src[0].op is Ops.COLLECTIVE and ready[1]
+    i = heapq.heappop(ready[1] if in_a_group or not ready[0] else ready[0])
     order.append(jobs[i])
     for u in users[i]:
       indegree[u] -= 1
-      if indegree[u] == 0: heapq.heappush(ready, u)
+      if indegree[u] == 0: heapq.heappush(ready[collective[u]], u)
   return order if len(order) == len(jobs) else None
