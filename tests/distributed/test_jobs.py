@@ -14,8 +14,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MPIEXEC = shutil.which("mpiexec")
-pytestmark = pytest.mark.skipif(MPIEXEC is None or importlib.util.find_spec("tiny_mpi") is None,
-                                reason="needs mpiexec and tiny-mpi (tox -e mpi; pip install -e plugins/tiny-mpi[mpich])")
+NEEDS = "needs mpiexec and tiny-mpi (tox -e mpi; pip install -e plugins/tiny-mpi[mpich])"
+pytestmark = pytest.mark.skipif(MPIEXEC is None or importlib.util.find_spec("tiny_mpi") is None, reason=NEEDS)
 TIMEOUT_S = 4  # TINYCORE_DIST_TIMEOUT in the scripts below
 # every job: start, one collective that every rank reaches, then the fault on rank 1 (rank 0 goes on to a collective)
 PROLOGUE = """
