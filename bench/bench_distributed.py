@@ -1,7 +1,7 @@
 """Collectives across processes (tinycore.distributed over tiny-mpi) beside raw mpi4py in the same run. Asserts
 nothing.
 
-    python bench/bench_distributed.py [--processes 2,4] [--train-processes 1,2,4] [--most-mib 256]
+    python bench/bench_distributed.py [--processes 2,4] [--train-processes 1,2,4] [--most-mib 256] [--tcp]
 
 It launches itself under `mpiexec -n N` (tiny-mpi[mpich]'s, every process on this machine) for each N and prints:
 - allreduce of float32 from 1 KiB to --most-mib MiB per process: raw mpi4py `Allreduce` on numpy arrays, tinycore's
@@ -112,10 +112,14 @@ def train_worker(model_kind: str, batch: int, steps: int) -> None:
 
 
 # ---------------------------------------------------------------------------- the driver
-def launch(processes: int, *arguments: str) -> list[dict]:
+# MPICH with UCX: no shared memory between the processes, UCX's TCP transport (through this machine's own address)
+TCP_SETTINGS = {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "tcp,self"}
+
+
+def launch(processes: int, *arguments: str, tcp: bool = False) -> list[dict]:
   mpiexec = shutil.which("mpiexec")
   if mpiexec is None: raise SystemExit("no mpiexec on PATH: pip install -e plugins/tiny-mpi[mpich]")
-  env = {**os.environ, "TINYCORE_CPU_THREADS": "1"}
+  env = {**os.environ, "TINYCORE_CPU_THREADS": "1", **(TCP_SETTINGS if tcp else {})}
   result = subprocess.run([mpiexec, "-n", str(processes), sys.executable, str(HERE), "--worker", *arguments],
                           capture_output=True, text=True, env=env, timeout=3600)
   if result.returncode != 0: raise SystemExit(f"the {processes}-process run failed:\n{result.stdout}{result.stderr}")
@@ -125,8 +129,9 @@ def launch(processes: int, *arguments: str) -> list[dict]:
 def size_text(kib: int) -> str: return f"{kib // 1024} MiB" if kib >= 1024 else f"{kib} KiB"
 
 
-def print_allreduce(processes: int, rows: list[dict]) -> None:
-  print(f"\nallreduce float32, {processes} processes (median, slowest process; busbw GB/s = bytes/s * 2(N-1)/N / 1e9)")
+def print_allreduce(processes: int, rows: list[dict], transport: str) -> None:
+  print(f"\nallreduce float32, {processes} processes over {transport} (median, slowest process; busbw GB/s = "
+        "bytes/s * 2(N-1)/N / 1e9)")
   print(f"{'size':>8} | {'raw mpi4py':>19} | {'TinyJit call':>19} | {'eager realize':>19} | {'the CALL alone':>19} |"
         f" {'call/raw':>8}")
   factor = 2 * (processes - 1) / processes
@@ -144,6 +149,8 @@ def main() -> None:
   parser.add_argument("--batch", type=int, default=256, help="the training step's global batch")
   parser.add_argument("--steps", type=int, default=60)
   parser.add_argument("--models", default="mlp,conv", help="the train_digits models whose step is timed")
+  parser.add_argument("--tcp", action="store_true", help="also 2 processes over TCP (MPICH with UCX: "
+                      "MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self)")
   parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.worker:
@@ -152,7 +159,8 @@ def main() -> None:
     else: train_worker(rest[0], int(rest[1]), int(rest[2]))
     return
   for processes in (int(p) for p in args.processes.split(",")):
-    print_allreduce(processes, launch(processes, "allreduce", str(args.most_mib * 1024)))
+    print_allreduce(processes, launch(processes, "allreduce", str(args.most_mib * 1024)), "shared memory")
+  if args.tcp: print_allreduce(2, launch(2, "allreduce", str(args.most_mib * 1024), tcp=True), "TCP")
   for model_kind in args.models.split(","):
     print(f"\ntraining step (train_digits {model_kind}, Adam, TinyJit, global batch {args.batch} split over the "
           f"processes; median of {args.steps}, slowest process)")
