@@ -7,7 +7,7 @@ It launches itself under `mpiexec -n N` (tiny-mpi[mpich]'s, every process on thi
 - allreduce of float32 from 1 KiB to --most-mib MiB per process: raw mpi4py `Allreduce` on numpy arrays, tinycore's
   `distributed.all_reduce(x)` under TinyJit (the whole jitted call) and eagerly (`.realize()`: graph key, plan, run),
   and the collective alone (its CALL, as the profiler's collective track times it: header exchange and payload),
-  measured interleaved; each time is the slowest process's, median of repeats. Bus bandwidth as NCCL's tests define
+  measured in turns; each time is the slowest process's, median of repeats. Bus bandwidth as NCCL's tests define
   it: bytes / time * 2 (N - 1) / N;
 - the training step of examples/train_digits.py (--models: its MLP, a latency-bound 0.5 ms step, and its convnet;
   global batch --batch split over the processes, Adam, TinyJit) at each process count, and at 1 process the same
@@ -35,21 +35,32 @@ def slowest(comm, seconds: float) -> float:
   return comm.allreduce(seconds, op=__import__("mpi4py").MPI.MAX)
 
 
-def timed_chunks(comm, fn, count: int, repeats: int) -> float:
-  """Median over `repeats` of the slowest process's time per call, each repeat `count` calls after a barrier."""
-  samples = []
-  for _ in range(repeats):
-    comm.Barrier()
-    start = time.perf_counter()
+def timed_chunk(comm, fn, count: int) -> float:
+  """The slowest process's time per call of `count` calls, after a barrier."""
+  comm.Barrier()
+  start = time.perf_counter()
+  for _ in range(count): fn()
+  return slowest(comm, (time.perf_counter() - start) / count)
+
+
+def profiled_calls(comm, fn, count: int) -> float:
+  """The median time of the collective CALLs of `count` calls of fn, as the profiler's collective track records
+  them (the slowest process's)."""
+  from tinycore import profiler
+  profiler.clear()
+  comm.Barrier()
+  with profiler.profile():
     for _ in range(count): fn()
-    samples.append(slowest(comm, (time.perf_counter() - start) / count))
-  return statistics.median(samples)
+    spans = [e["dur"] * 1e-6 for e in profiler.trace()["traceEvents"] if e.get("cat") == "collective"]
+  return slowest(comm, statistics.median(spans))
 
 
 def allreduce_worker(most_kib: int) -> None:
+  """Each size: raw mpi4py, the jitted call, the eager realize and the profiled CALL, measured in turns (every
+  repeat runs each once), so all four see the same moments of a shared machine; medians over the repeats."""
   import numpy as np
   from mpi4py import MPI
-  from tinycore import Tensor, TinyJit, distributed, profiler
+  from tinycore import Tensor, TinyJit, distributed
   distributed.init()
   comm = MPI.COMM_WORLD
   for kib in [k for k in SIZES_KIB if k <= most_kib]:
@@ -58,18 +69,16 @@ def allreduce_worker(most_kib: int) -> None:
     x = Tensor(np.ones(numel, np.float32)).realize()
     jitted = TinyJit(lambda t: distributed.all_reduce(t).realize())
     for _ in range(3): jitted(x)
-    count, repeats = (200, 7) if kib <= 16 else (20, 5) if kib <= 4096 else (1, 5)
-    row = {"kib": kib}
-    for _ in range(2):  # interleaved: each measured twice, the better median kept
-      for name, fn in (("raw", lambda: comm.Allreduce(raw_in, raw_out)), ("jit", lambda: jitted(x)),
-                       ("eager", lambda: distributed.all_reduce(x).realize())):
-        row[name] = min(row.get(name, float("inf")), timed_chunks(comm, fn, count, repeats))
-    profiler.clear()
-    with profiler.profile():
-      for _ in range(max(5, count)): jitted(x)
-      spans = [e["dur"] * 1e-6 for e in profiler.trace()["traceEvents"] if e.get("cat") == "collective"]
-    row["call"] = slowest(comm, statistics.median(spans))
+    count, repeats = (100, 15) if kib <= 16 else (10, 9) if kib <= 4096 else (1, 7)
+    variants = {"raw": lambda: timed_chunk(comm, lambda: comm.Allreduce(raw_in, raw_out), count),
+                "jit": lambda: timed_chunk(comm, lambda: jitted(x), count),
+                "eager": lambda: timed_chunk(comm, lambda: distributed.all_reduce(x).realize(), count),
+                "call": lambda: profiled_calls(comm, lambda: jitted(x), count)}
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+      for name, measure in variants.items(): samples[name].append(measure())
     assert float(jitted(x).numpy()[0]) == comm.Get_size()
+    row = {"kib": kib, **{name: statistics.median(times) for name, times in samples.items()}}
     if comm.Get_rank() == 0: print(json.dumps(row), flush=True)
 
 
