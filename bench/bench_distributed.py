@@ -139,8 +139,7 @@ def size_text(kib: int) -> str: return f"{kib // 1024} MiB" if kib >= 1024 else 
 
 
 def print_allreduce(processes: int, rows: list[dict], transport: str) -> None:
-  print(f"\nallreduce float32, {processes} processes over {transport} (median, slowest process; busbw GB/s = "
-        "bytes/s * 2(N-1)/N / 1e9)")
+  print(f"\nallreduce float32, {processes} processes over {transport} (us: median, slowest process; then busbw GB/s)")
   print(f"{'size':>8} | {'raw mpi4py':>19} | {'TinyJit call':>19} | {'eager realize':>19} | {'the CALL alone':>19} |"
         f" {'call/raw':>8}")
   factor = 2 * (processes - 1) / processes
@@ -171,8 +170,8 @@ def main() -> None:
     print_allreduce(processes, launch(processes, "allreduce", str(args.most_mib * 1024)), "shared memory")
   if args.tcp: print_allreduce(2, launch(2, "allreduce", str(args.most_mib * 1024), tcp=True), "TCP")
   for model_kind in args.models.split(","):
-    print(f"\ntraining step (train_digits {model_kind}, Adam, TinyJit, global batch {args.batch} split over the "
-          f"processes; median of {args.steps}, slowest process)")
+    print(f"\ntraining step (train_digits {model_kind}, Adam, TinyJit, global batch {args.batch}; median of "
+          f"{args.steps}, slowest process)")
     print(f"{'processes':>9} {'gradient allreduce':>19} {'ms/step':>8} {'images/s':>9}")
     for processes in (int(p) for p in args.train_processes.split(",")):
       for row in launch(processes, "train", model_kind, str(args.batch), str(args.steps)):

@@ -15,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_ENVS="core,cpu,sim,disk,cl,python,example,llvm,amd,nv,viz,models"
+ALL_ENVS="core,cpu,sim,disk,cl,python,example,llvm,amd,nv,viz,models,mpi"
 IFS=, read -r -a ENVS <<< "${TINYCORE_TEST_ENVS:-$ALL_ENVS}"
 NOTES=()
 note() { NOTES+=("$1"); echo "scripts/test.sh: $1"; }
