@@ -82,6 +82,7 @@ def tinycore_collective_backends() -> list[CollectiveSpec]:
   ``all_reduce`` / ``all_gather`` / ``broadcast`` over host memory (memoryviews of the core's buffers, zero-copy;
   ``takes_device_memory(device)`` True makes the core pass that device's ``Buffer``s instead of staging them
   through host memory) and ``abort`` (end every process of the job). The core calls them in the same order on every
-  process, each after a header exchange (an ``all_gather`` of a small int64 record naming the collective, its dtype
-  and shape, which also serves as the barrier), so a backend never sees mismatched calls. Every plugin's answers
-  are used; two backends of one name are an error (the second is listed as failed)."""
+  process, each after a header exchange (an ``all_gather`` of a fixed-size uint8 record per rank naming the
+  collective, its dtype and shape, which also serves as the barrier and carries small payloads), so a backend never
+  sees mismatched calls. Every plugin's answers are used; two backends of one name are an error (the second is
+  listed as failed)."""
