@@ -1,5 +1,5 @@
 """Running a COLLECTIVE call: the processes of a job combine a buffer through a collective backend (a plugin's, found
-through the `tinycore_collective_backends` hook: MPI through tiny-mpi).
+through the `tinycore_collective_backends` hook).
 
 Each call, in this order:
 1. the header: every process gathers every other's (which collective, its dtype, its shape and its number), through

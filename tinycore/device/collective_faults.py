@@ -1,7 +1,7 @@
 """How a job of several processes ends when one of them fails, instead of hanging.
 
 - A process that raises an exception nobody catches prints it, says which rank failed and ends every process of the
-  job (`CollectiveBackend.abort`: for MPI, MPI_Abort), from its `sys.excepthook`.
+  job (`CollectiveBackend.abort`), from its `sys.excepthook`.
 - The watch, a daemon thread per process: while this process waits inside a collective longer than
   TINYCORE_DIST_TIMEOUT seconds (default 300) it says which collective and ends the job; and as soon as another
   process of the job on this machine exits before the job ended (killed, crashed, `os._exit`), it names that rank
@@ -35,7 +35,7 @@ FAILED_STATUS = 1
 
 
 # how long a failing process waits between printing why and ending the job: a launcher that ends the job drops what
-# is still in its processes' output pipes (MPICH's mpiexec lost the traceback without it)
+# is still in its processes' output pipes (a launcher lost the traceback without it)
 OUTPUT_GRACE_S = 0.5
 
 
