@@ -110,6 +110,30 @@ def run_epoch(step_fn, x_train, y_train, batch_size: int, order, devices=None, p
   return loss_sum / steps, correct / (steps * batch_size)
 
 
+def data_parallel_part(args: argparse.Namespace, devices) -> tuple[int, int]:
+  """(rank, world size): this process's part of every batch (started here with --distributed, else (0, 1)); the
+  batch must split evenly over the processes and each process's slice over its devices."""
+  from tinycore import distributed as dist
+  part = (0, 1)
+  if args.distributed:
+    dist.init()
+    part = (dist.rank(), dist.world_size())
+  local_batch = args.batch_size // part[1]
+  if local_batch * part[1] != args.batch_size or (devices and local_batch % len(devices)):
+    raise SystemExit(f"--batch-size {args.batch_size} does not split over {part[1]} processes x "
+                     f"{len(devices) if devices else 1} devices")
+  return part
+
+
+def place_parameters(model, devices, distributed: bool) -> None:
+  """The weights replicated on each of `devices`; distributed, every process starts from rank 0's."""
+  from tinycore import distributed as dist
+  from tinycore.nn.state import get_parameters
+  if devices:
+    for weight in get_parameters(model): weight.replace(weight.to(devices).realize())
+  if distributed: dist.broadcast_parameters(get_parameters(model))
+
+
 def train(args: argparse.Namespace, log=print) -> dict:
   """Train; return {"losses": per-epoch mean loss, "test_accuracy": float, "seconds": float}."""
   if args.device: os.environ["TINYCORE_DEVICE"] = args.device  # read when the default device is first needed
@@ -118,22 +142,13 @@ def train(args: argparse.Namespace, log=print) -> dict:
   from tinycore import distributed as dist
   from tinycore.nn import optim
   from tinycore.nn.state import get_parameters, get_state_dict, safe_save
-  part = (0, 1)
-  if args.distributed:
-    dist.init()
-    part = (dist.rank(), dist.world_size())
-    if part[0] != 0: log = lambda *_: None  # noqa: E731 (only rank 0 prints)
+  devices = tuple(args.devices.split(",")) if args.devices else None
+  part = data_parallel_part(args, devices)
+  if part[0] != 0: log = lambda *_: None  # noqa: E731 (only rank 0 prints)
   x_train, y_train, x_test, y_test = load_split(args.seed)
   Tensor.manual_seed(args.seed)
   model = build_model(args.model)
-  devices = tuple(args.devices.split(",")) if args.devices else None
-  local_batch = args.batch_size // part[1]
-  if local_batch * part[1] != args.batch_size or (devices and local_batch % len(devices)):
-    raise SystemExit(f"--batch-size {args.batch_size} does not split over {part[1]} processes x "
-                     f"{len(devices) if devices else 1} devices")
-  if devices:
-    for weight in get_parameters(model): weight.replace(weight.to(devices).realize())  # replicated on each device
-  if args.distributed: dist.broadcast_parameters(get_parameters(model))  # every process starts from rank 0's
+  place_parameters(model, devices, args.distributed)
   opt = optim.Adam(get_parameters(model), lr=args.lr)
   step_fn = make_train_step(model, opt, args.distributed)
   if args.jit: step_fn = TinyJit(step_fn)
