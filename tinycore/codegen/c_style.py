@@ -14,7 +14,7 @@ import attrs
 from tinycore.dtype import DType, dtypes, ALL
 from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
 from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop, linearize, value_sources
-from tinycore.codegen.optimize import NO_OPTS, KernelOpts, opts_of
+from tinycore.codegen.optimize import DEFAULT_TARGET, GRID_TARGET, NO_OPTS, KernelOpts, KernelTarget, opts_of
 from tinycore.codegen.reuse import ReusedValue, find_reused_values
 from tinycore.uop.scalars import kernel_scalars
 from tinycore.uop.symbolic import affine_terms
@@ -112,6 +112,17 @@ class CStyleRenderer:
   # (codegen.reuse; they live on the stack of the thread running the kernel); 0 computes such values twice
   scratch_bytes = 0
   opts: KernelOpts = NO_OPTS       # the kernel being written's opts (set on the render's private copy)
+  _kernel_target: KernelTarget | None = None
+
+  @property
+  def kernel_target(self) -> KernelTarget:
+    """What the optimizer knows of the machine: the target a renderer sets (tiny-cpu's, from the CPU's flags), else
+    GRID_TARGET for a renderer that launches a grid (`global_dims`), DEFAULT_TARGET for one that loops."""
+    if self._kernel_target is not None: return self._kernel_target
+    return GRID_TARGET if self.global_dims else DEFAULT_TARGET
+
+  @kernel_target.setter
+  def kernel_target(self, target: KernelTarget) -> None: self._kernel_target = target
 
   # ------------------------------------------------------------------ types and literals
   def value_type(self, dtype: DType) -> str: return self.type_names[dtype]

@@ -88,8 +88,9 @@ class KernelTarget:
   cut into one loop per piece where comparisons of its index with constants change (`split_at_gates`: cat, pad;
   the pieces are sibling loops, which a GPU's grid of one thread per output does not have), and `blocks`, whether an
   elementwise kernel that reads along one dim and writes along another (a transpose) runs in square blocks of both
-  (`decide_block`: inner loops, which a grid of one thread per output does not have). A renderer carries one as
-  `kernel_target`."""
+  (`decide_block`: inner loops, which a grid of one thread per output does not have), and `grid`, whether the kernel
+  runs as a grid of one thread per output (a GPU, OpenCL): there a strip of outputs in one thread would take the
+  grid's parallelism away, so only register tiles with rows are made. A renderer carries one as `kernel_target`."""
   vector_lanes: int = 4
   vector_registers: int = 16
   cores: int = 1
@@ -100,10 +101,13 @@ class KernelTarget:
   broadcast_strips: bool = False
   split_gates: bool = False
   blocks: bool = False
+  grid: bool = False
 
 
 # 8 lanes (AVX2-sized): the tiles every device got before targets existed
 DEFAULT_TARGET = KernelTarget(vector_lanes=8)
+# a renderer that launches a grid of threads (one per output) and says nothing more of its machine
+GRID_TARGET = KernelTarget(vector_lanes=8, grid=True)
 
 
 def register_tile(target: KernelTarget) -> tuple[int, int]:
@@ -200,7 +204,7 @@ def decide_tile(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> Tile | None
   widths = _column_widths(u_dim, columns) if reused else strip_widths(_range_size(u_dim), target, cores_fed)
   # a whole narrow row (17 of 32) tiles a matmul, but a strip of column sums is whole vectors or nothing
   if (width := _width_for(_range_size(u_dim), widths)) is None: return None
-  if not reused: return Tile(u_dim.arg[0], width)
+  if not reused: return None if target.grid else Tile(u_dim.arg[0], width)  # (a strip: a loop target's)
   if (stacked := _stacked_rows(nodes, coefficients, u_dim, reused[0], target, reduce_ranges)) is not None:
     fold, stack, tile_rows = stacked  # several whole image rows side by side are the tile's columns
     return Tile(u_dim.arg[0], _range_size(u_dim), reused[0].arg[0], tile_rows, fold.arg[0], stack)
