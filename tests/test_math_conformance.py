@@ -190,3 +190,36 @@ class TestPoolingAndResampling:
 
   def test_interpolate_to_an_empty_size(self):
     assert Tensor(np.ones((1, 1, 3, 4), np.float32)).interpolate((0, 5)).shape == (1, 1, 0, 5)
+
+
+class TestSoftplusAndLogits:
+  """softplus as max(x, 0) + log(1 + exp(-|x|)) (one exp, no overflow) and binary cross entropy through one logsigmoid,
+  against float64 references; log2 on the CPU is an inline polynomial (within 2 ulp of the float64 value)."""
+  X = np.float32([0, -0.0, 1, -1, 3.5, -3.5, 20, -20, 88, -88, 100, 1e4, -1e4, np.inf, -np.inf])
+
+  @pytest.mark.parametrize("beta", [1.0, 2.0, 0.5])
+  def test_softplus_is_finite_for_large_inputs(self, beta):
+    x = self.X.astype(np.float64) * beta
+    expected = (np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))) / beta
+    np.testing.assert_allclose(Tensor(self.X).softplus(beta).numpy(), expected, rtol=1e-6, atol=1e-7)
+    assert np.isnan(Tensor(np.float32([np.nan])).softplus(beta).numpy()).all()
+
+  def test_binary_crossentropy_logits_matches_the_float64_formula(self):
+    rng = np.random.default_rng(0)
+    x = np.concatenate([self.X[:-2], rng.standard_normal(500).astype(np.float32) * 8])
+    y = rng.random(x.shape).astype(np.float32)
+    xd, yd = x.astype(np.float64), y.astype(np.float64)
+    per = np.maximum(xd, 0) - xd * yd + np.log1p(np.exp(-np.abs(xd)))
+    np.testing.assert_allclose(Tensor(x).binary_crossentropy_logits(Tensor(y)).numpy(), per.mean(), rtol=1e-5)
+    weighted = (1 - yd) * xd + (1 + yd) * (np.log1p(np.exp(-np.abs(xd))) + np.maximum(-xd, 0))
+    got = Tensor(x).binary_crossentropy_logits(Tensor(y), pos_weight=Tensor(np.float32([2.0]))).numpy()
+    np.testing.assert_allclose(got, weighted.mean(), rtol=1e-5)
+
+  def test_log2_is_within_two_ulp_of_float64(self):
+    rng = np.random.default_rng(1)
+    x = np.concatenate([np.float32([1e-45, 1e-40, 1.17549435e-38, 0.5, 1, 1.4142135, 1.4142137, 2, 3e38]),
+                        np.exp(rng.uniform(-87, 88, 20000)).astype(np.float32)])
+    got, expected = Tensor(x).log2().numpy(), np.log2(x.astype(np.float64))
+    assert (np.abs(got - expected) <= 2 * np.spacing(np.abs(expected).astype(np.float32))).all()
+    special = Tensor(np.float32([0, -0.0, -1, np.inf, -np.inf, np.nan])).log2().numpy()
+    np.testing.assert_array_equal(special, [-np.inf, -np.inf, np.nan, np.inf, np.nan, np.nan])

@@ -188,8 +188,10 @@ class TensorMath:
 
   # ------------------------------------------------------------------ activations
   def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
-    """log(1 + exp(beta x)) / beta, computed as logaddexp(beta x, 0): large inputs give x, not inf."""
-    return (self * beta).logaddexp(0.0) * (1 / beta)
+    """log(1 + exp(beta x)) / beta, computed as max(beta x, 0) + log(1 + exp(-|beta x|)): one exp, never overflowing
+    (large inputs give x, not inf)."""
+    x = self._as_float() * beta
+    return (x.maximum(0) + ((-x.abs()).exp() + 1).log()) * (1 / beta)
 
   def logsigmoid(self: Tensor) -> Tensor:
     """log(sigmoid(x)) = -softplus(-x), finite for large negative x."""

@@ -119,9 +119,11 @@ class TensorNN:
                                  pos_weight: Tensor | None = None) -> Tensor:
     """binary_crossentropy of sigmoid(self), from the logits through logsigmoid (stable for large |x|);
     pos_weight scales the positive term, as torch's BCEWithLogitsLoss."""
-    positive = self.logsigmoid() * Y
+    log_p = self.logsigmoid()
+    positive = log_p * Y
     if pos_weight is not None: positive = positive * pos_weight
-    loss = -(positive + (1 - Y) * (-self).logsigmoid())
+    # log(1 - sigmoid(x)) = logsigmoid(x) - x: one logsigmoid for both terms
+    loss = -(positive + (1 - Y) * (log_p - self))
     return type(self)._reduce_loss(loss, reduction)
 
   # ------------------------------------------------------------------ resampling

@@ -34,6 +34,39 @@ static inline float tc_exp2f(float x) {
 }
 """
 
+# log2 for float32 without a libm call, so loops over it vectorize (a loss's log per element: binary cross entropy):
+# x = 2^e * m with m in [sqrt(1/2), sqrt(2)), ln(m) = f - f^2/2 + f^3 P(f) for f = m - 1 (Cephes' logf polynomial,
+# relative error < 1e-7), then log2(x) = e + ln(m) * log2(e). Subnormals are scaled by 2^23 first; each special
+# value is one select at the end (0 -> -inf, x < 0 -> NaN, inf -> inf, NaN stays NaN), so the loop has no branch.
+LOG2F = r"""
+static inline float tc_log2f(float x) {
+  float small = x < 1.17549435e-38f ? 8388608.0f : 1.0f, scaled = x * small;
+  unsigned int bits; __builtin_memcpy(&bits, &scaled, 4);
+  int e = (int)((bits >> 23) & 0xff) - 127 - (x < 1.17549435e-38f ? 23 : 0);
+  unsigned int mantissa = (bits & 0x007fffffu) | 0x3f800000u;
+  float m; __builtin_memcpy(&m, &mantissa, 4);
+  int high = m > 1.41421356f;
+  m = high ? m * 0.5f : m;
+  e += high;
+  float f = m - 1.0f, z = f * f;
+  float p = 7.0376836292e-2f;
+  p = tc_fmaf(p, f, -1.1514610310e-1f);
+  p = tc_fmaf(p, f, 1.1676998740e-1f);
+  p = tc_fmaf(p, f, -1.2420140846e-1f);
+  p = tc_fmaf(p, f, 1.4249322787e-1f);
+  p = tc_fmaf(p, f, -1.6668057665e-1f);
+  p = tc_fmaf(p, f, 2.0000714765e-1f);
+  p = tc_fmaf(p, f, -2.4999993993e-1f);
+  p = tc_fmaf(p, f, 3.3333331174e-1f);
+  float ln = f + tc_fmaf(f * z, p, -0.5f * z);
+  float r = tc_fmaf(ln, 1.44269504088896341f, (float)e);
+  r = x == 0.0f ? -(1.0f / 0.0f) : r;
+  r = x < 0.0f ? (0.0f / 0.0f) : r;
+  r = x == (1.0f / 0.0f) ? x : r;
+  return x != x ? x : r;
+}
+"""
+
 # a*b+acc with one rounding. gcc vectorizes its fma builtins; clang keeps unrolled accumulators of the builtin badly
 # (copies and spills), but fuses a contracted a*b+c just as well; without FMA hardware both compute a*b+c
 MULTIPLY_ADD = r"""
@@ -51,6 +84,8 @@ static const float tc_zero_float = 0.0f;
 static const double tc_zero_double = 0.0;
 """
 ZERO_CELL_NAMES = {dtypes.float32: "tc_zero_float", dtypes.float64: "tc_zero_double"}
+# float32 math in vectorizable inline polynomials instead of libm's scalar calls
+POLYNOMIAL_FUNCTIONS = {Ops.EXP2: "tc_exp2f", Ops.LOG2: "tc_log2f"}
 FMA_FUNCTIONS = {dtypes.float32: "tc_fmaf", dtypes.float64: "tc_fma"}
 OMP_REDUCTION = {Ops.ADD: "+", Ops.MUL: "*", Ops.MAX: "max"}
 SHARES_PER_THREAD = 4   # shares a threaded kernel's outer loop is cut into, per thread (see launch_dims)
@@ -70,7 +105,7 @@ class CPURenderer(CStyleRenderer):
   which reads the buffers, then the scalars, from the argument table."""
   device = "CPU"
   kernel_qualifier = "__attribute__((noinline))"
-  prelude = CStyleRenderer.prelude + MULTIPLY_ADD + EXP2F + ZERO_CELLS
+  prelude = CStyleRenderer.prelude + MULTIPLY_ADD + EXP2F + LOG2F + ZERO_CELLS
   # kernels with at least this many loop iterations split their outermost loop across `threads` worker threads
   parallel_threshold = 1 << 16
   # a reduction's per-element values that a later loop over the same row reuses (softmax's exp) are kept in a row
@@ -152,7 +187,8 @@ class CPURenderer(CStyleRenderer):
     return "tc_start", "tc_end"
 
   def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
-    if op is Ops.EXP2 and dtype in (dtypes.float32, dtypes.float16, dtypes.bfloat16): return f"tc_exp2f({args[0]})"
+    if dtype in (dtypes.float32, dtypes.float16, dtypes.bfloat16) and op in POLYNOMIAL_FUNCTIONS:
+      return f"{POLYNOMIAL_FUNCTIONS[op]}({args[0]})"
     return super().math_call(op, dtype, args)
 
   # A vectorized float max (min is the max of negations) keeps NaN in a flag of its own: the `omp simd` reduction
