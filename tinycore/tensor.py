@@ -727,6 +727,8 @@ class Tensor(TensorOps, metaclass=TensorType):
     # the PAD op fills with +0; -0.0 needs a where, unless the tensor has no -0.0 (an int or bool keeps its dtype)
     is_plus_zero = value == 0 and (math.copysign(1.0, value) > 0 or not dtypes.is_float(self.dtype))
     if is_plus_zero or all(p == (0, 0) for p in positive): return padded
+    # -0.0 (cat's pieces): the negation padded with +0, negated back (two sign flips, exact; no mask to build)
+    if value == 0: return -(-x)._view((-x).uop.pad(positive))
     inside = Tensor.full(x.shape, True, device=self.device, dtype=dtypes.bool)
     inside = inside._apply(inside.uop.pad(positive))
     return inside.where(padded, value)
