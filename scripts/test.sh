@@ -5,6 +5,8 @@
 #   bash scripts/test.sh -- -x           # arguments after the envs go to tox (and through {posargs} to pytest)
 #   TINYCORE_TEST_ENVS=core,cl bash scripts/test.sh
 #   TINYCORE_TEST_PLAN_ONLY=1 bash scripts/test.sh    # set up, say what would run, run nothing
+#   TINYCORE_TEST_PARALLEL=1 bash scripts/test.sh     # one env at a time, its output as it runs (default: tox -p
+#                                                     # auto, one env per core, output shown for a failed env)
 #
 # Needs python3 and a C compiler (gcc or clang). As root on a Debian-like system, it installs the system packages
 # the backends use (apt-get): clang (tiny-cpu's preferred compiler; gcc works too), pocl-opencl-icd (the cl env's
@@ -15,7 +17,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_ENVS="core,cpu,sim,disk,cl,python,example,llvm,amd,nv,viz,models,mpi"
+# longest first: tox runs them side by side (TINYCORE_TEST_PARALLEL, default one per core), and the long ones overlap
+ALL_ENVS="cl,nv,amd,example,models,core,cpu,llvm,mpi,sim,python,viz,disk"
 IFS=, read -r -a ENVS <<< "${TINYCORE_TEST_ENVS:-$ALL_ENVS}"
 NOTES=()
 note() { NOTES+=("$1"); echo "scripts/test.sh: $1"; }
@@ -95,8 +98,14 @@ fi
 
 if [ "${#ENVS[@]}" = 0 ]; then echo "scripts/test.sh: no env left to run"; exit 1; fi
 RUN=$(IFS=,; echo "${ENVS[*]}")
-echo "scripts/test.sh: running tox -e $RUN"
-"${TOX[@]}" -e "$RUN" "$@"
+PARALLEL=${TINYCORE_TEST_PARALLEL:-auto}
+if [ "$PARALLEL" = 1 ]; then
+  echo "scripts/test.sh: running tox -e $RUN"
+  "${TOX[@]}" -e "$RUN" "$@"
+else  # (an env's output is shown when it fails; the summary lists every env with its time)
+  echo "scripts/test.sh: running tox -p $PARALLEL -e $RUN"
+  "${TOX[@]}" -p "$PARALLEL" --parallel-no-spinner -e "$RUN" "$@"
+fi
 status=$?
 if [ "${#NOTES[@]}" != 0 ]; then
   echo; echo "scripts/test.sh: ran $RUN; what could not be set up:"
