@@ -258,7 +258,7 @@ def test_cache_sizes_and_panel_budget():
   from tiny_cpu.renderer import l2_cache_bytes, panel_budget, parse_cache_size
   assert parse_cache_size("1024K\n") == 1 << 20 and parse_cache_size("2M") == 2 << 20 and parse_cache_size("512") == 512
   assert l2_cache_bytes() >= 64 * 1024
-  assert panel_budget(256 * 1024) == 128 * 1024 and panel_budget(32 << 20) == 512 * 1024
+  assert panel_budget(256 * 1024) == 192 * 1024 and panel_budget(32 << 20) == 1024 * 1024
   assert host_target(1).panel_bytes == panel_budget(l2_cache_bytes())
 
 

@@ -324,13 +324,16 @@ def _column_widths(r: UOp, columns: int) -> tuple[int, ...]:
 def _packed_columns(outputs: list[UOp], coefficients: list[dict[UOp, int]], columns: int, target: KernelTarget,
                     reduce_ranges: set[UOp]) -> UOp | None:
   """When no load reads an output dim contiguously (x @ w.T: both operands run along k) but the target packs operand
-  panels (codegen.packing) and a panel of `columns` along every reduced dim fits its budget (as float32): an output
-  dim `columns` wide whose load packs into a contiguous panel, provided another output dim is read by some load
+  panels (codegen.packing) and a panel of `columns` along the reduced dims it reads fits its budget (as float32): an
+  output dim `columns` wide whose load packs into a contiguous panel, provided another output dim is read by some load
   without it and the packed load does not read that dim (the tile's rows: each packed column is reused by them)."""
-  panel = columns * 4 * prod(_range_size(r) for r in reduce_ranges)
-  if target.panel_bytes <= 0 or panel > target.panel_bytes: return None
+  if target.panel_bytes <= 0: return None
   for r in reversed(outputs):
     if _range_size(r) % columns or not any(c.get(r) for c in coefficients): continue
+    # the panel of each load reading r spans the reduced dims that load reads (a kernel of two reductions, the
+    # gate and up projections of a SwiGLU, has two panels of one reduction each)
+    panel = columns * 4 * max(prod(_range_size(q) for q in reduce_ranges if c.get(q)) for c in coefficients if c.get(r))
+    if panel > target.panel_bytes: continue
     # a tile reuses each load across the other dim: some load reads the rows dim without r, and some reads r without
     # the rows (x @ w.T: x's rows, w's columns); a softmax's rows read both and only a mask beside them: no tile
     if any(any(c.get(q) and not c.get(r) for c in coefficients) and any(c.get(r) and not c.get(q) for c in coefficients)
