@@ -223,3 +223,21 @@ class TestSoftplusAndLogits:
     assert (np.abs(got - expected) <= 2 * np.spacing(np.abs(expected).astype(np.float32))).all()
     special = Tensor(np.float32([0, -0.0, -1, np.inf, -np.inf, np.nan])).log2().numpy()
     np.testing.assert_array_equal(special, [-np.inf, -np.inf, np.nan, np.inf, np.nan, np.nan])
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+@pytest.mark.parametrize("shape,size", [((2, 3, 8, 8), (16, 16)), ((2, 3, 8, 8), (32, 8)), ((2, 3, 16, 12), (8, 6)),
+                                        ((2, 3, 15, 12), (5, 4)), ((2, 3, 8, 8), (12, 12)), ((1, 2, 7), (28,)),
+                                        ((1, 1, 6, 6), (3, 2)), ((2, 1, 4, 4, 4), (8, 2, 4))])
+def test_nearest_interpolate_by_movement_picks_the_inputs_the_index_formula_does(mode, shape, size):
+  """Upscales by powers of two and whole-factor downscales are expands and strided picks (no index computation);
+  the rest (12 of 8) computes source indices: both against numpy's formula, floor(i * old / new) (nearest-exact:
+  floor((i + 0.5) * old / new))."""
+  x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+  expected = x
+  for axis, new in zip(range(x.ndim - len(size), x.ndim), size):
+    old = x.shape[axis]
+    i = np.arange(new, dtype=np.float64)
+    source = np.floor((i + 0.5) * old / new) if mode == "nearest-exact" else np.floor(i * old / new)
+    expected = np.take(expected, np.minimum(source, old - 1).astype(int), axis=axis)
+  np.testing.assert_array_equal(Tensor(x).interpolate(size, mode=mode).numpy(), expected)

@@ -142,6 +142,9 @@ class TensorNN:
     nearest = "nearest" in mode
     x = self if nearest or dtypes.is_float(self.dtype) else self.float()
     for axis, new in zip(range(self.ndim - len(size), self.ndim), size):
+      if nearest and (picked := x._nearest_by_movement(axis, new, mode)) is not None:
+        x = picked
+        continue
       rows = x.transpose(axis, -1).unsqueeze(-2)
       # each output reads one or two inputs: selects summed over the inputs, which the code generator turns into
       # gathers (codegen.optimize.gathered_reduce); selects, not products with weights, so inf stays inf
@@ -150,6 +153,24 @@ class TensorNN:
       x = sum(reads[1:], reads[0]).cast(x.dtype).transpose(axis, -1)
     # ints interpolate in float and round to the nearest (torch's uint8 resampling rounds too)
     return x.cast(self.dtype) if nearest or dtypes.is_float(self.dtype) else x.round().cast(self.dtype)
+
+  def _nearest_by_movement(self: Tensor, axis: int, new: int, mode: str) -> Tensor | None:
+    """Nearest resampling of `axis` to `new` by movement ops alone where the sources are exactly every k-th input or
+    each input k times: an upscale by a power of two k (output i reads input i // k: the float index computation
+    i * (1 / k) is exact) or a downscale by a whole factor k (output i reads input i * k, "nearest-exact" i * k +
+    k // 2). None otherwise (the general path computes each source index)."""
+    old = self.shape[axis]
+    if old == 0 or new == 0: return None
+    moved = self.transpose(axis, -1)
+    lead = moved.shape[:-1]
+    if new > old and new % old == 0 and (k := new // old) & (k - 1) == 0:
+      out = moved.unsqueeze(-1).expand(*lead, old, k).reshape(*lead, new)
+    elif old > new and old % new == 0:
+      k = old // new
+      out = moved.reshape(*lead, new, k)[..., k // 2 if mode == "nearest-exact" else 0]
+    elif old == new: out = moved
+    else: return None
+    return out.transpose(axis, -1)
 
   def _resample_sources(self: Tensor, old: int, new: int, mode: str,
                         align_corners: bool) -> list[tuple[Tensor, Tensor | None]]:
