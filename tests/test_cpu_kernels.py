@@ -537,3 +537,16 @@ def test_lane_accumulators_take_a_row_that_is_no_whole_number_of_blocks(compiler
   out = np.zeros(4, np.float32)
   program.run_words([out.ctypes.data, x.ctypes.data])
   np.testing.assert_array_equal(out, x.max(1))
+
+
+def test_a_wrapped_inner_loop_is_split_into_two_affine_loops():
+  """repeat(2, 2) reads x[r % 1024] in a loop of 2048: two loops, 2 x 1024, and no remainder left in the addresses."""
+  from tinycore.codegen.optimize import split_wrapped_loop
+  data = np.arange(12 * 8, dtype=np.float32).reshape(12, 8)
+  x = Tensor(data).realize()
+  sink = split_wrapped_loop(kernel_of(x.repeat(3, 2).contiguous()))
+  sizes = [r.src[0].arg for r in sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=lambda r: r.arg[0])]
+  assert sizes[-2:] == [2, 8] and not any(u.op is Ops.MOD for u in sink.toposort())
+  np.testing.assert_array_equal(x.repeat(3, 2).numpy(), np.tile(data, (3, 2)))
+  np.testing.assert_array_equal(x.reshape(12, 1, 8).expand(12, 3, 8).reshape(12, 24).numpy(),
+                                np.repeat(data[:, None, :], 3, axis=1).reshape(12, 24))

@@ -648,12 +648,32 @@ def opts_of(sink: UOp) -> KernelOpts:
   return sink.arg if isinstance(sink.arg, KernelOpts) else NO_OPTS
 
 
+def split_wrapped_loop(sink: UOp) -> UOp:
+  """The innermost output loop, when an address wraps it around a constant that divides its size (a repeat's or a
+  tile's `r % 1024` in a loop of 2048), as two loops: `r // c` outside and `r % c` inside, so the inner loop's
+  addresses are affine (a plain copy the compiler vectorizes) instead of a remainder per element. The largest such
+  constant is taken."""
+  nodes = sink.toposort()
+  outputs = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "loop"), key=lambda r: r.arg[0])
+  if not outputs or len((r := outputs[-1]).src) != 1 or not isinstance(size := _range_size(r), int): return sink
+  if any(n.op is Ops.RANGE and n.arg[1] != "loop" for n in nodes): return sink
+  wraps = [n.src[1].arg for n in nodes if n.op in (Ops.MOD, Ops.IDIV) and n.dtype is dtypes.index and
+           n.src[0] is r and n.src[1].op is Ops.CONST and 1 < n.src[1].arg < size and size % n.src[1].arg == 0]
+  if not wraps: return sink
+  c = max(wraps)
+  outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // c),), r.arg)
+  inner = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, c),), (1 + max(n.arg[0] for n in nodes
+                                                                              if n.op is Ops.RANGE), "loop"))
+  return graph_rewrite(sink.substitute({r: outer * c + inner}), symbolic)
+
+
 def prepared_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
   """The rewrites every kernel gets before its choices (they keep semantics and are never worse): gathers read
-  directly, gated loads and float minimums simplified, contiguous loops merged, elementwise loops split at gates."""
+  directly, gated loads and float minimums simplified, contiguous loops merged, a wrapped inner loop split in two,
+  elementwise loops split at gates."""
   if target.gathers: sink = graph_rewrite(sink, gathers)
   sink = graph_rewrite(graph_rewrite(sink, gated_loads), float_minimums)
-  return split_at_gates(merge_ranges(sink), target)
+  return split_at_gates(split_wrapped_loop(merge_ranges(sink)), target)
 
 
 def decide_opts(prepared: UOp, target: KernelTarget = DEFAULT_TARGET) -> KernelOpts:
