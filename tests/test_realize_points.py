@@ -126,3 +126,21 @@ def test_a_kernel_past_the_devices_argument_limit_is_split(argument_limit):
   stacked = Tensor.stack(*tensors)
   assert all(len(call.src) - 1 <= argument_limit for call in stacked.schedule_linear().src)
   np.testing.assert_array_equal(stacked.numpy(), np.stack(arrays))
+
+
+def test_a_depthwise_convolution_reads_its_input_stored_padded_and_a_full_one_does_not():
+  rng = np.random.default_rng(4)
+  x = Tensor(rng.standard_normal((2, 4, 10, 10)).astype(np.float32)).realize()
+  depthwise, full = Tensor(rng.standard_normal((4, 1, 3, 3)).astype(np.float32)), \
+    Tensor(rng.standard_normal((6, 16, 3, 3)).astype(np.float32))
+  def padded_inputs(t: Tensor) -> list:
+    return [node for node, why in explain_realize_points([t.uop]) if node.op is Ops.PAD and "sliding window" in why]
+  out = x.conv2d(depthwise, groups=4, padding=1)
+  assert [p.shape for p in padded_inputs(out)] == [(2, 4, 12, 12)]
+  # a convolution over 16 input channels too keeps its padding in its packed panels; a stride-2 pool reads each
+  # element about once; a window's own pads over an expanded view (the pool's layout) are never stored
+  assert padded_inputs(x.repeat(1, 4, 1, 1).conv2d(full, padding=1)) == []
+  assert padded_inputs(x.max_pool2d(kernel_size=3, stride=2, padding=1)) == []
+  import torch
+  expected = torch.nn.functional.conv2d(torch.tensor(x.numpy()), torch.tensor(depthwise.numpy()), groups=4, padding=1)
+  np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)

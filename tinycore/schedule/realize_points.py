@@ -16,6 +16,8 @@ names why in `ScheduleContext.reasons`, which `explain_realize_points` lists):
   reduction's loop);
 - a value computed from a reduce read through a pad that at least doubles it (the pieces of a cat, the gradient of
   a chunk) would be computed for every element the pad adds, and discarded there;
+- a pad a reduction over its window alone reads through a sliding window (a depthwise convolution's or a pool's
+  padded input) is stored padded, so the windows read it without a bounds test per element (depthwise: 5x faster);
 - a value computed from a reduce (a softmax, a layernorm), read inside another reduction but broadcast along one
   of that reduction's output loops (attention's probabilities @ V: the same row for every output column), would be
   recomputed for every element of that loop;
@@ -29,6 +31,7 @@ A realized node starts a kernel of its own, so its sources get that kernel's use
 visited once: the pass costs what lowering every kernel once costs, and no decision is revisited.
 """
 from __future__ import annotations
+from math import prod
 from typing import Callable
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.uop.pattern import graph_rewrite
@@ -109,9 +112,21 @@ class Use:
     return (id(self.kernel), self.idx, self.valid, self.enclosing, self.masked)
 
 
+# the largest reduction per output read as a window over a padded input that the input is stored padded for (a 7x7
+# depthwise convolution)
+MAX_WINDOW = 49
 # a pad that makes its source at least this many times larger (the pieces of a cat, a chunk's gradient) leaves most
 # of what its source computes unused
 MASKING_PAD_RATIO = 2
+
+
+def expands_below(node: UOp) -> bool:
+  """Whether node's value, through the movement ops under it, repeats elements (an EXPAND: the pads that lay out a
+  pool's windows side by side pad an expanded view; storing those would store every window)."""
+  while node.op in GroupOp.Movement:
+    if node.op is Ops.EXPAND: return True
+    node = node.src[0]
+  return False
 
 
 def masks_most(pad: UOp) -> bool:
@@ -201,6 +216,9 @@ class RealizePoints:
     op = node.op
     if self.holds_reduce[node] and any(use.masked for use in uses):
       return "a reduce read through a pad that discards most of it would be computed for every element of the pad"
+    if op is Ops.PAD and not expands_below(node) and any(self.reads_sliding_window(node, use) for use in uses):
+      return ("a padded value a reduction reads through a sliding window (a convolution's or a pool's input) is "
+              "stored padded once: its windows then read it without a bounds test per element")
     if op is Ops.REDUCE_AXIS:
       for use in uses:
         used, outputs = kept_ranges(node, use.idx), use.kernel.loops.output_ranges
@@ -223,6 +241,19 @@ class RealizePoints:
       return f"an elementwise value reading more than {MAX_SHARED_READS} buffers is stored once, not recomputed by " \
              "each kernel that reads it"
     return None
+
+  @staticmethod
+  def reads_sliding_window(pad: UOp, use: Use) -> bool:
+    """Whether `use` reads a border pad (both sides of a dim: a convolution's padding, not a scan's filler at the end)
+    inside a small reduction (at most MAX_WINDOW elements per output: a depthwise convolution's or a pool's kh x kw
+    window) whose windows overlap: the kernel makes at least one output per two
+    padded elements, so it reads each one several times. A convolution also summing input channels has a larger
+    reduction: its register tiles' packed panels apply the padding once per panel, faster than a padded copy; a
+    stride-2 pool reads each element about once."""
+    if use.enclosing is None or not any(before > 0 and after > 0 for before, after in pad.arg): return False
+    window = prod(max_int(r.src[0]) for r in use.enclosing[1])
+    outputs = prod(max_int(r.src[0]) for r in use.kernel.loops.output_ranges)
+    return window <= MAX_WINDOW and 2 * outputs >= max_numel(pad.shape)
 
   def check_hazards(self, node: UOp, uses) -> None:
     """Loads of a store kernel's own destination at other addresses than it writes: realize the stored value."""
