@@ -532,7 +532,8 @@ def test_lane_accumulators_take_a_row_that_is_no_whole_number_of_blocks(compiler
   assert "_lanes[64]" in source and "for (long long ridx1 = 960ll; ridx1 < 1000ll; ridx1++)" in source
   try: program = CPUProgram("rowmax", CPUCompiler([compiler]).compile(source))
   except RuntimeError as error:
-    if "-march=native" in str(error) or "unsupported" in str(error): pytest.skip(f"{compiler} cannot build AVX-512 here")
+    if "-march=native" in str(error) or "unsupported" in str(error):
+      pytest.skip(f"{compiler} cannot build AVX-512 here")
     raise
   out = np.zeros(4, np.float32)
   program.run_words([out.ctypes.data, x.ctypes.data])
