@@ -18,15 +18,24 @@ from tinycore.helpers import Context, TRAINING
 from tinycore.engine.jit import JitError, is_capturing, record_random_draw
 from tinycore.engine.realize import realize_roots
 from tinycore.hcq.lock import runtime_lock
-from tinycore.tensor_assign import Rebinding
+from tinycore.tensor_assign import Rebinding, track_lazy
 from tinycore.tensor_ops import TensorOps
 from tinycore.errors import ArgumentError, DTypeError, ShapeError
 
-# every live Tensor (weakly), so a realize can rebind all of them to the buffers it produced
+# every live Tensor (weakly); and those that may hold a lazy graph (a realize rebinds them to the buffers it produced:
+# a tensor found realized leaves this one, and whatever gives a tensor a graph again puts it back, `track_lazy`)
 all_tensors: dict[weakref.ref, None] = {}
+lazy_tensors: dict[weakref.ref, None] = {}
 
 
-def _forget_tensor(ref: weakref.ref) -> None: all_tensors.pop(ref, None)
+def _forget_tensor(ref: weakref.ref) -> None:
+  all_tensors.pop(ref, None)
+  lazy_tensors.pop(ref, None)
+
+
+def _register(t: Tensor) -> None:
+  t._ref = ref = weakref.ref(t, _forget_tensor)
+  all_tensors[ref] = lazy_tensors[ref] = None
 
 
 def _canonical_device(device: str | tuple | None) -> str | tuple:
@@ -164,7 +173,7 @@ class TensorType(type):
 
 class Tensor(TensorOps, metaclass=TensorType):
   """A lazily evaluated multi-dimensional array on a device."""
-  __slots__ = ("uop", "requires_grad", "grad", "view_of", "forward_graph", "__weakref__")
+  __slots__ = ("uop", "requires_grad", "grad", "view_of", "forward_graph", "_ref", "__weakref__")
   __array_priority__ = 1000  # numpy defers `np.float32(2) * t` and `array + t` to the Tensor's operators, as torch
   _seed: int = 0
   _rng_counter: int = 0
@@ -208,7 +217,7 @@ class Tensor(TensorOps, metaclass=TensorType):
       else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
     if dtype is not None and uop.dtype is not dtype: uop = uop.cast(dtype)
     self.uop = uop
-    all_tensors[weakref.ref(self, _forget_tensor)] = None
+    _register(self)
 
   # ------------------------------------------------------------------ construction helpers
   @staticmethod
@@ -248,7 +257,7 @@ class Tensor(TensorOps, metaclass=TensorType):
   def _rebuild(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = Tensor.__new__(Tensor)
     t.uop, t.requires_grad, t.grad, t.view_of, t.forward_graph = uop, requires_grad, None, None, None
-    all_tensors[weakref.ref(t, _forget_tensor)] = None
+    _register(t)
     return t
 
   def _apply(self, uop: UOp) -> Tensor: return Tensor._rebuild(uop, self.requires_grad)
@@ -599,6 +608,7 @@ class Tensor(TensorOps, metaclass=TensorType):
   def replace(self, x: Tensor) -> Tensor:
     if x.shape != self.shape: raise ValueError(f"replace needs the same shape, got {x.shape} for {self.shape}")
     self.uop = x.uop
+    track_lazy(self)
     return self
 
   # ------------------------------------------------------------------ movement

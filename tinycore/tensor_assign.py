@@ -33,15 +33,17 @@ class Rebinding:
     """The realized nodes that live tensors read (their own values, and nodes inside their graphs)."""
     self.becomes = becomes
     if not becomes: return set()
-    from tinycore.tensor import all_tensors  # (live_tensors() inlined: this visits every live tensor per realize)
+    from tinycore.tensor import lazy_tensors  # (this visits every tensor that may be lazy, per realize)
     buffer_op, reshape_op = Ops.BUFFER, Ops.RESHAPE  # read once: an Ops member read is slow on Python 3.11
-    for ref in list(all_tensors):
+    for ref in list(lazy_tensors):
       if (t := ref()) is None: continue
       u, kept = t.uop, t.forward_graph
       if kept is not None:
         if kept[0] is u: self.cut.append((t, kept[1]))
         else: t.forward_graph = None  # the tensor holds another value since
-      if u.op is buffer_op or (u.op is reshape_op and u.src[0].op is buffer_op): continue
+      if u.op is buffer_op or (u.op is reshape_op and u.src[0].op is buffer_op):
+        if kept is None: del lazy_tensors[ref]  # realized: nothing to rebind until it gets a graph again
+        continue
       self.lazy.append((t, kept is not None))
     read = {t.uop for t, _ in self.lazy if t.uop in becomes}
     self.new_uops = substitute_all([t.uop for t, _ in self.lazy if t.uop not in becomes], becomes, read)
@@ -59,6 +61,12 @@ class Rebinding:
         t.uop = new
         if not had_kept and t.requires_grad is not False and t.dtype in FLOATS: cut.append((t, u))
     if cut: keep_forward_graphs(cut, {node: becomes[node] for node in tensor_nodes})
+
+
+def track_lazy(t: Tensor) -> None:
+  """`t` was given a graph (assign, replace, a rebase): realizes rebind it again (see `tinycore.tensor.lazy_tensors`)."""
+  from tinycore.tensor import lazy_tensors
+  lazy_tensors[t._ref] = None
 
 
 def keep_forward_graphs(cut: list[tuple[Tensor, UOp]], tensor_becomes: dict[UOp, UOp]) -> None:
@@ -93,6 +101,7 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
     owner = target.view_of
     if owner is None:
       target.uop = value.uop  # nothing else sees this tensor's storage: it simply becomes the value
+      track_lazy(target)
       return
     if not has_storage(owner.uop): give_own_storage(owner)
     target_uop = without_detach(target.uop)
@@ -103,7 +112,9 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
   after = UOp(Ops.AFTER, base.dtype, (base, UOp(Ops.STORE, None, (store_target, stored))))
   # every view of this buffer (the target itself included) now reads the stored value
   for t in live_tensors():
-    if storage_root_under_detach(t.uop) is base: t.uop = t.uop.substitute({base: after})
+    if storage_root_under_detach(t.uop) is base:
+      t.uop = t.uop.substitute({base: after})
+      track_lazy(t)
 
 
 def without_detach(u: UOp) -> UOp:
@@ -160,7 +171,9 @@ def give_own_storage(owner: Tensor) -> None:
   new_value = stored.reshape(owner.shape) if stored.shape != owner.shape else stored
   old_value = owner.uop
   for t in live_tensors():
-    if t is owner or t.view_of is owner: t.uop = t.uop.substitute({old_value: new_value})
+    if t is owner or t.view_of is owner:
+      t.uop = t.uop.substitute({old_value: new_value})
+      track_lazy(t)
 
 
 def broadcastable(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
