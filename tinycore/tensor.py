@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import pathlib
 import sys
-import weakref
 from typing import Any, Callable, Sequence
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype, to_np_dtype, from_np_dtype
 from tinycore.uop.ops import Ops, UOp, Variable, prod, simplify_size
@@ -18,24 +17,10 @@ from tinycore.helpers import Context, TRAINING
 from tinycore.engine.jit import JitError, is_capturing, record_random_draw
 from tinycore.engine.realize import realize_roots
 from tinycore.hcq.lock import runtime_lock
-from tinycore.tensor_assign import Rebinding, track_lazy
+from tinycore.tensor_assign import Rebinding, all_tensors, register_tensor, uop_changed
 from tinycore.tensor_ops import TensorOps
 from tinycore.errors import ArgumentError, DTypeError, ShapeError
 
-# every live Tensor (weakly); and those that may hold a lazy graph (a realize rebinds them to the buffers it produced:
-# a tensor found realized leaves this one, and whatever gives a tensor a graph again puts it back, `track_lazy`)
-all_tensors: dict[weakref.ref, None] = {}
-lazy_tensors: dict[weakref.ref, None] = {}
-
-
-def _forget_tensor(ref: weakref.ref) -> None:
-  all_tensors.pop(ref, None)
-  lazy_tensors.pop(ref, None)
-
-
-def _register(t: Tensor) -> None:
-  t._ref = ref = weakref.ref(t, _forget_tensor)
-  all_tensors[ref] = lazy_tensors[ref] = None
 
 
 def _canonical_device(device: str | tuple | None) -> str | tuple:
@@ -217,7 +202,7 @@ class Tensor(TensorOps, metaclass=TensorType):
       else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
     if dtype is not None and uop.dtype is not dtype: uop = uop.cast(dtype)
     self.uop = uop
-    _register(self)
+    register_tensor(self)
 
   # ------------------------------------------------------------------ construction helpers
   @staticmethod
@@ -257,7 +242,7 @@ class Tensor(TensorOps, metaclass=TensorType):
   def _rebuild(uop: UOp, requires_grad: bool | None = None) -> Tensor:
     t = Tensor.__new__(Tensor)
     t.uop, t.requires_grad, t.grad, t.view_of, t.forward_graph = uop, requires_grad, None, None, None
-    _register(t)
+    register_tensor(t)
     return t
 
   def _apply(self, uop: UOp) -> Tensor: return Tensor._rebuild(uop, self.requires_grad)
@@ -608,7 +593,7 @@ class Tensor(TensorOps, metaclass=TensorType):
   def replace(self, x: Tensor) -> Tensor:
     if x.shape != self.shape: raise ValueError(f"replace needs the same shape, got {x.shape} for {self.shape}")
     self.uop = x.uop
-    track_lazy(self)
+    uop_changed(self)
     return self
 
   # ------------------------------------------------------------------ movement

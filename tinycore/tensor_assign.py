@@ -6,6 +6,7 @@ will read: the memory planner shares the others' memory). `assign_tensor` stores
 that every view of that buffer then reads. Both run under the runtime lock, so threads see whole updates.
 """
 from __future__ import annotations
+import weakref
 from typing import TYPE_CHECKING, Iterator
 from tinycore.uop.ops import GroupOp, Ops, UOp, substitute_all
 from tinycore.dtype import FLOATS
@@ -15,6 +16,60 @@ from tinycore.schedule.copies import is_storage_only, storage_root
 
 if TYPE_CHECKING:
   from tinycore.tensor import Tensor
+
+
+class StorageIndex:
+  """Live tensors by the storage their graph views (`storage_root_under_detach` of their uop): an assign finds the
+  views of a buffer without visiting every live tensor (an optimizer step assigns every parameter: with all of them
+  visited per assign it took time quadratic in the parameters). A tensor made or given a new uop since the last
+  lookup (`uop_changed`) is indexed at the next one."""
+
+  def __init__(self) -> None:
+    self.by_root: dict[UOp, dict[weakref.ref, None]] = {}
+    self.root_of: dict[weakref.ref, UOp] = {}
+    self.pending: dict[weakref.ref, None] = {}
+
+  def forget(self, ref: weakref.ref) -> None:
+    self.pending.pop(ref, None)
+    if (root := self.root_of.pop(ref, None)) is not None:
+      bucket = self.by_root[root]
+      del bucket[ref]
+      if not bucket: del self.by_root[root]
+
+  def views_of(self, base: UOp) -> list[Tensor]:
+    """The live tensors whose uop is a view (through movement ops, bitcasts, detaches) of `base`."""
+    for ref in list(self.pending):
+      if (t := ref()) is None: continue
+      self.forget(ref)
+      root = self.root_of[ref] = storage_root_under_detach(t.uop)
+      self.by_root.setdefault(root, {})[ref] = None
+    self.pending.clear()
+    return [t for ref in list(self.by_root.get(base, ())) if (t := ref()) is not None]
+
+
+# every live Tensor (weakly); those that may hold a graph (a realize rebinds them to the buffers it produced: a tensor
+# found realized leaves this registry, and whatever gives a tensor a new uop puts it back, `uop_changed`); and the
+# live tensors by the storage they view
+all_tensors: dict[weakref.ref, None] = {}
+lazy_tensors: dict[weakref.ref, None] = {}
+storage_index = StorageIndex()
+
+
+def forget_tensor(ref: weakref.ref) -> None:
+  all_tensors.pop(ref, None)
+  lazy_tensors.pop(ref, None)
+  storage_index.forget(ref)
+
+
+def register_tensor(t: Tensor) -> None:
+  """A new tensor, registered: realizes rebind it, assigns find it when it views their buffer."""
+  t._ref = ref = weakref.ref(t, forget_tensor)
+  all_tensors[ref] = lazy_tensors[ref] = storage_index.pending[ref] = None
+
+
+def uop_changed(t: Tensor) -> None:
+  """`t` holds a new uop (assign, replace, a rebase, a realize's rebinding): registered again for both."""
+  lazy_tensors[t._ref] = storage_index.pending[t._ref] = None
 
 
 class Rebinding:
@@ -33,7 +88,6 @@ class Rebinding:
     """The realized nodes that live tensors read (their own values, and nodes inside their graphs)."""
     self.becomes = becomes
     if not becomes: return set()
-    from tinycore.tensor import lazy_tensors  # (this visits every tensor that may be lazy, per realize)
     buffer_op, reshape_op = Ops.BUFFER, Ops.RESHAPE  # read once: an Ops member read is slow on Python 3.11
     for ref in list(lazy_tensors):
       if (t := ref()) is None: continue
@@ -56,17 +110,13 @@ class Rebinding:
       u = t.uop
       if u in becomes:
         t.uop = becomes[u]
+        storage_index.pending[t._ref] = None  # (a buffer now: a later assign may store into it)
         tensor_nodes.add(u)
       elif (new := self.new_uops[u]) is not u:
         t.uop = new
+        storage_index.pending[t._ref] = None
         if not had_kept and t.requires_grad is not False and t.dtype in FLOATS: cut.append((t, u))
     if cut: keep_forward_graphs(cut, {node: becomes[node] for node in tensor_nodes})
-
-
-def track_lazy(t: Tensor) -> None:
-  """`t` was given a graph (assign, replace, a rebase): realizes rebind it again (see `tinycore.tensor.lazy_tensors`)."""
-  from tinycore.tensor import lazy_tensors
-  lazy_tensors[t._ref] = None
 
 
 def keep_forward_graphs(cut: list[tuple[Tensor, UOp]], tensor_becomes: dict[UOp, UOp]) -> None:
@@ -101,7 +151,7 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
     owner = target.view_of
     if owner is None:
       target.uop = value.uop  # nothing else sees this tensor's storage: it simply becomes the value
-      track_lazy(target)
+      uop_changed(target)
       return
     if not has_storage(owner.uop): give_own_storage(owner)
     target_uop = without_detach(target.uop)
@@ -111,10 +161,9 @@ def assign_tensor(target: Tensor, value: Tensor) -> None:
   base = storage_root(store_target)
   after = UOp(Ops.AFTER, base.dtype, (base, UOp(Ops.STORE, None, (store_target, stored))))
   # every view of this buffer (the target itself included) now reads the stored value
-  for t in live_tensors():
-    if storage_root_under_detach(t.uop) is base:
-      t.uop = t.uop.substitute({base: after})
-      track_lazy(t)
+  for t in storage_index.views_of(base):
+    t.uop = t.uop.substitute({base: after})
+    uop_changed(t)
 
 
 def without_detach(u: UOp) -> UOp:
@@ -155,7 +204,6 @@ def bitcast_to_source(target: UOp, value: UOp) -> tuple[UOp, UOp]:
 
 def live_tensors() -> Iterator[Tensor]:
   """Every Tensor alive now."""
-  from tinycore.tensor import all_tensors
   for ref in list(all_tensors):
     if (t := ref()) is not None: yield t
 
@@ -173,7 +221,7 @@ def give_own_storage(owner: Tensor) -> None:
   for t in live_tensors():
     if t is owner or t.view_of is owner:
       t.uop = t.uop.substitute({old_value: new_value})
-      track_lazy(t)
+      uop_changed(t)
 
 
 def broadcastable(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:

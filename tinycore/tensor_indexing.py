@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from tinycore.errors import DTypeError, IndexTypeError, MaskIndexError
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.symbolic_shapes import evaluate
-from tinycore.tensor_assign import track_lazy
+from tinycore.tensor_assign import uop_changed
 
 if TYPE_CHECKING:
   from tinycore.tensor import Tensor
@@ -273,7 +273,7 @@ def assign_through_index(result: Tensor, value: Tensor) -> bool:
   _, t, indices = entry
   advanced_setitem(t, indices, value)
   result.uop = _advanced_getitem(t, indices).uop
-  track_lazy(result)
+  uop_changed(result)
   return True
 
 
