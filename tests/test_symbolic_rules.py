@@ -252,3 +252,10 @@ def test_a_bool_made_a_number_and_a_condition_again_is_the_bool():
   two = rng(1, 5).cast(dtypes.int32)
   assert simplify(UOp(Ops.CMPNE, dtypes.bool, (two, UOp.const(dtypes.int32, 0)))).op is Ops.CMPNE
   assert simplify(UOp(Ops.CMPNE, dtypes.bool, (picked.cast(dtypes.int32), UOp.const(dtypes.int32, 1)))).op is Ops.CMPNE
+
+
+def test_a_double_negation_is_the_value():
+  x = rng(0, 10).cast(dtypes.float32)
+  assert simplify(UOp(Ops.NEG, dtypes.float32, (UOp(Ops.NEG, dtypes.float32, (x,)),))) is x
+  i = rng(1, 10).cast(dtypes.int32)
+  assert simplify(UOp(Ops.NEG, dtypes.int32, (UOp(Ops.NEG, dtypes.int32, (i,)),))) is i

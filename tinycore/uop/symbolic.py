@@ -275,6 +275,8 @@ symbolic = PatternMatcher([
   (UPat(Ops.SUB, src=(UPat.var("x"), UPat.const(0.0))), lambda x: x),
   (UPat(Ops.MUL, src=[UPat.var("x"), UPat.const(1.0)]), lambda x: x),
   (UPat(Ops.FDIV, src=(UPat.var("x"), UPat.const(1.0))), lambda x: x),
+  # -(-x) is x (a sign flipped twice, for floats NaN and signed zeros included; for ints the wrap undone)
+  (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("x"),)),)), lambda x: x),
   # a cast to the same dtype is nothing
   (UPat(Ops.CAST, name="c", src=(UPat.var("x"),)), lambda c, x: x if c.dtype is x.dtype else None),
   # integer sums are kept in affine normal form, which cancels (y//c)*c + y%c
