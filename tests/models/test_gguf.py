@@ -3,13 +3,14 @@ the reference) load through tinycore.nn.gguf and run the LLaMA model: every supp
 device exactly as the gguf package does, logits against transformers holding the same dequantized weights, and the
 file's tokenizer."""
 from __future__ import annotations
+import gc
 import numpy as np
 import pytest
-from tinycore import Tensor
+from tinycore import GlobalCounters, Tensor, dtypes
 from tinycore.models import from_pretrained
 from tinycore.models.generate import generate
 from tinycore.models.tokenizer import Tokenizer
-from tinycore.nn.gguf import GGUFError, gguf_load
+from tinycore.nn.gguf import GGUFError, QuantizedTensor, gguf_load
 from model_helpers import TEXT, VOCAB, torch, transformers
 
 gguf = pytest.importorskip("gguf")
@@ -51,6 +52,28 @@ def test_each_tensor_type_dequantizes_as_the_gguf_package(tmp_path, qtype):
   assert metadata["test.count"] == 7 and metadata["test.list"] == ["a", "b"]
   assert tensors["t"].shape == (6, 512)
   np.testing.assert_array_equal(tensors["t"].float().numpy(), decode(raw, qtype).reshape(6, 512))
+
+
+def write_tensor(path, name, raw, qtype) -> None:
+  writer = gguf.GGUFWriter(str(path), "llama")
+  writer.add_tensor(name, raw, raw_dtype=qtype)
+  writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1] + list(K_QUANTS), ids=lambda q: q.name)
+def test_a_quantized_matrix_multiplies_and_looks_up_rows_from_its_blocks(tmp_path, qtype):
+  rng = np.random.default_rng(int(qtype) + 100)
+  raw = encode(rng.standard_normal((24, 512)).astype(np.float32), qtype, rng)
+  write_tensor(tmp_path / "t.gguf", "t", raw, qtype)
+  weight = gguf_load(tmp_path / "t.gguf", quantized=True)[1]["t"].realize()
+  assert isinstance(weight, QuantizedTensor) and weight.shape == (24, 512) and weight.blocks.dtype == dtypes.uint8
+  assert weight.nbytes == raw.nbytes  # the blocks as the file has them
+  want = decode(raw, qtype).reshape(24, 512)
+  x = rng.standard_normal((2, 3, 512)).astype(np.float32)
+  np.testing.assert_allclose(weight.linear(Tensor(x)).numpy(), x @ want.T, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+  ids = np.array([[5, 0], [23, 5]], np.int32)
+  np.testing.assert_array_equal(weight.rows(Tensor(ids)).numpy(), want[ids])
+  np.testing.assert_array_equal(weight.dequantize().numpy(), want)
 
 
 def permute(w: np.ndarray, heads: int) -> np.ndarray:  # llama.cpp's converter, for q and k
@@ -122,6 +145,27 @@ def test_a_llama_gguf_gives_transformers_logits_for_the_weights_it_holds(tmp_pat
     greedy = ref.generate(torch.tensor(tokens), max_new_tokens=12, do_sample=False, eos_token_id=None,
                           pad_token_id=0, attention_mask=torch.ones_like(torch.tensor(tokens)))[0, 6:].tolist()
   assert generate(model, [tokens[0].tolist()], 12)[0] == greedy
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_K], ids=lambda q: q.name)
+def test_a_quantized_llama_holds_its_blocks_not_float32_copies(tmp_path, qtype):
+  """The loaded model's device memory is the file's tensors (blocks as they are, norms in F32) plus the rotary
+  tables; a forward pass adds its key/value cache and activations (kilobytes for 6 tokens) but no dequantized
+  weight: the smallest matrix in float32, k_proj's 128 x 256, is 128 KiB, and all of them 3.3 MiB."""
+  path = tmp_path / "model.gguf"
+  write_llama_gguf(path, qtype)
+  tensors = gguf.GGUFReader(str(path)).tensors
+  tensor_bytes, float_bytes = sum(int(t.n_bytes) for t in tensors), sum(int(t.n_elements) * 4 for t in tensors)
+  gc.collect()
+  before = GlobalCounters.mem_used
+  model = from_pretrained(path, context=16)
+  held = GlobalCounters.mem_used - before
+  rotary = 2 * 16 * 64 * 4  # cos and sin: (context, head dim) float32
+  assert tensor_bytes + rotary <= held <= tensor_bytes + rotary + 4096 and held < float_bytes / 3
+  GlobalCounters.reset()
+  logits = model(Tensor([[5, 17, 42, 3, 99, 8]], dtype=dtypes.int32)).numpy()
+  assert logits.shape == (1, 6, VOCAB + 2)
+  assert GlobalCounters.mem_peak - before - held < 128 * 1024
 
 
 def test_the_file_s_tokenizer_round_trips_and_matches_tokenizer_json(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from typing import Any
+from tinycore.nn.gguf import QuantizedTensor
 from tinycore.nn.state import safe_load
 from tinycore.tensor import Tensor
 
@@ -40,7 +41,8 @@ def load_weights(directory: str | os.PathLike) -> dict[str, Tensor]:
 
 class Weights:
   """A checkpoint's tensors moved to a device as they are taken (`take(name, shape)`): each is checked against the
-  shape the model expects and cast to the model's float dtype. `unused()` lists what no layer took."""
+  shape the model expects and cast to the model's float dtype, except a QuantizedTensor, whose blocks are moved as
+  they are (it dequantizes where it is used). `unused()` lists what no layer took."""
 
   def __init__(self, tensors: dict[str, Tensor], device: str | None, dtype: Any):
     self.tensors, self.device, self.dtype = tensors, device, dtype
@@ -48,12 +50,13 @@ class Weights:
 
   def has(self, name: str) -> bool: return name in self.tensors
 
-  def take(self, name: str, shape: tuple[int, ...]) -> Tensor:
+  def take(self, name: str, shape: tuple[int, ...]) -> Any:
     if name not in self.tensors: raise CheckpointError(f"the checkpoint has no weight {name!r}")
     t = self.tensors[name]
     if tuple(t.shape) != tuple(shape):
       raise CheckpointError(f"the weight {name!r} has shape {tuple(t.shape)}, the model needs {tuple(shape)}")
     self.taken.add(name)
+    if isinstance(t, QuantizedTensor): return t.to(self.device).realize()
     moved = t.to(self.device)
     return (moved if moved.dtype is self.dtype else moved.cast(self.dtype)).contiguous().realize()
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any
 from tinycore.models.checkpoint import CheckpointError
-from tinycore.nn.gguf import gguf_load
-from tinycore.tensor import Tensor
+from tinycore.nn.gguf import QuantizedTensor, gguf_load
 
 # GGUF architecture -> config.json's model_type
 GGUF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}
@@ -19,19 +18,22 @@ TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weig
              "output.weight": "lm_head.weight"}
 
 
-def unpermute_rotary(t: Tensor, heads: int) -> Tensor:
+def unpermute_rotary(t: Any, heads: int) -> Any:
   """llama.cpp's converter reorders each head's rows of the q and k projections for its rotary convention (pairs
-  of adjacent values); the models here rotate halves, as transformers: put the rows back."""
+  of adjacent values); the models here rotate halves, as transformers: put the rows back (a QuantizedTensor's rows
+  of blocks are moved whole)."""
+  if isinstance(t, QuantizedTensor): return t.with_blocks(unpermute_rotary(t.blocks, heads))
   rows = t.shape[0]
   rest = t.shape[1:]
   return t.reshape(heads, rows // heads // 2, 2, *rest).transpose(1, 2).reshape(rows, *rest)
 
 
-def gguf_checkpoint(path: str | os.PathLike, device: str | None) -> tuple[dict[str, Any], dict[str, Tensor],
+def gguf_checkpoint(path: str | os.PathLike, device: str | None) -> tuple[dict[str, Any], dict[str, Any],
                                                                             dict[str, Any]]:
-  """(config as config.json would have it, tensors under Hugging Face names, the file's metadata)."""
+  """(config as config.json would have it, tensors under Hugging Face names, the file's metadata). Quantized
+  matrices stay QuantizedTensors (their blocks); the rest are Tensors."""
   if not os.path.isfile(path): raise CheckpointError(f"no GGUF file at {os.fspath(path)!r}")
-  metadata, tensors = gguf_load(path, device)
+  metadata, tensors = gguf_load(path, device, quantized=True)
   arch = metadata.get("general.architecture")
   if arch not in GGUF_ARCHITECTURES:
     raise CheckpointError(f"unknown architecture {arch!r} in {os.fspath(path)} (supported: "
@@ -57,7 +59,7 @@ def gguf_checkpoint(path: str | os.PathLike, device: str | None) -> tuple[dict[s
   if "rope_freqs.weight" in tensors:  # llama3's scaling, stored as a factor per frequency
     config["rope_frequency_factors"] = tensors["rope_freqs.weight"].float().tolist()
   permuted = arch in ("llama", "mistral")  # (llama.cpp's qwen2 keeps transformers' order)
-  named: dict[str, Tensor] = {}
+  named: dict[str, Any] = {}
   for name, t in tensors.items():
     if name in TOP_NAMES:
       named[TOP_NAMES[name]] = t

@@ -1,8 +1,10 @@
 """The pieces the models share: activations by their config names, norms and linear layers over checkpoint tensors
-(a weight, and a bias or None), as transformers computes them."""
+(a weight, and a bias or None), as transformers computes them. A weight may be a GGUF file's QuantizedTensor: its
+matmul and its row lookup dequantize inside the kernel that reads it."""
 from __future__ import annotations
 from typing import Any, Callable
 from tinycore.models.checkpoint import CheckpointError
+from tinycore.nn.gguf import QuantizedTensor
 from tinycore.tensor import Tensor
 
 # a config's hidden_act / activation_function -> the function ("gelu" is exact; the others are the tanh form)
@@ -27,10 +29,20 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
   return (f * (f.square().mean(-1, keepdim=True) + eps).rsqrt()).cast(x.dtype) * weight
 
 
-def linear(x: Tensor, weight_bias: tuple[Tensor, Tensor | None]) -> Tensor:
-  """x @ weight.T (+ bias): a torch Linear's (out, in) weight."""
+def matmul_transposed(x: Tensor, weight: Tensor | QuantizedTensor) -> Tensor:
+  """x @ weight.T: a torch Linear's (out, in) weight, or a quantized one's blocks dequantized in the matmul."""
+  return weight.linear(x).cast(x.dtype) if isinstance(weight, QuantizedTensor) else x @ weight.T
+
+
+def linear(x: Tensor, weight_bias: tuple[Tensor | QuantizedTensor, Tensor | None]) -> Tensor:
+  """x @ weight.T (+ bias)."""
   weight, bias = weight_bias
-  return x @ weight.T if bias is None else x @ weight.T + bias
+  return matmul_transposed(x, weight) if bias is None else matmul_transposed(x, weight) + bias
+
+
+def embedding(table: Tensor | QuantizedTensor, ids: Tensor) -> Tensor:
+  """The rows of a (vocab, dim) table that the int tensor `ids` picks."""
+  return table.rows(ids) if isinstance(table, QuantizedTensor) else table[ids]
 
 
 def weight_and_bias(take: Any, name: str, out: int, inp: int) -> tuple[Tensor, Tensor]:

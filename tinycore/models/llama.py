@@ -7,7 +7,7 @@ from typing import Any
 from tinycore.dtype import dtypes
 from tinycore.models.checkpoint import CheckpointError, Weights
 from tinycore.models.kv_cache import KVCache, causal_attention
-from tinycore.models.layers import activation, linear, rms_norm
+from tinycore.models.layers import activation, embedding, linear, matmul_transposed, rms_norm
 from tinycore.tensor import Tensor
 
 
@@ -80,7 +80,8 @@ class LlamaBlock:
     attn = causal_attention(q, keys, values, start_pos).transpose(1, 2).reshape(batch, tokens, -1)
     x = x + linear(attn, self.o)
     h = rms_norm(x, self.mlp_norm, self.eps)
-    return x + (self.act(h @ self.gate.T) * (h @ self.up.T)) @ self.down.T
+    gated = self.act(matmul_transposed(h, self.gate)) * matmul_transposed(h, self.up)
+    return x + matmul_transposed(gated, self.down)
 
 
 class Llama:
@@ -115,6 +116,6 @@ class Llama:
     if tokens.dtype not in (dtypes.int32, dtypes.int64): tokens = tokens.cast(dtypes.int32)
     n = tokens.shape[1]
     cos, sin = self.cos[start_pos:start_pos + n], self.sin[start_pos:start_pos + n]
-    x = self.embed[tokens]
+    x = embedding(self.embed, tokens)
     for block in self.blocks: x = block(x, start_pos, cos, sin)
-    return rms_norm(x, self.norm, self.eps) @ self.lm_head.T
+    return matmul_transposed(rms_norm(x, self.norm, self.eps), self.lm_head)
