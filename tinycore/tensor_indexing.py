@@ -4,6 +4,7 @@ a list of lists is a tuple) as a one-hot select-and-sum that fuses into one kern
 from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
+from tinycore.dtype import dtypes
 from tinycore.errors import DTypeError, IndexTypeError, MaskIndexError
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.symbolic_shapes import evaluate
@@ -259,7 +260,10 @@ def _advanced_getitem(t: Tensor, indices: tuple) -> Tensor:
   values = ix.view.permute(ix.others + ix.indexed)
   no, nb = len(ix.others), len(ix.batch)
   values = values.reshape(values.shape[:no] + (1,) * nb + values.shape[no:])
-  picked = ix.mask.where(values, 0).sum(tuple(range(no + nb, values.ndim))).cast(t.dtype)
+  # one term of each sum is not zero, so it is exact in the tensor's own dtype; a widened sum (uint8's in uint32)
+  # would hide the select-and-sum behind casts from the codegen, which reads it as one load at the picked address
+  own = None if t.dtype is dtypes.bool else t.dtype
+  picked = ix.mask.where(values, 0).sum(tuple(range(no + nb, values.ndim)), dtype=own).cast(t.dtype)
   result = picked.permute(ix.placement)
   _remember_advanced(result, t, indices)
   return result
