@@ -41,20 +41,27 @@ class LanguageModel:
     self.lock = threading.Lock()  # one generation at a time: the caches are the model's
 
   def prompt_ids(self, text: str) -> list[int]:
+    """The prompt's tokens, the bos token first for the LLaMA family (unless the tokenizer says add_bos_token
+    false)."""
     ids = self.tokenizer.encode(text)
     bos = self.model.config.get("bos_token_id")
-    if self.model.config.get("model_type") != "gpt2" and isinstance(bos, int) and (not ids or ids[0] != bos):
+    adds_bos = self.tokenizer.config.get("add_bos_token", self.model.config.get("model_type") != "gpt2")
+    if adds_bos and isinstance(bos, int) and (not ids or ids[0] != bos):
       ids = [bos] + ids
     if not ids: raise ValueError("the prompt encodes to no tokens")
     return ids
 
   def stream(self, ids: Sequence[int], max_new_tokens: int, **sampling: Any) -> Iterator[tuple[str, int | None]]:
     """(text piece, token) as each token comes; the text is decoded from every new token so far, so a character
-    made of several tokens appears when it is whole. The last item has token None and the finish reason as text."""
+    made of several tokens appears when it is whole, after the prompt's last token (so a SentencePiece tokenizer,
+    which drops the space in front of the first token it decodes, keeps the one in front of the first new token).
+    The last item has token None and the finish reason as text."""
     if len(ids) >= self.model.context:
       raise ValueError(f"the prompt has {len(ids)} tokens; the context holds {self.model.context}")
     max_new_tokens = min(max_new_tokens, self.model.context - len(ids))
     new: list[int] = []
+    anchor = list(ids[-1:])
+    if (lead := self.tokenizer.decode(anchor)).endswith("\ufffd"): anchor, lead = [], ""  # half a character
     shown = ""
     reason = "length"
     for step in self.generator.generate([list(ids)], max_new_tokens, stop_tokens=tuple(self.stop_tokens), **sampling):
@@ -64,7 +71,7 @@ class LanguageModel:
         reason = "stop"
         break
       new.append(token)
-      text = self.tokenizer.decode(new)
+      text = self.tokenizer.decode(anchor + new)[len(lead):]
       if text.endswith("\ufffd"): continue  # an incomplete character: wait for its next token
       yield text[len(shown):], token
       shown = text

@@ -2,6 +2,7 @@
 `save_pretrained`), each with a BPE tokenizer trained here by `tokenizers`: nothing is downloaded. (A module of its
 own beside conftest.py: pytest puts this directory on sys.path, so the tests import it by name.)"""
 from __future__ import annotations
+import io
 import json
 import pathlib
 import pytest
@@ -27,6 +28,17 @@ def train_tokenizer(directory: pathlib.Path) -> None:
   tok.train_from_iterator(TEXT, trainer)
   tok.save(str(directory / "tokenizer.json"))
   (directory / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<eos>", "chat_template": CHAT_TEMPLATE}))
+
+
+def train_sentencepiece() -> bytes:
+  """A SentencePiece BPE model (LLaMA 2's kind: byte fallback, the text as it is, no whitespace folding, ids 0-2
+  for <unk>, <s>, </s>) trained on TEXT, as its serialized proto."""
+  spm = pytest.importorskip("sentencepiece")
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(TEXT), model_writer=model, vocab_size=320, model_type="bpe",
+                                 byte_fallback=True, normalization_rule_name="identity",
+                                 remove_extra_whitespaces=False, unk_id=0, bos_id=1, eos_id=2, minloglevel=2)
+  return model.getvalue()
 
 
 def save(model, directory: pathlib.Path) -> pathlib.Path:

@@ -4,6 +4,7 @@ device exactly as the gguf package does, logits against transformers holding the
 file's tokenizer."""
 from __future__ import annotations
 import gc
+import json
 import numpy as np
 import pytest
 from tinycore import GlobalCounters, Tensor, dtypes
@@ -11,7 +12,7 @@ from tinycore.models import from_pretrained
 from tinycore.models.generate import generate
 from tinycore.models.tokenizer import Tokenizer
 from tinycore.nn.gguf import GGUFError, QuantizedTensor, gguf_load
-from model_helpers import TEXT, VOCAB, torch, transformers
+from model_helpers import TEXT, VOCAB, torch, train_sentencepiece, train_tokenizer, transformers
 
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
@@ -87,28 +88,46 @@ GGUF_NAMES = {"input_layernorm.weight": "attn_norm.weight", "post_attention_laye
               "mlp.down_proj.weight": "ffn_down.weight"}
 
 
-def write_llama_gguf(path, qtype, seed=0):
-  """A LLaMA (GQA) in transformers, written as llama.cpp's converter would (q/k rows permuted, norms in F32), its
-  matrices in qtype; returns transformers' model holding the weights the file decodes to."""
-  torch.manual_seed(seed)
-  config = transformers.LlamaConfig(vocab_size=VOCAB + 2, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                                    rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=1, eos_token_id=0)
-  model = transformers.LlamaForCausalLM(config).eval()
-  rng = np.random.default_rng(seed)
-  writer = gguf.GGUFWriter(str(path), "llama")
-  writer.add_block_count(2), writer.add_context_length(128), writer.add_embedding_length(256)
-  writer.add_feed_forward_length(512), writer.add_head_count(4), writer.add_head_count_kv(2)
-  writer.add_layer_norm_rms_eps(1e-5), writer.add_rope_freq_base(10000.0)
-  from model_helpers import train_tokenizer
-  import json
-  train_tokenizer(path.parent)
-  vocab = json.loads((path.parent / "tokenizer.json").read_text())["model"]
+def add_byte_level_bpe(writer, directory) -> int:
+  """The BPE tokenizer trained here (tokenizer.json beside the file) as GGUF metadata; its vocabulary size."""
+  train_tokenizer(directory)
+  vocab = json.loads((directory / "tokenizer.json").read_text())["model"]
   tokens = [t for t, _ in sorted(vocab["vocab"].items(), key=lambda kv: kv[1])]
   writer.add_tokenizer_model("gpt2"), writer.add_token_list(tokens)
   writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in vocab["merges"]])
   writer.add_token_types([3 if t == "<eos>" else 1 for t in tokens])
   writer.add_bos_token_id(1), writer.add_eos_token_id(0)
+  return VOCAB + 2
+
+
+def add_sentencepiece(writer) -> int:
+  """A SentencePiece BPE trained here as llama.cpp's converter writes one: pieces, scores, token types."""
+  spm = pytest.importorskip("sentencepiece")
+  sp = spm.SentencePieceProcessor(model_proto=train_sentencepiece())
+  size = sp.get_piece_size()
+  types = [2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i) else 5 if sp.is_unused(i) else 1
+           for i in range(size)]
+  writer.add_tokenizer_model("llama"), writer.add_token_list([sp.id_to_piece(i) for i in range(size)])
+  writer.add_token_scores([sp.get_score(i) for i in range(size)]), writer.add_token_types(types)
+  writer.add_bos_token_id(1), writer.add_eos_token_id(2), writer.add_unk_token_id(0), writer.add_add_bos_token(True)
+  return size
+
+
+def write_llama_gguf(path, qtype, seed=0, tokenizer="gpt2"):
+  """A LLaMA (GQA) in transformers, written as llama.cpp's converter would (q/k rows permuted, norms in F32), its
+  matrices in qtype, with the byte-level BPE ("gpt2") or a SentencePiece BPE ("llama") trained here; returns
+  transformers' model holding the weights the file decodes to."""
+  torch.manual_seed(seed)
+  writer = gguf.GGUFWriter(str(path), "llama")
+  vocab_size = add_byte_level_bpe(writer, path.parent) if tokenizer == "gpt2" else add_sentencepiece(writer)
+  config = transformers.LlamaConfig(vocab_size=vocab_size, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                    rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=1, eos_token_id=0)
+  model = transformers.LlamaForCausalLM(config).eval()
+  rng = np.random.default_rng(seed)
+  writer.add_block_count(2), writer.add_context_length(128), writer.add_embedding_length(256)
+  writer.add_feed_forward_length(512), writer.add_head_count(4), writer.add_head_count_kv(2)
+  writer.add_layer_norm_rms_eps(1e-5), writer.add_rope_freq_base(10000.0)
   state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
   decoded = {}
   for name, w in state.items():
@@ -176,6 +195,31 @@ def test_the_file_s_tokenizer_round_trips_and_matches_tokenizer_json(tmp_path):
     ids = from_file.encode(text)
     assert ids == from_json.encode(text) and from_file.decode(ids) == text
   assert from_file.special("eos_token") == "<eos>"
+
+
+SENTENCEPIECE_TEXTS = TEXT[:3] + ["fox kernels, once!", " a leading space", "two  spaces and\na newline",
+                                   "bytes: \u00fcn\u00efc\u00f6d\u00e9 \u2603 \U0001f600", ""]
+
+
+def test_a_sentencepiece_vocabulary_tokenizes_as_the_sentencepiece_package(tmp_path):
+  """tokenizer.ggml.model "llama": pieces with scores and types, <0xNN> byte pieces for characters the vocabulary
+  lacks, the "▁" space marker and one in front; ids as sentencepiece's own encoder gives them, and back."""
+  spm = pytest.importorskip("sentencepiece")
+  sp = spm.SentencePieceProcessor(model_proto=train_sentencepiece())
+  path = tmp_path / "model.gguf"
+  write_llama_gguf(path, Q.F16, tokenizer="llama")
+  tokenizer = Tokenizer.load(path)
+  for text in SENTENCEPIECE_TEXTS:
+    ids = tokenizer.encode(text)
+    assert ids == sp.encode(text), text
+    assert tokenizer.decode(ids) == sp.decode(ids) == text
+  assert any(sp.is_byte(i) for i in tokenizer.encode(SENTENCEPIECE_TEXTS[6]))  # the snowman is bytes
+  assert tokenizer.decode([1, *sp.encode("the quick"), 2]) == "the quick"  # <s> and </s> are not text
+  # a control piece written in the text (a chat template's) is that token, as transformers' LlamaTokenizerFast has it
+  assert tokenizer.encode("fox</s>the") == sp.encode("fox") + [2] + sp.encode("the")
+  assert (tokenizer.special("bos_token"), tokenizer.special("eos_token"), tokenizer.special("unk_token")) == \
+    ("<s>", "</s>", "<unk>")
+  assert tokenizer.config["add_bos_token"] is True
 
 
 def test_bad_gguf_files_name_the_problem(tmp_path):

@@ -91,6 +91,23 @@ def test_the_server_answers_the_openai_client(server, gpt2_dir):
     client.chat.completions.create(model=name, messages=[], max_tokens=4)
 
 
+def test_a_sentencepiece_gguf_streams_its_continuation_with_its_spaces(tmp_path):
+  """A LLaMA-2-style GGUF (SentencePiece vocabulary, <s> first): the text printed is the prompt and the new tokens
+  as sentencepiece decodes them after the prompt, spaces included."""
+  spm = pytest.importorskip("sentencepiece")
+  from model_helpers import train_sentencepiece
+  from test_gguf import Q, write_llama_gguf
+  path = tmp_path / "model.gguf"
+  write_llama_gguf(path, Q.Q4_0, tokenizer="llama")
+  result = llm("--model", str(path), "--prompt", "the quick", "--max-new-tokens", "8")
+  assert result.returncode == 0, result.stderr
+  sp = spm.SentencePieceProcessor(model_proto=train_sentencepiece())
+  ids = sp.encode("the quick")
+  new = generate(from_pretrained(path), [[1] + ids], 8, stop_tokens=(2,))[0]
+  new = new[:-1] if new and new[-1] == 2 else new
+  assert result.stdout == sp.decode(ids + new) + "\n"
+
+
 def test_a_gguf_file_runs_with_its_own_tokenizer(tmp_path):
   from test_gguf import Q, write_llama_gguf
   path = tmp_path / "model.gguf"

@@ -40,22 +40,25 @@ class Tokenizer:
 
   @staticmethod
   def from_gguf(metadata: dict[str, Any], where: str = "the GGUF file") -> Tokenizer:
-    """A byte-level BPE tokenizer (GPT-2's kind, `tokenizer.ggml.model` "gpt2") from the file's vocabulary and
-    merges, as transformers builds it from a GGUF."""
+    """The file's tokenizer, as transformers builds it from a GGUF: a byte-level BPE (GPT-2's kind,
+    `tokenizer.ggml.model` "gpt2") from the vocabulary and merges, or a SentencePiece BPE ("llama": LLaMA 1/2,
+    Mistral) from the vocabulary, its scores and token types."""
     kind = metadata.get("tokenizer.ggml.model")
-    if kind != "gpt2":
-      raise CheckpointError(f"{where}: tokenizer model {kind!r} is not supported (a byte-level BPE, 'gpt2', is)")
-    tk = _tokenizers()
-    tokens = metadata["tokenizer.ggml.tokens"]
-    merges = [tuple(m.split(" ", 1)) for m in metadata.get("tokenizer.ggml.merges", [])]
-    backend = tk.Tokenizer(tk.models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
-    backend.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = tk.decoders.ByteLevel()
-    types = metadata.get("tokenizer.ggml.token_type", [])
-    special = [t for t, kind_ in zip(tokens, types) if kind_ == 3]  # CONTROL tokens
+    if kind not in ("gpt2", "llama"):
+      raise CheckpointError(f"{where}: tokenizer model {kind!r} is not supported (a byte-level BPE, 'gpt2', and a "
+                            "SentencePiece BPE, 'llama', are)")
+    if "tokenizer.ggml.tokens" not in metadata: raise CheckpointError(f"{where} has no tokenizer.ggml.tokens")
+    tokens: list[str] = metadata["tokenizer.ggml.tokens"]
+    types: list[int] = metadata.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
+    backend = _byte_level_bpe(tokens, metadata) if kind == "gpt2" else _sentencepiece_bpe(tokens, types, metadata)
+    special = [t for t, kind_ in zip(tokens, types) if kind_ == CONTROL]
     if special: backend.add_special_tokens(special)
-    config = {key: tokens[metadata[f"tokenizer.ggml.{key}_id"]] for key in ("bos_token", "eos_token")
-              if isinstance(metadata.get(f"tokenizer.ggml.{key}_id"), int)}
+    config: dict[str, Any] = {key: tokens[metadata[f"tokenizer.ggml.{name}_id"]]
+                              for key, name in (("bos_token", "bos_token"), ("eos_token", "eos_token"),
+                                                ("unk_token", "unknown_token"))
+                              if isinstance(metadata.get(f"tokenizer.ggml.{name}_id"), int)}
+    if isinstance(metadata.get("tokenizer.ggml.add_bos_token"), bool):
+      config["add_bos_token"] = metadata["tokenizer.ggml.add_bos_token"]
     return Tokenizer(backend, config, metadata.get("tokenizer.chat_template"))
 
   def special(self, key: str) -> str | None:
@@ -80,6 +83,57 @@ class Tokenizer:
     return environment.from_string(self.chat_template).render(
       messages=messages, add_generation_prompt=True, bos_token=self.special("bos_token") or "",
       eos_token=self.special("eos_token") or "")
+
+
+# tokenizer.ggml.token_type values (llama.cpp's)
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+SPACE = "\u2581"  # SentencePiece's space marker
+
+
+def _byte_level_bpe(tokens: list[str], metadata: dict[str, Any]) -> Any:
+  tk = _tokenizers()
+  merges = [tuple(m.split(" ", 1)) for m in metadata.get("tokenizer.ggml.merges", [])]
+  backend = tk.Tokenizer(tk.models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+  backend.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+  backend.decoder = tk.decoders.ByteLevel()
+  return backend
+
+
+def sentencepiece_merges(tokens: list[str], scores: list[float], types: list[int]) -> list[tuple[str, str]]:
+  """The merges of a SentencePiece BPE vocabulary: SentencePiece joins the adjacent pair whose joined piece scores
+  highest, so every split of a normal piece into two pieces of the vocabulary is a merge, ranked by the piece's
+  score (ties by the pieces' ids, as transformers orders them)."""
+  ids = {t: i for i, t in enumerate(tokens)}
+  ranked = []
+  for piece, score, kind in zip(tokens, scores, types):
+    if kind != NORMAL: continue
+    for cut in range(1, len(piece)):
+      left, right = piece[:cut], piece[cut:]
+      if left in ids and right in ids: ranked.append((-score, ids[left], ids[right], left, right))
+  ranked.sort()
+  return [(left, right) for _, _, _, left, right in ranked]
+
+
+def _sentencepiece_bpe(tokens: list[str], types: list[int], metadata: dict[str, Any]) -> Any:
+  """A SentencePiece BPE as a `tokenizers` BPE: "▁" for each space and one in front (add_space_prefix, true unless
+  the file says not), characters outside the vocabulary as their UTF-8 bytes (<0xNN> pieces), and back."""
+  tk = _tokenizers()
+  scores = metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+  unk = metadata.get("tokenizer.ggml.unknown_token_id")
+  unk = unk if isinstance(unk, int) else next((i for i, kind in enumerate(types) if kind == UNKNOWN), None)
+  model = tk.models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=sentencepiece_merges(tokens, scores, types),
+                        unk_token=None if unk is None else tokens[unk], fuse_unk=True, byte_fallback=True)
+  backend = tk.Tokenizer(model)
+  steps = [tk.normalizers.Replace(" ", SPACE)]
+  decoders = [tk.decoders.Replace(SPACE, " "), tk.decoders.ByteFallback(), tk.decoders.Fuse()]
+  if metadata.get("tokenizer.ggml.add_space_prefix", True):
+    steps.insert(0, tk.normalizers.Prepend(SPACE))
+    decoders.append(tk.decoders.Strip(" ", 1, 0))
+  backend.normalizer = tk.normalizers.Sequence(steps)
+  backend.decoder = tk.decoders.Sequence(decoders)
+  user_defined = [t for t, kind in zip(tokens, types) if kind == USER_DEFINED]
+  if user_defined: backend.add_tokens(user_defined)
+  return backend
 
 
 def _raise_template_error(message: str) -> None: raise CheckpointError(f"the chat template refused: {message}")
