@@ -6,6 +6,12 @@
     python -m tinycore.llm --model DIR --serve [PORT]          # an OpenAI-compatible API on 127.0.0.1 (default 8000)
 
 Tokens stream to stdout as they come. Sampling: --temperature (0: greedy, the default), --top-k, --top-p, --seed.
+A conversation (--chat, /v1/chat/completions) is rendered by the checkpoint's chat template (tokenizer_config.json's
+`chat_template`, chat_template.jinja, or a GGUF's `tokenizer.chat_template`); with none, each turn is a line
+"role: content" and the prompt ends with "assistant:". The server generates for one request at a time (the model
+and its key/value caches are one; each connection has a thread, so a second client waits for the lock, not for the
+first one's connection to close). A bad request gets a 4xx JSON error naming the problem before any token is made,
+so a streamed answer never turns into an error.
 """
 from __future__ import annotations
 import argparse
@@ -16,7 +22,7 @@ import sys
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator, Sequence
 from tinycore.device.registry import Device
 from tinycore.models import from_pretrained
@@ -55,10 +61,16 @@ class LanguageModel:
     """(text piece, token) as each token comes; the text is decoded from every new token so far, so a character
     made of several tokens appears when it is whole, after the prompt's last token (so a SentencePiece tokenizer,
     which drops the space in front of the first token it decodes, keeps the one in front of the first new token).
-    The last item has token None and the finish reason as text."""
+    The last item has token None and the finish reason as text. A prompt too long for the context, a count of new
+    tokens below 1 and bad sampling settings raise ValueError here, before any token is made."""
     if len(ids) >= self.model.context:
       raise ValueError(f"the prompt has {len(ids)} tokens; the context holds {self.model.context}")
-    max_new_tokens = min(max_new_tokens, self.model.context - len(ids))
+    if max_new_tokens < 1: raise ValueError(f"max new tokens must be at least 1, got {max_new_tokens}")
+    check_sampling(**sampling)
+    return self._pieces(ids, min(max_new_tokens, self.model.context - len(ids)), sampling)
+
+  def _pieces(self, ids: Sequence[int], max_new_tokens: int,
+              sampling: dict[str, Any]) -> Iterator[tuple[str, int | None]]:
     new: list[int] = []
     anchor = list(ids[-1:])
     if (lead := self.tokenizer.decode(anchor)).endswith("\ufffd"): anchor, lead = [], ""  # half a character
@@ -76,6 +88,14 @@ class LanguageModel:
       yield text[len(shown):], token
       shown = text
     yield reason, None
+
+
+def check_sampling(temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None) -> None:
+  """Raise ValueError naming a sampling setting out of its range."""
+  if not temperature >= 0: raise ValueError(f"temperature must be at least 0, got {temperature}")
+  if not 0 < top_p <= 1: raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+  if top_k < 0: raise ValueError(f"top_k must be at least 0, got {top_k}")
+  if seed is not None and not isinstance(seed, int): raise ValueError(f"seed must be an integer, got {seed!r}")
 
 
 def peak_memory_mib() -> float:
@@ -115,20 +135,60 @@ def benchmark(lm: LanguageModel, tokens: int, prompt: str, sampling: dict[str, A
 
 # ---------------------------------------------------------------------------- the OpenAI-compatible server
 class ApiError(Exception):
+  """A request the server refuses: its HTTP status and the message of the JSON error it answers with."""
+
   def __init__(self, status: int, message: str):
     super().__init__(message)
     self.status = status
 
 
-def _sampling(body: dict[str, Any]) -> dict[str, Any]:
-  try:
-    return {"temperature": float(body.get("temperature", 0.0) or 0.0), "top_p": float(body.get("top_p", 1.0) or 1.0),
-            "top_k": int(body.get("top_k", 0) or 0), "seed": body.get("seed")}
-  except (TypeError, ValueError) as error: raise ApiError(400, f"bad sampling parameter: {error}") from error
+def _number(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+  value = body.get(key)
+  if value is None: return default
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+    raise ApiError(400, f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+  return kind(value)
+
+
+def request_settings(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+  """(max new tokens, sampling settings) of a request body, each checked: a 400 names the first bad one."""
+  if body.get("n") not in (None, 1): raise ApiError(400, f"n must be 1 (one choice per request), got {body['n']!r}")
+  if body.get("stop") not in (None, [], ""):
+    raise ApiError(400, "stop sequences are not supported (the checkpoint's own stop tokens end a completion)")
+  max_tokens = _number(body, "max_tokens", int, None)
+  if max_tokens is None: max_tokens = _number(body, "max_completion_tokens", int, 16)
+  sampling = {"temperature": _number(body, "temperature", float, 0.0), "top_p": _number(body, "top_p", float, 1.0),
+              "top_k": _number(body, "top_k", int, 0), "seed": _number(body, "seed", int, None)}
+  try: check_sampling(**sampling)
+  except ValueError as error: raise ApiError(400, str(error)) from error
+  if max_tokens < 1: raise ApiError(400, f"max_tokens must be at least 1, got {max_tokens}")
+  return max_tokens, sampling
+
+
+CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
+
+
+def chat_messages(body: dict[str, Any]) -> list[dict[str, str]]:
+  """The request's messages as {"role", "content"} with text content (a list of text parts is joined)."""
+  messages = body.get("messages")
+  if not isinstance(messages, list) or not messages: raise ApiError(400, "messages must be a non-empty list")
+  out = []
+  for i, message in enumerate(messages):
+    if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
+      raise ApiError(400, f"messages[{i}] must be an object with a role ({', '.join(CHAT_ROLES)})")
+    content = message.get("content")
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+      content = "".join(str(p.get("text", "")) for p in content)
+    if not isinstance(content, str):
+      raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts")
+    out.append({"role": message["role"], "content": content})
+  return out
 
 
 class ApiHandler(BaseHTTPRequestHandler):
-  """The OpenAI-compatible routes over one LanguageModel (`lm`, set by `serve` on a subclass)."""
+  """The OpenAI-compatible routes over one LanguageModel (`lm`, set by `serve` on a subclass). Each connection has
+  its own thread (an idle keep-alive client blocks no other), but generations run one at a time, under the model's
+  lock (the model and its key/value caches are one): a second request waits for the first to finish."""
   lm: LanguageModel
   protocol_version = "HTTP/1.1"
 
@@ -143,41 +203,48 @@ class ApiHandler(BaseHTTPRequestHandler):
     self.wfile.write(data)
 
   def _error(self, status: int, message: str) -> None:
-    self._json(status, {"error": {"message": message, "type": "invalid_request_error", "code": status}})
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    self._json(status, {"error": {"message": message, "type": kind, "param": None, "code": status}})
 
   def do_GET(self) -> None:  # noqa: N802
     if self.path.rstrip("/") == "/v1/models":
       self._json(200, {"object": "list", "data": [{"id": self.lm.name, "object": "model", "created": 0,
                                                     "owned_by": "tinycore"}]})
-    else: self._error(404, f"no route {self.path}")
+    else: self._error(404, f"no route GET {self.path} (GET /v1/models; POST /v1/completions, /v1/chat/completions)")
 
   def do_POST(self) -> None:  # noqa: N802
     try:
-      length = int(self.headers.get("Content-Length") or 0)
-      try: body = json.loads(self.rfile.read(length) or b"{}")
-      except json.JSONDecodeError as error: raise ApiError(400, f"the body is not JSON: {error}") from error
+      try: length = int(self.headers.get("Content-Length") or 0)
+      except ValueError as error:
+        self.close_connection = True  # the body's end is unknown: the connection cannot carry another request
+        raise ApiError(400, "Content-Length is not a number") from error
+      data = self.rfile.read(length)  # read whole first, so a refused request leaves the connection clean
       route = self.path.rstrip("/")
-      if route == "/v1/completions": self._complete(body, chat=False)
-      elif route == "/v1/chat/completions": self._complete(body, chat=True)
-      else: raise ApiError(404, f"no route {self.path}")
+      if route not in ("/v1/completions", "/v1/chat/completions"):
+        raise ApiError(404, f"no route POST {self.path} (POST /v1/completions, /v1/chat/completions)")
+      try: body = json.loads(data or b"{}")
+      except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ApiError(400, f"the body is not JSON: {error}") from error
+      if not isinstance(body, dict): raise ApiError(400, f"the body must be a JSON object, got {type(body).__name__}")
+      self._complete(body, chat=route == "/v1/chat/completions")
     except ApiError as error: self._error(error.status, str(error))
-    except ValueError as error: self._error(400, str(error))
+    except (ValueError, CheckpointError) as error: self._error(400, str(error))
+    except Exception as error:  # noqa: BLE001 - the client gets a JSON answer, not a dropped connection
+      self._error(500, f"{type(error).__name__}: {error}")
 
   def _complete(self, body: dict[str, Any], chat: bool) -> None:
-    if chat:
-      messages = body.get("messages")
-      if not isinstance(messages, list) or not messages: raise ApiError(400, "messages must be a non-empty list")
-      prompt = self.lm.tokenizer.apply_chat_template(messages)
+    """Everything is checked before the answer starts: a streamed answer cannot turn into an error."""
+    if chat: prompt = self.lm.tokenizer.apply_chat_template(chat_messages(body))
     else:
       prompt = body.get("prompt")
       if isinstance(prompt, list) and len(prompt) == 1: prompt = prompt[0]
-      if not isinstance(prompt, str): raise ApiError(400, "prompt must be a string")
-    max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+      if not isinstance(prompt, str): raise ApiError(400, "prompt must be a string (or a list of one string)")
+    max_tokens, sampling = request_settings(body)
     ids = self.lm.prompt_ids(prompt)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
     created = int(time.time())
     with self.lm.lock:
-      pieces = self.lm.stream(ids, max_tokens, **_sampling(body))
+      pieces = self.lm.stream(ids, max_tokens, **sampling)
       if body.get("stream"): self._stream(pieces, ident, created, chat)
       else: self._whole(pieces, ident, created, chat, len(ids))
 
@@ -220,7 +287,8 @@ class ApiHandler(BaseHTTPRequestHandler):
 
 
 def serve(lm: LanguageModel, port: int) -> None:
-  server = HTTPServer(("127.0.0.1", port), type("Handler", (ApiHandler,), {"lm": lm}))
+  server = ThreadingHTTPServer(("127.0.0.1", port), type("Handler", (ApiHandler,), {"lm": lm}))
+  server.daemon_threads = True
   print(f"serving {lm.name} on http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
   try: server.serve_forever()
   except KeyboardInterrupt: pass

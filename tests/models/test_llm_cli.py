@@ -56,7 +56,7 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server(gpt2_dir):
   port = free_port()
   process = subprocess.Popen([sys.executable, "-m", "tinycore.llm", "--model", str(gpt2_dir), "--serve", str(port)],
@@ -87,8 +87,82 @@ def test_the_server_answers_the_openai_client(server, gpt2_dir):
   pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
     model=name, messages=[{"role": "user", "content": "hello"}], max_tokens=6, stream=True)]
   assert chat.choices[0].message.role == "assistant" and "".join(pieces) == chat.choices[0].message.content
-  with pytest.raises(openai.BadRequestError, match="messages"):
-    client.chat.completions.create(model=name, messages=[], max_tokens=4)
+
+
+def test_chat_completions_apply_the_checkpoint_s_chat_template(server, gpt2_dir):
+  """The conversation is rendered by the checkpoint's template as transformers renders it (text parts joined)."""
+  openai = pytest.importorskip("openai")
+  from model_helpers import transformers
+  client = openai.OpenAI(base_url=server, api_key="unused")
+  messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the quick"},
+              {"role": "assistant", "content": "fox"}, {"role": "user", "content": "once upon"}]
+  rendered = transformers.AutoTokenizer.from_pretrained(gpt2_dir).apply_chat_template(
+    messages, tokenize=False, add_generation_prompt=True)
+  assert rendered.endswith("<|user|>once upon<eos><|assistant|>")
+  chat = client.chat.completions.create(model="any", messages=messages, max_tokens=7)
+  assert chat.choices[0].message.content == expected_text(gpt2_dir, rendered, 7)
+  parts = [*messages[:3], {"role": "user", "content": [{"type": "text", "text": "once "}, {"type": "text",
+                                                                                          "text": "upon"}]}]
+  assert client.chat.completions.create(model="any", messages=parts, max_tokens=7).choices[0].message.content == \
+    chat.choices[0].message.content
+
+
+def test_two_clients_at_once_each_get_their_own_answer(server, gpt2_dir):
+  """Generations run one at a time under the model's lock; the second client waits and then gets its answer."""
+  openai = pytest.importorskip("openai")
+  from concurrent.futures import ThreadPoolExecutor
+  prompts = ["the quick", "once upon a time"]
+  clients = [openai.OpenAI(base_url=server, api_key="unused") for _ in prompts]
+  with ThreadPoolExecutor(2) as pool:
+    texts = list(pool.map(lambda pair: pair[0].completions.create(model="any", prompt=pair[1], max_tokens=6)
+                          .choices[0].text, zip(clients, prompts)))
+  assert texts == [expected_text(gpt2_dir, p, 6) for p in prompts]
+
+
+def test_without_a_template_a_conversation_is_role_lines():
+  tokenizer = Tokenizer(None, {}, None)
+  assert tokenizer.apply_chat_template([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]) \
+    == "system: be brief\nuser: hi\nassistant:"
+
+
+@pytest.mark.parametrize("call, message", [
+  (dict(messages=[]), "messages must be a non-empty list"),
+  (dict(messages=[{"role": "robot", "content": "hi"}]), r"messages\[0\] must be an object with a role"),
+  (dict(messages=[{"role": "user", "content": 5}]), r"messages\[0\].content must be a string"),
+  (dict(max_tokens=0), "max_tokens must be at least 1"),
+  (dict(max_tokens=2.5), "max_tokens must be an integer"),
+  (dict(temperature=-1), "temperature must be at least 0"),
+  (dict(top_p=0, stream=True), r"top_p must be in \(0, 1\]"),
+  (dict(n=2), "n must be 1"),
+  (dict(stop=["\n"]), "stop sequences are not supported"),
+  (dict(messages=[{"role": "user", "content": "the " * 200}], stream=True), "context holds"),
+])
+def test_bad_requests_get_a_400_naming_the_problem(server, call, message):
+  """Each before any token is made: a streamed request is refused with the same JSON error."""
+  openai = pytest.importorskip("openai")
+  client = openai.OpenAI(base_url=server, api_key="unused")
+  arguments = {"model": "any", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4, **call}
+  with pytest.raises(openai.BadRequestError, match=message) as error:
+    client.chat.completions.create(**arguments)
+  assert error.value.status_code == 400 and error.value.body["type"] == "invalid_request_error"
+  with pytest.raises(openai.BadRequestError, match="prompt must be a string"):
+    client.completions.create(model="any", prompt=[1, 2, 3], max_tokens=4)
+
+
+@pytest.mark.parametrize("method, path, body, status, message", [
+  ("POST", "/v1/chat/completions", b"{not json", 400, "the body is not JSON"),
+  ("POST", "/v1/completions", b"[1, 2]", 400, "the body must be a JSON object, got list"),
+  ("POST", "/v1/embeddings", b"{}", 404, "no route POST /v1/embeddings"),
+  ("GET", "/v2/models", None, 404, "no route GET /v2/models"),
+])
+def test_malformed_requests_get_a_json_error(server, method, path, body, status, message):
+  import json
+  import urllib.error
+  import urllib.request
+  request = urllib.request.Request(server.removesuffix("/v1") + path, data=body, method=method,
+                                   headers={"Content-Type": "application/json"})
+  with pytest.raises(urllib.error.HTTPError) as error: urllib.request.urlopen(request, timeout=60)
+  assert error.value.code == status and message in json.loads(error.value.read())["error"]["message"]
 
 
 def test_a_sentencepiece_gguf_streams_its_continuation_with_its_spaces(tmp_path):
