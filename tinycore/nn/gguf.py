@@ -121,20 +121,20 @@ def _q4_k(blocks: Tensor) -> list[Part]:
 
 def _q6_k(blocks: Tensor) -> list[Part]:
   """210 bytes per 256 values: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales (one per 16
-  values), the f16 scale. Layout (half, part, 32): each half of 128 values takes 64 low-nibble bytes (a, b) and 32
-  high bytes; part 0 is a's low nibbles with the high bytes' bits 0-1, part 1 b's with bits 2-3, part 2 a's high
-  nibbles with bits 4-5, part 3 b's with bits 6-7."""
+  values), the f16 scale. Layout (half, part, 2, 16), the last dim the 16 values of one scale: each half of 128
+  values takes 64 low-nibble bytes (a, b) and 32 high bytes; part 0 is a's low nibbles with the high bytes' bits
+  0-1, part 1 b's with bits 2-3, part 2 a's high nibbles with bits 4-5, part 3 b's with bits 6-7."""
   n = blocks.shape[0]
-  ql, qh = blocks[:, 0:128].reshape(n, 2, 64), blocks[:, 128:192].reshape(n, 2, 32)
-  a, b = ql[:, :, 0:32], ql[:, :, 32:64]
-  scales = blocks[:, 192:208].bitcast(dtypes.int8).float().reshape(n, 2, 4, 2, 1).expand(n, 2, 4, 2, 16)
-  d = _f16(blocks, 208).reshape(n, 1, 1)
+  ql, qh = blocks[:, 0:128].reshape(n, 2, 2, 2, 16), blocks[:, 128:192].reshape(n, 2, 2, 16)
+  a, b = ql[:, :, 0], ql[:, :, 1]
+  scales = blocks[:, 192:208].bitcast(dtypes.int8).float().reshape(n, 2, 4, 2, 1)
+  d = _f16(blocks, 208).reshape(n, 1, 1, 1)
   nibbles = [a & 15, b & 15, a >> 4, b >> 4]
   parts: list[Part] = []
   for part in range(4):
     high = qh & 3 if part == 0 else (qh >> 2 * part) & 3
     q = (nibbles[part] | (high << 4)).float() - 32
-    parts.append(((ALL, part, ALL), d * scales[:, :, part].reshape(n, 2, 32) * q))
+    parts.append(((ALL, part, ALL, ALL), d * scales[:, :, part] * q))
   return parts
 
 
@@ -152,7 +152,7 @@ GGML_TYPES: dict[int, GGMLType] = {
   0: GGMLType("F32", 1, 4), 1: GGMLType("F16", 1, 2), 30: GGMLType("BF16", 1, 2),
   2: GGMLType("Q4_0", 32, 18, (2, 16), _q4_0), 3: GGMLType("Q4_1", 32, 20, (2, 16), _q4_1),
   8: GGMLType("Q8_0", 32, 34, (32,), _q8_0), 12: GGMLType("Q4_K", 256, 144, (2, 2, 2, 32), _q4_k),
-  14: GGMLType("Q6_K", 256, 210, (2, 4, 32), _q6_k),
+  14: GGMLType("Q6_K", 256, 210, (2, 4, 2, 16), _q6_k),
 }
 KNOWN_NAMES = {6: "Q5_0", 7: "Q5_1", 9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 13: "Q5_K", 15: "Q8_K"}
 
