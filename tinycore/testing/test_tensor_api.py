@@ -3,7 +3,7 @@ operands, tril/triu, roll, split/chunk, meshgrid, repeat_interleave, stack call 
 scatter_reduce, masked_fill, advanced indexing, sort/argsort/topk; and their gradients against central differences."""
 import numpy as np
 import pytest
-from tinycore import Tensor, dtypes
+from tinycore import Tensor, dtypes, tensor_sort
 from tinycore.testing.helpers import assert_close, assert_equal, check_gradient, random_array
 
 
@@ -239,8 +239,7 @@ def test_sort_argsort(rng, shape, dim, descending):
 def test_sort_network(rng, monkeypatch, shape, dim, dtype, descending):
   """Long rows sort by a bitonic network: lowered here to every row, on few distinct values (ties stay stable) and
   the dtype's extremes (the padding's values, which must still sort after the data)."""
-  from tinycore.tensor_ops import TensorOps
-  monkeypatch.setattr(TensorOps, "SORT_NETWORK_MIN", 2)
+  monkeypatch.setattr(tensor_sort, "RANK_SORT_MAX", 1)
   x = random_array(rng, shape, dtype, low=-3, high=3)
   if dtype == "int8": x.flat[:2] = [127, -128]
   if dtype == "float32": x.flat[:2] = [np.inf, -np.inf]
@@ -252,8 +251,7 @@ def test_sort_network(rng, monkeypatch, shape, dim, dtype, descending):
 
 
 def test_sort_network_gradient(rng, monkeypatch):
-  from tinycore.tensor_ops import TensorOps
-  monkeypatch.setattr(TensorOps, "SORT_NETWORK_MIN", 2)
+  monkeypatch.setattr(tensor_sort, "RANK_SORT_MAX", 1)
   check_gradient(rng, lambda x: x.sort(1, descending=True)[0], lambda x: -np.sort(-x, 1),
                  [random_array(rng, (2, 6), "float32")])
 
@@ -273,9 +271,8 @@ def test_topk(rng, largest):
 def test_topk_in_chunks(rng, monkeypatch, largest, dtype):
   """A long row's topk runs per chunk, then over the chunks' candidates: the same values and indices as the sort's
   order (NaN largest, ties by position), with ties across chunks, NaN, infinities and a last chunk filled up."""
-  from tinycore.tensor_ops import TensorOps
-  monkeypatch.setattr(TensorOps, "TOPK_SELECT_MAX", 1)
-  monkeypatch.setattr(TensorOps, "TOPK_CHUNK", 8)  # k = 3: chunks of 16, from 64 elements on
+  monkeypatch.setattr(tensor_sort, "TOPK_SELECT_MAX", 1)
+  monkeypatch.setattr(tensor_sort, "RANK_SELECT_MAX", 16)  # k = 3: chunks of 4, levels of 70, 18 and 5 keys
   x = rng.integers(-4, 5, (3, 70)).astype(dtype)  # many ties, across chunks
   if dtype == "float32":
     x[0, [5, 40, 69]] = np.nan
