@@ -41,33 +41,35 @@ def reads_computed_addresses(device: str | tuple[str, ...]) -> bool:
   return bool(getattr(target, "gathers", False))
 
 
-def _value_key(x: Tensor) -> Tensor:
-  """x's elements as signed integers in the same order (NaN above +inf, -0.0 equal to 0.0): int64 for a 64-bit dtype,
-  int32 for the others."""
+def value_keys(x: Tensor, descending: bool) -> Tensor:
+  """x's elements as signed integers in the requested order (NaN above +inf, -0.0 equal to 0.0; descending: the
+  largest first): int64 for a 64-bit dtype, int32 for the others."""
   if dtypes.is_float(x.dtype):
     width = 8 * x.dtype.itemsize
     bits_dtype = {16: dtypes.int16, 32: dtypes.int32, 64: dtypes.int64}[width]
-    canonical = (x != x).where(math.nan, (x == 0).where(0.0, x))
-    bits = canonical.bitcast(bits_dtype)
+    bits = (x == x).where((x == 0).where(0.0, x), math.nan).bitcast(bits_dtype)
     # a negative float's bits grow with its magnitude: flipping all but the sign bit reverses them
     key = bits ^ ((bits >> (width - 1)) & dtypes.max(bits_dtype))
-    return key if width == 64 else key.cast(dtypes.int32)
-  if x.dtype is dtypes.uint64: return (x ^ (1 << 63)).bitcast(dtypes.int64)
-  if x.dtype is dtypes.int64: return x
-  if x.dtype is dtypes.uint32: return (x.cast(dtypes.int64) - (1 << 31)).cast(dtypes.int32)
-  return x.cast(dtypes.int32)
+    if width != 64: key = key.cast(dtypes.int32)
+  elif x.dtype is dtypes.uint64: key = (x ^ (1 << 63)).bitcast(dtypes.int64)
+  elif x.dtype is dtypes.int64: key = x
+  elif x.dtype is dtypes.uint32: key = (x.cast(dtypes.int64) - (1 << 31)).cast(dtypes.int32)
+  else: key = x.cast(dtypes.int32)
+  return ~key if descending else key
+
+
+def keyed(key: Tensor, positions: Tensor) -> list[Tensor]:
+  """Order keys from value keys and their (int) positions: [value key * 2**32 + position] (one int64 word) for an
+  int32 value key, [value key, position] for an int64 one."""
+  if key.dtype is dtypes.int64: return [key, positions.cast(dtypes.int64).expand(key.shape)]
+  return [key.cast(dtypes.int64) * (1 << POSITION_BITS) + positions.cast(dtypes.int64)]
 
 
 def order_keys(rows: Tensor, descending: bool) -> list[Tensor]:
-  """The order keys of the last axis: [value key * 2**32 + position] (one int64 word) for a dtype of up to 32 bits,
-  [value key, position] for a 64-bit one; ascending keys are the sort order (descending=True: largest first), equal
+  """The order keys of the last axis: ascending keys are the sort order (descending=True: largest first), equal
   values by position."""
   from tinycore.tensor import Tensor
-  key = _value_key(rows)
-  if descending: key = ~key
-  position = Tensor.arange(rows.shape[-1], device=rows.device, dtype=dtypes.int64)
-  if key.dtype is dtypes.int64: return [key, position.expand(rows.shape)]
-  return [key.cast(dtypes.int64) * (1 << POSITION_BITS) + position]
+  return keyed(value_keys(rows, descending), Tensor.arange(rows.shape[-1], device=rows.device, dtype=dtypes.int64))
 
 
 def key_positions(keys: list[Tensor]) -> Tensor:
@@ -149,12 +151,20 @@ def select_by_passes(keys: list[Tensor], k: int) -> list[Tensor]:
   (one kernel: the passes read the row in turn, then each output slot picks its pass's key)."""
   from tinycore.tensor import Tensor
   slot = Tensor.arange(k, device=keys[0].device, dtype=dtypes.int32)
-  found = _smallest(keys)
-  picked = [f.expand(f.shape[:-1] + (k,)) for f in found]
+  if len(keys) == 1:  # the largest of the inverted keys, a max per pass (a min of ints is three ops)
+    inverted = (~keys[0]).contiguous()
+    found = inverted.max(-1, keepdim=True)
+    picked = found.expand(found.shape[:-1] + (k,))
+    for j in range(1, k):
+      found = (inverted < found).where(inverted, ~LAST_KEY).max(-1, keepdim=True)
+      picked = (slot == j).where(found, picked)
+    return [~picked]
+  words = _smallest(keys)
+  choices = [w.expand(w.shape[:-1] + (k,)) for w in words]
   for j in range(1, k):
-    found = _smallest(keys, _precedes(found, keys))
-    picked = [(slot == j).where(f, p) for f, p in zip(found, picked)]
-  return picked
+    words = _smallest(keys, _precedes(words, keys))
+    choices = [(slot == j).where(w, c) for w, c in zip(words, choices)]
+  return choices
 
 
 def select_by_rank(keys: list[Tensor], k: int) -> list[Tensor]:
@@ -166,44 +176,56 @@ def select_by_rank(keys: list[Tensor], k: int) -> list[Tensor]:
   return [hit.where(w.unsqueeze(-2), 0).sum(-1, dtype=dtypes.int64) for w in keys]
 
 
-def _chunk_minima(keys: list[Tensor], chunk: int) -> list[Tensor]:
-  """The smallest key of each chunk of `chunk` keys along the last axis (the last chunk filled up with LAST_KEY)."""
-  n, lead = keys[0].shape[-1], keys[0].shape[:-1]
-  count = -(-n // chunk)
-  padded = [w.pad(((0, 0),) * len(lead) + ((0, count * chunk - n),), value=LAST_KEY) for w in keys]
-  return [m.squeeze(-1) for m in _smallest([w.reshape(lead + (count, chunk)) for w in padded])]
-
-
-def select_by_chunks(keys: list[Tensor], k: int, chunk: int) -> list[Tensor]:
-  """The k smallest keys of the last axis in ascending order, through levels of chunk minima: level l + 1 holds the
-  smallest key of each chunk of `chunk` keys of level l, down to a level of at most RANK_SELECT_MAX keys. The k
-  smallest minima of a level lie in the chunks that hold the k smallest keys of the level below (a key outside them
-  has k smaller minima before it), so from the top, each level's k smallest are picked among the k chunks below the
-  last level's picks (gathers of k * chunk keys). A key's position names its chunk on every level."""
-  from tinycore.tensor import Tensor
-  levels = [keys]
-  while levels[-1][0].shape[-1] > RANK_SELECT_MAX: levels.append(_chunk_minima(levels[-1], chunk))
-  picked = smallest_keys(levels[-1], k)
-  offsets = Tensor.arange(chunk, device=keys[0].device, dtype=dtypes.int32)
-  for depth in range(len(levels) - 2, -1, -1):
-    chunks = key_positions(picked) // chunk ** (depth + 1)  # (.., k): on level `depth + 1`
-    reads = (chunks.unsqueeze(-1) * chunk + offsets).reshape(chunks.shape[:-1] + (k * chunk,))
-    row = levels[depth]
-    count = -(-row[0].shape[-1] // chunk) * chunk
-    padded = [w.pad(((0, 0),) * (w.ndim - 1) + ((0, count - w.shape[-1]),), value=LAST_KEY) for w in row]
-    picked = smallest_keys([w.gather(-1, reads) for w in padded], k)
-  return picked
-
-
 def smallest_keys(keys: list[Tensor], k: int) -> list[Tensor]:
-  """The k smallest keys of the last axis in ascending order: by passes for a small k, by rank among few keys, in
-  chunks on a device that gathers, else by a sort."""
-  n = keys[0].shape[-1]
-  if k <= TOPK_SELECT_MAX: return select_by_passes(keys, k)
-  if n <= RANK_SELECT_MAX: return select_by_rank(keys, k)
-  chunk = 1 << max(1, (RANK_SELECT_MAX // k).bit_length() - 1)  # k * chunk candidates: at most RANK_SELECT_MAX
-  if reads_computed_addresses(keys[0].device) and k * chunk < n: return select_by_chunks(keys, k, chunk)
-  return [w[..., :k] for w in bitonic_sort(keys, [])[0]]
+  """The k smallest of at most RANK_SELECT_MAX keys along the last axis, in ascending order."""
+  return select_by_passes(keys, k) if k <= TOPK_SELECT_MAX else select_by_rank(keys, k)
+
+
+def _padded(t: Tensor, multiple: int, value: int) -> Tensor:
+  """t's last axis filled up with `value` to a multiple of `multiple`."""
+  extra = -t.shape[-1] % multiple
+  return t.pad(((0, 0),) * (t.ndim - 1) + ((0, extra),), value=value) if extra else t
+
+
+def _gather_last(t: Tensor, index: Tensor) -> Tensor:
+  """t[..., index] along the last axis (0 where the index is out of range): a sum of selects over the axis, which a
+  device that gathers reads as one load."""
+  from tinycore.tensor import Tensor
+  n = t.shape[-1]
+  hit = index.unsqueeze(-1) == Tensor.arange(n, device=t.device, dtype=index.dtype)
+  return hit.where(t.unsqueeze(-2), 0).sum(-1).cast(t.dtype)
+
+
+def select_by_chunks(rows: Tensor, k: int, descending: bool, chunk: int) -> list[Tensor]:
+  """The k smallest order keys of the last axis, through levels of chunk minima: level 1 holds the smallest value
+  key of each chunk of `chunk` elements (keyed by the chunk's start, which orders equal minima as their positions
+  would), level l + 1 the smallest key of each chunk of level l, up to a level of at most RANK_SELECT_MAX keys. The k
+  smallest minima of a level lie in the chunks that hold the k smallest keys of the level below (a key outside them
+  has k smaller minima before it), so from the top down each level's k smallest are picked among the k chunks under
+  the last picks (gathers of k * chunk keys, a position naming its chunk on every level: position // chunk**level)."""
+  from tinycore.tensor import Tensor
+  values = value_keys(rows, descending)
+  count = -(-rows.shape[-1] // chunk)
+  # (realized: read in place by the level above, its kernel would index the row through both levels' pads)
+  minima = _padded(values, chunk, dtypes.max(values.dtype)).reshape(values.shape[:-1] + (count, chunk)).min(-1)
+  minima = minima.contiguous()
+  levels = [keyed(minima, Tensor.arange(count, device=rows.device, dtype=dtypes.int64) * chunk)]
+  while levels[-1][0].shape[-1] > RANK_SELECT_MAX:
+    words = [_padded(w, chunk, LAST_KEY) for w in levels[-1]]
+    shape = words[0].shape[:-1] + (words[0].shape[-1] // chunk, chunk)
+    levels.append([m.squeeze(-1) for m in _smallest([w.reshape(shape) for w in words])])
+  picked = smallest_keys(levels[-1], k)
+  offsets = Tensor.arange(chunk, device=rows.device, dtype=dtypes.int32)
+  for depth in range(len(levels) - 1, -1, -1):
+    chunks = key_positions(picked) // chunk ** (depth + 1)  # (.., k): the picks' chunks on level `depth + 1`
+    reads = (chunks.unsqueeze(-1) * chunk + offsets).reshape(chunks.shape[:-1] + (k * chunk,))
+    if depth:
+      candidates = [_gather_last(_padded(w, chunk, LAST_KEY), reads) for w in levels[depth - 1]]
+    else:  # the row itself: keys of the elements read (past its end: none)
+      inside = reads < rows.shape[-1]
+      candidates = [inside.where(w, LAST_KEY) for w in keyed(value_keys(_gather_last(rows, reads), descending), reads)]
+    picked = smallest_keys(candidates, k)
+  return picked
 
 
 def sorted_rows(rows: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
@@ -221,8 +243,14 @@ def sorted_rows(rows: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
 
 def selected_rows(rows: Tensor, k: int, largest: bool) -> tuple[Tensor, Tensor] | None:
   """(values, int32 positions) of the k largest (smallest) of the last axis in order, when selecting them beats a
-  sort (a row longer than k, of a known length); None otherwise."""
+  sort: k passes for a small k, a count of ranks in a short row, chunk minima on a device that gathers; None
+  otherwise (and for a row of a symbolic length)."""
   n = rows.shape[-1]
-  if isinstance(n, UOp) or not 0 < k < n or (k > TOPK_SELECT_MAX and n <= RANK_SORT_MAX): return None
-  positions = key_positions(smallest_keys(order_keys(rows, largest), k))
-  return rows.gather(-1, positions), positions
+  if isinstance(n, UOp) or not 0 < k < n: return None
+  chunk = 1 << max(1, (RANK_SELECT_MAX // k).bit_length() - 1)  # k * chunk candidates: at most RANK_SELECT_MAX
+  if reads_computed_addresses(rows.device) and k > TOPK_SELECT_MAX and n > RANK_SELECT_MAX and k * chunk < n:
+    picked = select_by_chunks(rows, k, largest, chunk)
+  elif k <= TOPK_SELECT_MAX or RANK_SORT_MAX < n <= RANK_SELECT_MAX: picked = smallest_keys(order_keys(rows, largest), k)
+  else: return None
+  positions = key_positions(picked)
+  return _gather_last(rows, positions), positions
