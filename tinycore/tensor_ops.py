@@ -10,7 +10,7 @@ from tinycore.errors import ArgumentError, DTypeError, FormulaError, ShapeError
 from tinycore.uop.ops import Ops, identity_element
 from tinycore.tensor_math import TensorMath
 from tinycore.tensor_nn import TensorNN
-from tinycore.tensor_sort import selected_rows, sorted_rows
+from tinycore.tensor_sort import selected_rows, sorted_rows, value_keys
 
 if TYPE_CHECKING:
   from tinycore.tensor import Tensor
@@ -157,20 +157,34 @@ class TensorOps(TensorMath, TensorNN):
     """The running maximum along axis and, as tinygrad, where it is: (values, int32 indices of the first element
     equal to each running maximum; NaN propagates)."""
     values = self._cumulative(Ops.MAX, axis)
-    return values, self._running_index(values, axis)
+    return values, self._running_index(values, axis, least=False)
 
   def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
     """The running minimum along axis and where it is: (values, int32 indices, as cummax)."""
     if dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype): values = ~((~self)._cumulative(Ops.MAX, axis))
     else: values = self._inverse()._cumulative(Ops.MAX, axis)._inverse()
-    return values, self._running_index(values, axis)
+    return values, self._running_index(values, axis, least=True)
 
-  def _running_index(self: Tensor, values: Tensor, axis: int) -> Tensor:
-    """For each place i along axis, the first j <= i whose element equals values[i] (NaN matches NaN)."""
+  def _running_index(self: Tensor, values: Tensor, axis: int, least: bool) -> Tensor:
+    """For each place i along axis, the first j <= i whose element equals values[i], the running maximum (least:
+    minimum; NaN wins): a running maximum of order keys, the value's key above and the countdown n - 1 - j below (the
+    first of equal values has the largest), read back from the winner's low word. 64-bit dtypes, whose key fills a
+    word, and a symbolic length compare every pair instead."""
     from tinycore.tensor import Tensor
     if self.ndim == 0 or self.shape[_axis(axis, self.ndim)] == 0:
       return Tensor.zeros(*self.shape, dtype=dtypes.int32, device=self.device)
     axis, n = _axis(axis, self.ndim), self.shape[_axis(axis, self.ndim)]
+    if self.dtype.itemsize == 8 or not isinstance(n, int): return self._running_index_pairwise(values, axis, n)
+    rows = self.transpose(axis, -1)
+    key = value_keys(rows, descending=least)
+    if least and dtypes.is_float(self.dtype): key = (rows != rows).where(dtypes.max(dtypes.int32), key)
+    countdown = n - 1 - Tensor.arange(n, device=self.device, dtype=dtypes.int64)
+    running = (key.cast(dtypes.int64) * (1 << 32) + countdown)._scan(Ops.MAX)
+    return (n - 1 - (running & 0xffffffff)).cast(dtypes.int32).transpose(-1, axis)
+
+  def _running_index_pairwise(self: Tensor, values: Tensor, axis: int, n: Any) -> Tensor:
+    """_running_index by a compare of every pair (j, i): n**2 per row."""
+    from tinycore.tensor import Tensor
     source, running = self.transpose(axis, -1).unsqueeze(-1), values.transpose(axis, -1).unsqueeze(-2)
     same = source == running
     if dtypes.is_float(self.dtype): same = same | ((source != source) & (running != running))

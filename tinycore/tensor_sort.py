@@ -250,7 +250,8 @@ def selected_rows(rows: Tensor, k: int, largest: bool) -> tuple[Tensor, Tensor] 
   chunk = 1 << max(1, (RANK_SELECT_MAX // k).bit_length() - 1)  # k * chunk candidates: at most RANK_SELECT_MAX
   if reads_computed_addresses(rows.device) and k > TOPK_SELECT_MAX and n > RANK_SELECT_MAX and k * chunk < n:
     picked = select_by_chunks(rows, k, largest, chunk)
-  elif k <= TOPK_SELECT_MAX or RANK_SORT_MAX < n <= RANK_SELECT_MAX: picked = smallest_keys(order_keys(rows, largest), k)
+  elif k <= TOPK_SELECT_MAX or RANK_SORT_MAX < n <= RANK_SELECT_MAX:
+    picked = smallest_keys(order_keys(rows, largest), k)
   else: return None
   positions = key_positions(picked)
   return _gather_last(rows, positions), positions
