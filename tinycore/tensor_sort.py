@@ -93,15 +93,12 @@ def _partner(t: Tensor, half: int, mirrored: bool) -> Tensor:
   return t.reshape(lead + (n // (2 * half), 2, half)).flip(-2).reshape(lead + (n,))
 
 
-def _exchange(keys: list[Tensor], payloads: list[Tensor], half: int,
-              mirrored: bool) -> tuple[list[Tensor], list[Tensor]]:
-  """One compare-exchange stage: each pair of partners is put in ascending key order (the lower place, bit `half`
+def _exchange(keys: list[Tensor], payloads: list[Tensor], half: int, mirrored: bool,
+              lower: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+  """One compare-exchange stage: each pair of partners is put in ascending key order (the `lower` place, bit `half`
   of i clear, keeps the smaller key); payloads follow their keys. Every output realized: fused, a chain of stages
   re-reads its input 2**stages times."""
-  from tinycore.tensor import Tensor
-  n = keys[0].shape[-1]
   partners = [_partner(k, half, mirrored) for k in keys]
-  lower = (Tensor.arange(n, device=keys[0].device, dtype=dtypes.int32) & half) == 0
   keep = lower == _precedes(keys, partners)
   new_keys = [keep.where(k, p).contiguous() for k, p in zip(keys, partners)]
   return new_keys, [keep.where(t, _partner(t, half, mirrored)).contiguous() for t in payloads]
@@ -110,16 +107,19 @@ def _exchange(keys: list[Tensor], payloads: list[Tensor], half: int,
 def bitonic_sort(keys: list[Tensor], payloads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
   """keys (and payloads alike) sorted ascending along the last axis, padded to a power of two with keys that sort
   last: merges of sorted runs of 1, 2, 4, ... elements, each a mirrored stage and then stages of halving distance."""
+  from tinycore.tensor import Tensor
   n = keys[0].shape[-1]
   size = 1 << (n - 1).bit_length()
   pad = ((0, 0),) * (keys[0].ndim - 1) + ((0, size - n),)
   keys, payloads = [k.pad(pad, value=LAST_KEY) for k in keys], [t.pad(pad) for t in payloads]
+  places = Tensor.arange(size, device=keys[0].device, dtype=dtypes.int32)
+  lower = {half: (places & half) == 0 for half in (1 << b for b in range(size.bit_length() - 1))}
   merge = 2
   while merge <= size:
-    keys, payloads = _exchange(keys, payloads, merge // 2, True)
+    keys, payloads = _exchange(keys, payloads, merge // 2, True, lower[merge // 2])
     half = merge // 4
     while half >= 1:
-      keys, payloads = _exchange(keys, payloads, half, False)
+      keys, payloads = _exchange(keys, payloads, half, False, lower[half])
       half //= 2
     merge *= 2
   return [k[..., :n] for k in keys], [t[..., :n] for t in payloads]
