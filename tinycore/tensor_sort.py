@@ -11,7 +11,9 @@ the input at the sorted positions (a gather), so they are exact and gradients fl
   of log2(n)(log2(n)+1)/2 compare-exchange stages in all, one kernel each, each element paired with a partner found by
   movement ops (a flip), so no stage gathers. A device that reads t[index] as one load (`KernelTarget.gathers`) then
   reads the values at the sorted positions; others carry the values through the network beside the keys.
-- topk: k of at most TOPK_SELECT_MAX take k passes for the next smallest key, all in one kernel; larger k sort.
+- topk: k of at most TOPK_SELECT_MAX takes k passes over the row, each for the smallest key after the last one (the
+  passes are chained reductions of one kernel). A larger k counts ranks in a row of at most RANK_SELECT_MAX; in a
+  longer row, on a device that gathers, it picks through levels of chunk minima (select_by_chunks); else it sorts.
 """
 from __future__ import annotations
 import math
@@ -148,7 +150,8 @@ def _smallest(keys: list[Tensor], among: Tensor | None = None) -> list[Tensor]:
 
 def select_by_passes(keys: list[Tensor], k: int) -> list[Tensor]:
   """The k smallest keys of the last axis in ascending order by k passes, each the smallest key after the one before
-  (one kernel: the passes read the row in turn, then each output slot picks its pass's key)."""
+  (one kernel once the keys are stored: the passes read the row in turn, then each output slot picks its pass's
+  key)."""
   from tinycore.tensor import Tensor
   slot = Tensor.arange(k, device=keys[0].device, dtype=dtypes.int32)
   if len(keys) == 1:  # the largest of the inverted keys, a max per pass (a min of ints is three ops)
@@ -233,10 +236,10 @@ def sorted_rows(rows: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
   n, keys = rows.shape[-1], order_keys(rows, descending)
   if isinstance(n, UOp) or n <= RANK_SORT_MAX:
     positions = rank_sort_positions(keys)
-    return rows.gather(-1, positions), positions
+    return _gather_last(rows, positions), positions
   if reads_computed_addresses(rows.device):
     positions = key_positions(bitonic_sort(keys, [])[0])
-    return rows.gather(-1, positions), positions
+    return _gather_last(rows, positions), positions
   keys, (values,) = bitonic_sort(keys, [rows])
   return values, key_positions(keys)
 
@@ -247,8 +250,10 @@ def selected_rows(rows: Tensor, k: int, largest: bool) -> tuple[Tensor, Tensor] 
   otherwise (and for a row of a symbolic length)."""
   n = rows.shape[-1]
   if isinstance(n, UOp) or not 0 < k < n: return None
-  chunk = 1 << max(1, (RANK_SELECT_MAX // k).bit_length() - 1)  # k * chunk candidates: at most RANK_SELECT_MAX
-  if reads_computed_addresses(rows.device) and k > TOPK_SELECT_MAX and n > RANK_SELECT_MAX and k * chunk < n:
+  # k * chunk candidates per level, at most RANK_SELECT_MAX (so every level holds at least k keys)
+  chunk = 1 << max(1, (RANK_SELECT_MAX // k).bit_length() - 1)
+  if (reads_computed_addresses(rows.device) and TOPK_SELECT_MAX < k and k * chunk <= RANK_SELECT_MAX < n and
+      k * chunk < n):
     picked = select_by_chunks(rows, k, largest, chunk)
   elif k <= TOPK_SELECT_MAX or RANK_SORT_MAX < n <= RANK_SELECT_MAX:
     picked = smallest_keys(order_keys(rows, largest), k)
