@@ -16,7 +16,6 @@ the input at the sorted positions (a gather), so they are exact and gradients fl
   longer row, on a device that gathers, it picks through levels of chunk minima (select_by_chunks); else it sorts.
 """
 from __future__ import annotations
-import math
 from typing import TYPE_CHECKING
 from tinycore.device.registry import Device
 from tinycore.dtype import dtypes
@@ -49,9 +48,10 @@ def value_keys(x: Tensor, descending: bool) -> Tensor:
   if dtypes.is_float(x.dtype):
     width = 8 * x.dtype.itemsize
     bits_dtype = {16: dtypes.int16, 32: dtypes.int32, 64: dtypes.int64}[width]
-    bits = (x == x).where((x == 0).where(0.0, x), math.nan).bitcast(bits_dtype)
-    # a negative float's bits grow with its magnitude: flipping all but the sign bit reverses them
-    key = bits ^ ((bits >> (width - 1)) & dtypes.max(bits_dtype))
+    bits = (x == 0).where(0.0, x).bitcast(bits_dtype)
+    # a negative float's bits grow with its magnitude: flipping all but the sign bit reverses them. NaN gets the
+    # largest key, above +inf's (its own bits vary: a renderer's NaN constant may have the sign bit set)
+    key = (x != x).where(dtypes.max(bits_dtype), bits ^ ((bits >> (width - 1)) & dtypes.max(bits_dtype)))
     if width != 64: key = key.cast(dtypes.int32)
   elif x.dtype is dtypes.uint64: key = (x ^ (1 << 63)).bitcast(dtypes.int64)
   elif x.dtype is dtypes.int64: key = x

@@ -269,23 +269,26 @@ def _check_sort(x: np.ndarray, dim: int, descending: bool, dtype: str) -> None:
   assert_equal(values, np.take_along_axis(x, order, dim))
 
 
-SORT_DTYPES = ["float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32", "uint32", "int64",
-               "uint64", "bool"]
+SORT_DTYPES = ["float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "uint32", "int64", "uint64",
+               "bool"]
 
 
-@pytest.mark.parametrize("dtype", SORT_DTYPES)
-def test_sort_every_dtype(rng, dtype):
-  """Short rows (counted ranks) of every dtype, both orders: stable on ties, NaN the largest, -0.0 equal to 0.0, the
-  dtype's extremes in place (each value becomes an integer key with its position below it)."""
+# (each order of each dtype is its own kernels: the dtypes take turns, float32 takes both)
+SORT_CASES = [("float32", False)] + [(dtype, i % 2 == 0) for i, dtype in enumerate(SORT_DTYPES)]
+
+
+@pytest.mark.parametrize("dtype,descending", SORT_CASES)
+def test_sort_every_dtype(rng, dtype, descending):
+  """Short rows (counted ranks) of every dtype: stable on ties, NaN the largest, -0.0 equal to 0.0, the dtype's
+  extremes in place (each value becomes an integer key with its position below it)."""
   skip_unless_dtype(dtype)
-  x = _sort_data(rng, (3, 13), dtype)
-  for descending in (False, True): _check_sort(x, 1, descending, dtype)
+  _check_sort(_sort_data(rng, (3, 13), dtype), 1, descending, dtype)
 
 
 # each stage of the network is its own kernel: few cases, so the suite compiles few
 @pytest.mark.parametrize("shape,dim,dtype,descending", [((21,), 0, "int8", False), ((3, 20), 1, "float32", True),
                                                         ((16, 2), 0, "bool", False), ((2, 1), 1, "int8", True),
-                                                        ((2, 13), 1, "int64", True), ((2, 11), 1, "uint32", False)],
+                                                        ((2, 5), 1, "int64", True), ((2, 6), 1, "uint32", False)],
                          ids=_ids)
 def test_sort_network(rng, monkeypatch, shape, dim, dtype, descending):
   """Long rows sort by a bitonic network: lowered here to every row, padded to a power of two, on few distinct values
@@ -318,18 +321,17 @@ def _check_topk(x: np.ndarray, k: int, dim: int, largest: bool) -> None:
 
 
 # k passes (k <= 16), ranks of a row of up to 1024, a sort (a short row or k = n); float32 and int64 (two-word keys)
-@pytest.mark.parametrize("shape,k,dim,dtype", [((3, 70), 1, 1, "float32"), ((70, 3), 16, 0, "float32"),
-                                               ((2, 90), 20, 1, "float32"), ((2, 40), 20, 1, "int64"),
-                                               ((2, 70), 5, 1, "int64"), ((2, 9), 9, 1, "float32")], ids=_ids)
-def test_topk_paths(rng, shape, k, dim, dtype):
+@pytest.mark.parametrize("shape,k,dim,dtype,largest", [
+  ((3, 70), 1, 1, "float32", True), ((3, 70), 4, 1, "float32", False), ((70, 3), 16, 0, "float32", True),
+  ((2, 90), 20, 1, "float32", False), ((2, 40), 20, 1, "int64", True), ((2, 70), 5, 1, "int64", False),
+  ((2, 9), 9, 1, "float32", True)], ids=_ids)
+def test_topk_paths(rng, shape, k, dim, dtype, largest):
   """topk of every path gives the sort's first k: NaN first (last for the smallest), ties by position."""
-  x = _sort_data(rng, shape, dtype)
-  for largest in (True, False): _check_topk(x, k, dim, largest)
+  _check_topk(_sort_data(rng, shape, dtype), k, dim, largest)
 
 
-@pytest.mark.parametrize("largest", [True, False])
-@pytest.mark.parametrize("dtype", ["float32", "int32", "int64"])
-def test_topk_in_chunks(rng, monkeypatch, largest, dtype):
+@pytest.mark.parametrize("dtype,largest", [("float32", True), ("float32", False), ("int32", True), ("int64", False)])
+def test_topk_in_chunks(rng, monkeypatch, dtype, largest):
   """A long row's topk picks among the chunks whose minima rank first, level by level: the same values and indices
   as the sort's order (NaN largest, ties by position), with ties across chunks, NaN, infinities and a last chunk
   filled up."""
@@ -639,13 +641,13 @@ def test_cummax_cummin_indices(rng, axis):
     assert_equal(indices, _np_running_index(x, expected, axis), dtype=dtypes.int32)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "uint8", "uint32", "int64", "float64"])
+@pytest.mark.parametrize("dtype", ["float32", "uint32", "int64"])
 def test_cummax_cummin_indices_of_long_rows(rng, dtype):
   """Rows of several scan blocks, ties, the dtype's extremes, NaN (it wins, and a later NaN is not a new maximum) and
-  both zeros (equal): indices from a running maximum of keys (values above positions; 64-bit dtypes pair up)."""
+  both zeros (equal): indices from a running maximum of keys (values above positions; 64-bit dtypes compare pairs)."""
   skip_unless_dtype(dtype)
-  x = _sort_data(rng, (3, 70), dtype)
-  if dtype.startswith("float"): x[1, 20:] = np.where(np.arange(50) % 7 == 0, np.nan, x[1, 20:])
+  x = _sort_data(rng, (3, 20), dtype)
+  if dtype.startswith("float"): x[1, 8:] = np.where(np.arange(12) % 5 == 0, np.nan, x[1, 8:])
   for method, accumulate in (("cummax", np.fmax.accumulate), ("cummin", np.fmin.accumulate)):
     values, indices = getattr(Tensor(x), method)(1)
     # NaN propagates from the first NaN on (fmax/fmin skip it: put it back), and equals NaN
@@ -653,7 +655,7 @@ def test_cummax_cummin_indices_of_long_rows(rng, dtype):
     if dtype.startswith("float"): expected = np.where(np.cumsum(np.isnan(x), 1) > 0, np.nan, expected)
     assert_equal(values, expected.astype(x.dtype))
     same = (x[:, :, None] == expected[:, None, :]) | (np.isnan(x)[:, :, None] & np.isnan(expected)[:, None, :])
-    first = np.argmax(same & (np.arange(70)[:, None] <= np.arange(70)[None, :]), axis=1)
+    first = np.argmax(same & (np.arange(20)[:, None] <= np.arange(20)[None, :]), axis=1)
     assert_equal(indices, first.astype(np.int32), dtype=dtypes.int32)
 
 
