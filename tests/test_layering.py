@@ -17,8 +17,8 @@ LAYERS = {
   "device": 3, "plugin.hookspecs": 3, "plugin.spec": 3, "plugin.manager": 3, "plugin.known_failures": 3,
   "hcq": 4,
   "engine": 5,
-  "tensor": 6, "tensor_indexing": 6, "tensor_assign": 6, "tensor_ops": 6, "tensor_math": 6, "tensor_nn": 6,
-  "gradient": 6, "multi": 6,
+  "tensor": 6, "tensor_indexing": 6, "tensor_assign": 6, "tensor_ops": 6, "tensor_sort": 6, "tensor_math": 6,
+  "tensor_nn": 6, "gradient": 6, "multi": 6,
   # the public faces: they gather the layers below for users and plugin authors
   "nn": 7, "cli": 7, "testing": 7, "jit": 7, "plugin": 7, "__init__": 7, "__main__": 7, "distributed": 7,
   # VIZ: the web page of what the compiler did (the layers report to it through tinycore.uop.capture)

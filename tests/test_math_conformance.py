@@ -5,7 +5,7 @@ numpy is the reference throughout."""
 import numpy as np
 import pytest
 from tinycore import Tensor, dtypes
-from tinycore.tensor_ops import TensorOps
+from tinycore import tensor_sort
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")
 U8 = np.array([0, 1, 2, 3, 7, 100, 200, 255], np.uint8)
@@ -124,7 +124,7 @@ class TestSortWithNaN:
 
   @pytest.mark.parametrize("network", [False, True])
   def test_sort(self, network, monkeypatch):
-    if network: monkeypatch.setattr(TensorOps, "SORT_NETWORK_MIN", 4)
+    if network: monkeypatch.setattr(tensor_sort, "RANK_SORT_MAX", 2)
     values, indices = Tensor(self.X).sort()
     np.testing.assert_equal(values.numpy(), np.sort(self.X))
     np.testing.assert_equal(indices.numpy(), np.argsort(self.X, kind="stable"))

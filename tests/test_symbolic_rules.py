@@ -116,6 +116,14 @@ def test_equal_sums_in_any_order_build_the_same_node_ranges_first():
   assert a.src[0].src[0] is r0 and a.src[0].src[1].op is Ops.IDIV
 
 
+
+def test_a_sum_orders_a_term_whose_sources_are_shared_in_time_linear_in_its_nodes():
+  # a binary search's index reads the steps before it, each twice: as a tree, this term has 2**60 paths
+  term = var("x", 0, 3)
+  for _ in range(60): term = term * term
+  a = simplify(rng(0, 5) + term + 3)
+  assert a.op is Ops.ADD and a.src[1].arg == 3 and a.src[0].src[1] is term
+
 # ---------------------------------------------------------------------------- constant folding
 @pytest.mark.parametrize("op, dtype, args, expected", [
   (Ops.POW, dtypes.float32, (0.0, 0.5), 0.0),        # 0 to a fractional power is 0, not nan

@@ -7,9 +7,10 @@ import operator
 from typing import TYPE_CHECKING, Any, Sequence
 from tinycore.dtype import DType, dtypes
 from tinycore.errors import ArgumentError, DTypeError, FormulaError, ShapeError
-from tinycore.uop.ops import Ops, UOp, identity_element
+from tinycore.uop.ops import Ops, identity_element
 from tinycore.tensor_math import TensorMath
 from tinycore.tensor_nn import TensorNN
+from tinycore.tensor_sort import selected_rows, sorted_rows, value_keys
 
 if TYPE_CHECKING:
   from tinycore.tensor import Tensor
@@ -48,16 +49,10 @@ class TensorOps(TensorMath, TensorNN):
   """Methods of Tensor defined here to keep tensor.py small (Tensor inherits them)."""
   __slots__ = ()
   # a scan runs inside blocks of this many elements (a triangular reduce, block**2 work per block), then scans the
-  # block totals the same way: O(n * block) work in about 2 * log_block(n) kernels
-  SCAN_BLOCK = 32
-  # from this many elements per row, sort runs a bitonic network (n log(n)**2 work in log(n)**2 / 2 kernels) instead
-  # of counting ranks (n**2 work in one kernel)
-  SORT_NETWORK_MIN = 32768
-  TOPK_SELECT_MAX = 16  # topk of at most this many takes k selection passes instead of a sort
-  # for k above that (up to TOPK_CHUNKED_MAX), a row of at least TOPK_CHUNKS chunks is cut into chunks of TOPK_CHUNK
-  # (or 4 k) elements: the topk of each chunk, then the topk of those k x chunks candidates, instead of a sort of the
-  # whole row (topk 50 of 50000: 108 -> 3 ms)
-  TOPK_CHUNK, TOPK_CHUNKS, TOPK_CHUNKED_MAX = 256, 4, 256
+  # block totals the same way: O(n * block) work in about 2 * log_block(n) kernels. A sum's block adds in one vector
+  # instruction per lane and is long (few kernels); a max (NaN wins: about four per lane) and a logaddexp (an exp and
+  # a log) are short (cummax of (1024, 1024): 5.8 -> 1.2 ms of kernels with 8 instead of 32)
+  SCAN_BLOCKS: dict[Ops | str, int] = {Ops.ADD: 32, Ops.MUL: 32, Ops.MAX: 8, LOGADDEXP: 8}
 
   # ------------------------------------------------------------------ random
   def randn_like(self: Tensor, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
@@ -129,17 +124,18 @@ class TensorOps(TensorMath, TensorNN):
   def _scan(self: Tensor, op: Ops | str) -> Tensor:
     """The inclusive scan of the last axis: blocks scanned by _scan_small, then the exclusive scan of the block
     totals (recursively) combined into each block."""
-    n, block = self.shape[-1], TensorOps.SCAN_BLOCK
+    n, block = self.shape[-1], TensorOps.SCAN_BLOCKS[op]
     if not isinstance(n, int) or n <= block: return self._scan_small(op)  # (a symbolic length: one triangle)
-    count = -(-n // block)
-    lead = self.shape[:-1]
-    x = self.pad(((0, 0),) * len(lead) + ((0, count * block - n),), value=_identity(op, self.dtype))
+    count, lead = -(-n // block), self.shape[:-1]
+    identity = _identity(op, self.dtype)
+    unpadded, whole = ((0, 0),) * len(lead), (None,) * len(lead)
+    x = self.pad(unpadded + ((0, count * block - n),), value=identity) if count * block != n else self
     inner = x.reshape(*lead, count, block)._scan_small(op).contiguous()
-    totals = inner[..., -1]._scan(op)
+    totals = inner.shrink(whole + (None, (block - 1, block))).reshape(*lead, count)._scan(op)
     # realized: fused into the output, each block's carry (a scan of the totals) would be computed once per element
-    carry = totals.pad(((0, 0),) * len(lead) + ((1, 0),), value=_identity(op, self.dtype))[..., :count].contiguous()
+    carry = totals.pad(unpadded + ((1, 0),), value=identity).shrink(whole + ((0, count),)).contiguous()
     out = _combine(op, inner, carry.unsqueeze(-1)).reshape(*lead, count * block)
-    return out[..., :n]
+    return out.shrink(whole + ((0, n),)) if count * block != n else out
 
   def _cumulative(self: Tensor, op: Ops | str, axis: int) -> Tensor:
     axis = _axis(axis, self.ndim)
@@ -161,20 +157,34 @@ class TensorOps(TensorMath, TensorNN):
     """The running maximum along axis and, as tinygrad, where it is: (values, int32 indices of the first element
     equal to each running maximum; NaN propagates)."""
     values = self._cumulative(Ops.MAX, axis)
-    return values, self._running_index(values, axis)
+    return values, self._running_index(values, axis, least=False)
 
   def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
     """The running minimum along axis and where it is: (values, int32 indices, as cummax)."""
     if dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype): values = ~((~self)._cumulative(Ops.MAX, axis))
     else: values = self._inverse()._cumulative(Ops.MAX, axis)._inverse()
-    return values, self._running_index(values, axis)
+    return values, self._running_index(values, axis, least=True)
 
-  def _running_index(self: Tensor, values: Tensor, axis: int) -> Tensor:
-    """For each place i along axis, the first j <= i whose element equals values[i] (NaN matches NaN)."""
+  def _running_index(self: Tensor, values: Tensor, axis: int, least: bool) -> Tensor:
+    """For each place i along axis, the first j <= i whose element equals values[i], the running maximum (least:
+    minimum; NaN wins): a running maximum of order keys, the value's key above and the countdown n - 1 - j below (the
+    first of equal values has the largest), read back from the winner's low word. 64-bit dtypes, whose key fills a
+    word, and a symbolic length compare every pair instead."""
     from tinycore.tensor import Tensor
     if self.ndim == 0 or self.shape[_axis(axis, self.ndim)] == 0:
       return Tensor.zeros(*self.shape, dtype=dtypes.int32, device=self.device)
     axis, n = _axis(axis, self.ndim), self.shape[_axis(axis, self.ndim)]
+    if self.dtype.itemsize == 8 or not isinstance(n, int): return self._running_index_pairwise(values, axis, n)
+    rows = self.transpose(axis, -1)
+    key = value_keys(rows, descending=least)
+    if least and dtypes.is_float(self.dtype): key = (rows != rows).where(dtypes.max(dtypes.int32), key)
+    countdown = n - 1 - Tensor.arange(n, device=self.device, dtype=dtypes.int64)
+    running = (key.cast(dtypes.int64) * (1 << 32) + countdown)._scan(Ops.MAX)
+    return (n - 1 - (running & 0xffffffff)).cast(dtypes.int32).transpose(-1, axis)
+
+  def _running_index_pairwise(self: Tensor, values: Tensor, axis: int, n: Any) -> Tensor:
+    """_running_index by a compare of every pair (j, i): n**2 per row."""
+    from tinycore.tensor import Tensor
     source, running = self.transpose(axis, -1).unsqueeze(-1), values.transpose(axis, -1).unsqueeze(-2)
     same = source == running
     if dtypes.is_float(self.dtype): same = same | ((source != source) & (running != running))
@@ -366,51 +376,14 @@ class TensorOps(TensorMath, TensorNN):
     summed = product.sum(tuple(range(len(output), len(every))), dtype=dtype)
     return summed.expand([sizes[c] for c in output])
 
-  # ------------------------------------------------------------------ sorting
-  def _sort_last(self: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
-    """(values, indices) sorted along the last axis, stable: each element's rank is the count of elements before
-    it in the order (ties by position), then a one-hot by rank places it. O(n**2) compares per row, one fused
-    kernel; NaNs are not ordered (as with comparisons)."""
-    from tinycore.tensor import Tensor
-    n = self.shape[-1]
-    mine, theirs = self.unsqueeze(-1), self.unsqueeze(-2)
-    earlier = Tensor.arange(n, device=self.device).reshape(1, n) < Tensor.arange(n, device=self.device).reshape(n, 1)
-    rank = (_sorts_before(theirs, mine, descending) | (_same_key(theirs, mine) & earlier)).sum(-1)
-    place = rank.unsqueeze(-1) == Tensor.arange(n, device=self.device, dtype=rank.dtype)  # (..., i, rank)
-    values = place.where(mine, 0).sum(-2).cast(self.dtype)
-    positions = Tensor.arange(n, device=self.device, dtype=dtypes.int32).reshape(n, 1)
-    return values, place.where(positions, 0).sum(-2).cast(dtypes.int32)
-
-  def _sort_network(self: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
-    """(values, indices) sorted along the last axis by a bitonic network over (value, position) pairs, so ties keep
-    their order (stable): the row padded to a power of two with values that sort last, then log2(n)(log2(n)+1)/2
-    compare-exchange stages of O(n) work each, every stage realized (a fused chain would re-read exponentially)."""
-    from tinycore.tensor import Tensor
-    n, lead = self.shape[-1], self.shape[:-1]
-    size = 1 << (n - 1).bit_length()
-    last = dtypes.min(self.dtype) if descending else dtypes.max(self.dtype)
-    if dtypes.is_float(self.dtype) and not descending: last = math.nan  # NaN sorts after +inf
-    values = self.pad(((0, 0),) * len(lead) + ((0, size - n),), value=last)
-    positions = Tensor.arange(size, device=self.device, dtype=dtypes.int32).expand(*lead, size)
-    merge = 2
-    while merge <= size:
-      half = merge // 2
-      while half >= 1:
-        values, positions = _compare_exchange(values, positions, merge, half, descending)
-        half //= 2
-      merge *= 2
-    return values[..., :n], positions[..., :n]
-
+  # ------------------------------------------------------------------ sorting (tinycore/tensor_sort.py)
   def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
     """(values, indices) of self sorted along dim (stable: equal values keep their order; NaN is the largest value,
-    as torch). Rows shorter than
-    SORT_NETWORK_MIN by rank counting (one kernel, O(n**2)), longer ones by a bitonic network (O(n log(n)**2))."""
-    dim = _axis(dim, self.ndim)
+    as torch)."""
     if self.ndim == 0: return self, type(self)(0, device=self.device, dtype=dtypes.int32)
+    dim = _axis(dim, self.ndim)
     if self.shape[dim] == 0: return self, self.cast(dtypes.int32)
-    rows = self.transpose(dim, -1)
-    by_network = self.shape[dim] >= TensorOps.SORT_NETWORK_MIN
-    values, indices = rows._sort_network(descending) if by_network else rows._sort_last(descending)
+    values, indices = sorted_rows(self.transpose(dim, -1), descending)
     return values.transpose(dim, -1), indices.transpose(dim, -1)
 
   def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
@@ -418,66 +391,18 @@ class TensorOps(TensorMath, TensorNN):
     return self.sort(dim, descending)[1]
 
   def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
-    """(values, indices) of the k largest (largest=False: smallest) elements along dim, in sorted order."""
+    """(values, indices) of the k largest (largest=False: smallest) elements along dim, in sorted order (equal values
+    by position, NaN the largest)."""
     dim = _axis(dim, self.ndim)
     size = self.shape[dim] if self.ndim else 1
     if not 0 <= k <= size: raise ValueError(f"topk k={k} out of range for a dim of size {size}")
-    if not isinstance(size, UOp) and self.ndim and k > 0:
-      rows, chunk = self.transpose(dim, -1), max(TensorOps.TOPK_CHUNK, 1 << (4 * k - 1).bit_length())
-      picked = None
-      if (TensorOps.TOPK_SELECT_MAX < k <= TensorOps.TOPK_CHUNKED_MAX and size >= TensorOps.TOPK_CHUNKS * chunk and
-          self.dtype is not dtypes.bool): picked = rows._topk_chunked(k, largest, chunk)
-      elif k <= TensorOps.TOPK_SELECT_MAX < size: picked = rows._topk_select(k, largest)
-      if picked is not None: return picked[0].transpose(dim, -1), picked[1].transpose(dim, -1)
+    picked = selected_rows(self.transpose(dim, -1), k, largest) if self.ndim else None
+    if picked is not None: return picked[0].transpose(dim, -1), picked[1].transpose(dim, -1)
     values, indices = self.sort(dim, descending=largest)
     if self.ndim == 0: return values, indices
     bounds = [None] * self.ndim
     bounds[dim] = (0, k)
     return values.shrink(bounds), indices.shrink(bounds)
-
-  def _topk_chunked(self: Tensor, k: int, largest: bool, chunk: int) -> tuple[Tensor, Tensor]:
-    """topk along the last dim in two rounds: the topk of each chunk of `chunk` elements, then the topk of those
-    candidates. The same order as a sort: candidates lie chunk by chunk, each chunk's in order, so equal values keep
-    their positions' order; the last chunk is filled up with values that lose every tie to a real element (-inf, or
-    NaN for the smallest: NaN sorts last there; an integer type's extreme)."""
-    n = self.shape[-1]
-    count = -(-n // chunk)
-    if dtypes.is_float(self.dtype): filler = -math.inf if largest else math.nan
-    else: filler = dtypes.min(self.dtype) if largest else dtypes.max(self.dtype)
-    padded = self.pad(((0, 0),) * (self.ndim - 1) + ((0, count * chunk - n),), value=filler)
-    values, indices = padded.reshape(*self.shape[:-1], count, chunk).topk(k, -1, largest)
-    from tinycore.tensor import Tensor
-    offsets = Tensor.arange(count, device=self.device, dtype=dtypes.int32).reshape(count, 1) * chunk
-    candidates = (indices + offsets).reshape(*self.shape[:-1], count * k)
-    values, picks = values.contiguous().reshape(*self.shape[:-1], count * k).topk(k, -1, largest)
-    return values, candidates.contiguous().gather(-1, picks)
-
-  def _topk_select(self: Tensor, k: int, largest: bool) -> tuple[Tensor, Tensor]:
-    """topk along the last dim by k selection passes (O(k n), where a sort is O(n**2) or O(n log(n)**2)), in the
-    order the sort gives: NaN as the largest value, ties by position (the first first); +inf before NaN."""
-    from tinycore.tensor import Tensor
-    n = self.shape[-1]
-    position = Tensor.arange(n, device=self.device, dtype=dtypes.int32)
-    is_float = dtypes.is_float(self.dtype)
-    nan = (self != self) if is_float else None
-    # the value compared: NaN as +inf (told apart from a real +inf by the score below)
-    key = nan.where(math.inf, self) if nan is not None else self
-    worst = (-math.inf if largest else math.inf) if is_float else (dtypes.min(self.dtype) if largest
-                                                                    else dtypes.max(self.dtype))
-    # among equal keys: the first position, a NaN before a real +inf when largest (after it when smallest)
-    score = position if nan is None else position + (nan.logical_not() if largest else nan).cast(dtypes.int32) * n
-    taken = position < 0  # nothing yet (a (n,) False, broadcast)
-    values, indices = [], []
-    for _ in range(k):
-      open_key = taken.where(worst, key)
-      best = open_key.max(-1, keepdim=True) if largest else open_key.min(-1, keepdim=True)
-      candidate = taken.logical_not() & (key == best)
-      chosen = candidate.where(score, 2 * n).min(-1, keepdim=True) % n
-      picked = position == chosen
-      values.append(picked.where(self, 0).sum(-1, keepdim=True).cast(self.dtype))  # one element: a gather
-      indices.append(chosen)
-      taken = (taken | picked).contiguous()  # (a buffer per pass: the lazy graph of k passes stays linear)
-    return Tensor.cat(*values, dim=-1), Tensor.cat(*indices, dim=-1).cast(dtypes.int32)
 
   # ------------------------------------------------------------------ gather / scatter
   def _index_hits(self: Tensor, dim: int, index: Tensor) -> Tensor:
@@ -612,46 +537,6 @@ class TensorOps(TensorMath, TensorNN):
       rest = rest.div(extent, rounding_mode="floor") if extent else rest
     out = Tensor.stack(*reversed(coords), dim=-1)
     return (flat.unsqueeze(-1) < 0).where(fill_value, out).cast(dtypes.int32)
-
-
-def _sorts_before(a: Tensor, b: Tensor, descending: bool) -> Tensor:
-  """a strictly before b in sorted order, NaN the largest value (last ascending, first descending), as torch."""
-  strict = (a > b) if descending else (a < b)
-  if not dtypes.is_float(a.dtype): return strict
-  larger, smaller = (a, b) if descending else (b, a)
-  return strict | (larger.isnan() & smaller.isnan().logical_not())
-
-
-def _same_key(a: Tensor, b: Tensor) -> Tensor:
-  """a and b tie in sorted order (NaN ties NaN)."""
-  return (a == b) | (a.isnan() & b.isnan()) if dtypes.is_float(a.dtype) else a == b
-
-
-def _compare_exchange(values: Tensor, positions: Tensor, merge: int, half: int,
-                      descending: bool) -> tuple[Tensor, Tensor]:
-  """One bitonic stage over rows of a power-of-two length: element i pairs with i ^ half and the pair is put in
-  order, ascending where bit `merge` of i is 0 (in the requested order, that is) and reversed where it is 1. As
-  movement ops: i = block * 2 merge + reversed * merge + group * 2 half + side * half + offset."""
-  from tinycore.tensor import Tensor
-  lead, size = values.shape[:-1], values.shape[-1]
-  directions = 2 if merge < size else 1
-  view = lead + (max(size // (2 * merge), 1), directions, merge // (2 * half), 2, half)
-
-  def sides(t: Tensor) -> tuple[Tensor, Tensor]:
-    t = t.reshape(view)
-    return t[..., 0, :], t[..., 1, :]
-  (value_lo, value_hi), (position_lo, position_hi) = sides(values), sides(positions)
-
-  def before(va: Tensor, pa: Tensor, vb: Tensor, pb: Tensor) -> Tensor:
-    """a comes before b in the requested order (equal values by position)."""
-    return _sorts_before(va, vb, descending) | (_same_key(va, vb) & (pa < pb))
-  reversed_block = Tensor.arange(directions, device=values.device).reshape(directions, 1, 1) == 1
-  swap = reversed_block.where(before(value_lo, position_lo, value_hi, position_hi),
-                              before(value_hi, position_hi, value_lo, position_lo))
-
-  def exchanged(lo: Tensor, hi: Tensor) -> Tensor:
-    return Tensor.stack(swap.where(hi, lo), swap.where(lo, hi), dim=-2).reshape(lead + (size,)).contiguous()
-  return exchanged(value_lo, value_hi), exchanged(position_lo, position_hi)
 
 
 def _rearrange_groups(side: str) -> list[list[str] | tuple[str, ...]]:

@@ -3,8 +3,8 @@ operands, tril/triu, roll, split/chunk, meshgrid, repeat_interleave, stack call 
 scatter_reduce, masked_fill, advanced indexing, sort/argsort/topk; and their gradients against central differences."""
 import numpy as np
 import pytest
-from tinycore import Tensor, dtypes
-from tinycore.testing.helpers import assert_close, assert_equal, check_gradient, random_array
+from tinycore import Tensor, dtypes, tensor_sort
+from tinycore.testing.helpers import assert_close, assert_equal, check_gradient, random_array, skip_unless_dtype
 
 
 def _ids(value) -> str: return str(value).replace(" ", "")
@@ -232,28 +232,73 @@ def test_sort_argsort(rng, shape, dim, descending):
   assert_equal(Tensor(x.astype(np.float32)).argsort(dim, descending), want_indices.astype(np.int32))
 
 
+def _sort_data(rng, shape, dtype: str) -> np.ndarray:
+  """Few distinct values (ties), the dtype's extremes and, for floats, NaN, infinities and both zeros."""
+  if dtype == "bool": return random_array(rng, shape, "bool")
+  name = "float32" if dtype == "bfloat16" else dtype
+  x = rng.integers(-3, 4, shape).astype(name) if np.dtype(name).kind != "u" else rng.integers(0, 4, shape).astype(name)
+  flat = x.reshape(-1)
+  if np.dtype(name).kind == "f":
+    specials = [np.nan, np.inf, -np.inf, -0.0, 0.0, np.nan, 0.5]
+  else:  # the extremes, and (unsigned) values past the signed range of the same width
+    info = np.iinfo(name)
+    specials = [info.max, info.min, info.max // 2 + 1, info.max - 1]
+  flat[:min(len(specials), flat.size)] = specials[:flat.size]
+  rng.shuffle(flat)
+  return x
+
+
+def _np_sort_order(x: np.ndarray, axis: int, descending: bool) -> np.ndarray:
+  """torch's stable sort order along axis: NaN the largest value, equal values by position."""
+  moved = np.moveaxis(x, axis, -1)
+  nan = np.isnan(moved) if moved.dtype.kind == "f" else np.zeros(moved.shape, bool)
+  value = np.where(nan, 0, moved)
+  if descending: value, nan = (-value if value.dtype.kind == "f" else ~value), ~nan
+  order = np.zeros(moved.shape, np.int64)
+  for row in np.ndindex(moved.shape[:-1]):
+    order[row] = np.lexsort((np.arange(moved.shape[-1]), value[row], nan[row]))
+  return np.moveaxis(order, -1, axis)
+
+
+def _check_sort(x: np.ndarray, dim: int, descending: bool, dtype: str) -> None:
+  order = _np_sort_order(x, dim, descending)
+  tensor = Tensor(x).cast(dtype) if dtype == "bfloat16" else Tensor(x)
+  values, indices = tensor.sort(dim, descending=descending)
+  assert_equal(indices, order.astype(np.int32), dtype=dtypes.int32)
+  if dtype == "bfloat16": values = values.float()
+  assert_equal(values, np.take_along_axis(x, order, dim))
+
+
+SORT_DTYPES = ["float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "uint32", "int64", "uint64",
+               "bool"]
+
+
+# (each order of each dtype is its own kernels: the dtypes take turns, float32 takes both)
+SORT_CASES = [("float32", False)] + [(dtype, i % 2 == 0) for i, dtype in enumerate(SORT_DTYPES)]
+
+
+@pytest.mark.parametrize("dtype,descending", SORT_CASES)
+def test_sort_every_dtype(rng, dtype, descending):
+  """Short rows (counted ranks) of every dtype: stable on ties, NaN the largest, -0.0 equal to 0.0, the dtype's
+  extremes in place (each value becomes an integer key with its position below it)."""
+  skip_unless_dtype(dtype)
+  _check_sort(_sort_data(rng, (3, 13), dtype), 1, descending, dtype)
+
+
 # each stage of the network is its own kernel: few cases, so the suite compiles few
 @pytest.mark.parametrize("shape,dim,dtype,descending", [((21,), 0, "int8", False), ((3, 20), 1, "float32", True),
-                                                        ((16, 2), 0, "bool", False), ((2, 1), 1, "int8", True)],
+                                                        ((16, 2), 0, "bool", False), ((2, 1), 1, "int8", True),
+                                                        ((2, 5), 1, "int64", True), ((2, 6), 1, "uint32", False)],
                          ids=_ids)
 def test_sort_network(rng, monkeypatch, shape, dim, dtype, descending):
-  """Long rows sort by a bitonic network: lowered here to every row, on few distinct values (ties stay stable) and
-  the dtype's extremes (the padding's values, which must still sort after the data)."""
-  from tinycore.tensor_ops import TensorOps
-  monkeypatch.setattr(TensorOps, "SORT_NETWORK_MIN", 2)
-  x = random_array(rng, shape, dtype, low=-3, high=3)
-  if dtype == "int8": x.flat[:2] = [127, -128]
-  if dtype == "float32": x.flat[:2] = [np.inf, -np.inf]
-  key = -x.astype(np.float64) if descending else x
-  want_indices = np.argsort(key, axis=dim, kind="stable")
-  values, indices = Tensor(x).sort(dim, descending=descending)
-  assert_equal(values, np.take_along_axis(x, want_indices, dim), dtype=dtype)
-  assert_equal(indices, want_indices.astype(np.int32), dtype=dtypes.int32)
+  """Long rows sort by a bitonic network: lowered here to every row, padded to a power of two, on few distinct values
+  (ties stay stable) and the dtype's extremes (the padding must still sort after them); int64's keys are two words."""
+  monkeypatch.setattr(tensor_sort, "RANK_SORT_MAX", 1)
+  _check_sort(_sort_data(rng, shape, dtype), dim, descending, dtype)
 
 
 def test_sort_network_gradient(rng, monkeypatch):
-  from tinycore.tensor_ops import TensorOps
-  monkeypatch.setattr(TensorOps, "SORT_NETWORK_MIN", 2)
+  monkeypatch.setattr(tensor_sort, "RANK_SORT_MAX", 1)
   check_gradient(rng, lambda x: x.sort(1, descending=True)[0], lambda x: -np.sort(-x, 1),
                  [random_array(rng, (2, 6), "float32")])
 
@@ -268,28 +313,38 @@ def test_topk(rng, largest):
   with pytest.raises(ValueError): Tensor(x).topk(10)
 
 
-@pytest.mark.parametrize("largest", [True, False])
-@pytest.mark.parametrize("dtype", ["float32", "int32"])
-def test_topk_in_chunks(rng, monkeypatch, largest, dtype):
-  """A long row's topk runs per chunk, then over the chunks' candidates: the same values and indices as the sort's
-  order (NaN largest, ties by position), with ties across chunks, NaN, infinities and a last chunk filled up."""
-  from tinycore.tensor_ops import TensorOps
-  monkeypatch.setattr(TensorOps, "TOPK_SELECT_MAX", 1)
-  monkeypatch.setattr(TensorOps, "TOPK_CHUNK", 8)  # k = 3: chunks of 16, from 64 elements on
+def _check_topk(x: np.ndarray, k: int, dim: int, largest: bool) -> None:
+  order = np.take(_np_sort_order(x, dim, largest), np.arange(k), axis=dim)
+  values, indices = Tensor(x).topk(k, dim, largest=largest)
+  assert_equal(indices, order.astype(np.int32), dtype=dtypes.int32)
+  assert_equal(values, np.take_along_axis(x, order, dim))
+
+
+# k passes (k <= 16), ranks of a row of up to 1024, a sort (a short row or k = n); float32 and int64 (two-word keys)
+@pytest.mark.parametrize("shape,k,dim,dtype,largest", [
+  ((3, 70), 1, 1, "float32", True), ((3, 70), 4, 1, "float32", False), ((70, 3), 16, 0, "float32", True),
+  ((2, 90), 20, 1, "float32", False), ((2, 40), 20, 1, "int64", True), ((2, 70), 5, 1, "int64", False),
+  ((2, 9), 9, 1, "float32", True)], ids=_ids)
+def test_topk_paths(rng, shape, k, dim, dtype, largest):
+  """topk of every path gives the sort's first k: NaN first (last for the smallest), ties by position."""
+  _check_topk(_sort_data(rng, shape, dtype), k, dim, largest)
+
+
+@pytest.mark.parametrize("dtype,largest", [("float32", True), ("float32", False), ("int32", True), ("int64", False)])
+def test_topk_in_chunks(rng, monkeypatch, dtype, largest):
+  """A long row's topk picks among the chunks whose minima rank first, level by level: the same values and indices
+  as the sort's order (NaN largest, ties by position), with ties across chunks, NaN, infinities and a last chunk
+  filled up."""
+  monkeypatch.setattr(tensor_sort, "TOPK_SELECT_MAX", 1)
+  monkeypatch.setattr(tensor_sort, "RANK_SELECT_MAX", 16)  # k = 3: chunks of 4, levels of 70, 18 and 5 keys
   x = rng.integers(-4, 5, (3, 70)).astype(dtype)  # many ties, across chunks
   if dtype == "float32":
     x[0, [5, 40, 69]] = np.nan
     x[1, [3, 66]], x[1, 20] = -np.inf, np.inf
     x[2, :] = np.nan
     x[2, [7, 50]] = 1.0
-  positions = np.broadcast_to(np.arange(70), x.shape)
-  nan = np.isnan(x) if dtype == "float32" else np.zeros(x.shape, bool)
-  value = np.where(nan, 0, x)
-  keys = (positions, -value, ~nan) if largest else (positions, value, nan)
-  order = np.stack([np.lexsort(tuple(key[row] for key in keys)) for row in range(3)])[:, :3]
-  values, indices = Tensor(x).topk(3, largest=largest)
-  assert_equal(indices, order.astype(np.int32), dtype=dtypes.int32)
-  assert_equal(values, np.take_along_axis(x, order, 1))
+  if dtype == "int64": x[0, [9, 60]] = [np.iinfo(np.int64).max, np.iinfo(np.int64).min]
+  _check_topk(x, 3, 1, largest)
 
 
 # ---------------------------------------------------------------------------- gradients
@@ -584,6 +639,24 @@ def test_cummax_cummin_indices(rng, axis):
     expected = accumulate(x, axis)
     assert_equal(values, expected, dtype=dtypes.int32)
     assert_equal(indices, _np_running_index(x, expected, axis), dtype=dtypes.int32)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint32", "int64"])
+def test_cummax_cummin_indices_of_long_rows(rng, dtype):
+  """Rows of several scan blocks, ties, the dtype's extremes, NaN (it wins, and a later NaN is not a new maximum) and
+  both zeros (equal): indices from a running maximum of keys (values above positions; 64-bit dtypes compare pairs)."""
+  skip_unless_dtype(dtype)
+  x = _sort_data(rng, (3, 20), dtype)
+  if dtype.startswith("float"): x[1, 8:] = np.where(np.arange(12) % 5 == 0, np.nan, x[1, 8:])
+  for method, accumulate in (("cummax", np.fmax.accumulate), ("cummin", np.fmin.accumulate)):
+    values, indices = getattr(Tensor(x), method)(1)
+    # NaN propagates from the first NaN on (fmax/fmin skip it: put it back), and equals NaN
+    expected = accumulate(x, 1)
+    if dtype.startswith("float"): expected = np.where(np.cumsum(np.isnan(x), 1) > 0, np.nan, expected)
+    assert_equal(values, expected.astype(x.dtype))
+    same = (x[:, :, None] == expected[:, None, :]) | (np.isnan(x)[:, :, None] & np.isnan(expected)[:, None, :])
+    first = np.argmax(same & (np.arange(20)[:, None] <= np.arange(20)[None, :]), axis=1)
+    assert_equal(indices, first.astype(np.int32), dtype=dtypes.int32)
 
 
 @pytest.mark.parametrize("op,operand,expected", [
