@@ -31,18 +31,18 @@ def lookup(domain: str, op_type: str) -> Callable | None:
   return OPS.get((domain, op_type))
 
 
-def _onnx_dtype(code: int) -> DType:
+def onnx_type(code: int) -> DType:
   from tinycore.nn.onnx import onnx_dtype
   return onnx_dtype(code, "Cast")
 
 
-def _axis(axis: int, ndim: int) -> int:
+def positive_axis(axis: int, ndim: int) -> int:
   if not -max(ndim, 1) <= axis < max(ndim, 1): raise ValueError(f"axis {axis} is out of range for {ndim} dims")
   return axis + ndim if axis < 0 else axis
 
 
 def _axes(axes: Sequence[int] | None, ndim: int) -> list[int] | None:
-  return None if axes is None else sorted({_axis(a, ndim) for a in axes})
+  return None if axes is None else sorted({positive_axis(a, ndim) for a in axes})
 
 
 def _axes_of(ctx: Any, axes_input: Tensor | None, axes_attr: Sequence[int] | None) -> list[int] | None:
@@ -72,9 +72,9 @@ def softplus(x): return x.softplus()
 @register("Swish")
 def swish(x, alpha=1.0): return x * (x * alpha).sigmoid()
 @register("BitCast")
-def bitcast(x, to): return x.bitcast(_onnx_dtype(to))
+def bitcast(x, to): return x.bitcast(onnx_type(to))
 @register("Identity")
-def identity(x): return x
+def identity(x): return [x] if isinstance(x, list) else x  # a sequence is one output
 @register("LeakyRelu")
 def leaky_relu(x, alpha=0.01): return x.leaky_relu(alpha)
 @register("Elu")
@@ -111,7 +111,7 @@ def _binary(name: str, fn: Callable[[Tensor, Tensor], Tensor]) -> None:
 def _legacy_broadcast(a: Tensor, b: Tensor, broadcast: int, axis: int | None) -> Tensor:
   """Opsets before 7: b broadcast to a from `axis` on."""
   if axis is None or b.ndim == a.ndim: return b
-  axis = _axis(axis, a.ndim)
+  axis = positive_axis(axis, a.ndim)
   return b.reshape(*b.shape, *(1,) * (a.ndim - axis - b.ndim))
 
 
@@ -166,7 +166,7 @@ def clip(x, min_input=None, max_input=None, min=None, max=None):
 @register("Where")
 def where(cond, x, y): return cond.where(x, y)
 @register("Cast")
-def cast(x, to, saturate=1, round_mode="up"): return x.cast(_onnx_dtype(to))
+def cast(x, to, saturate=1, round_mode="up"): return x.cast(onnx_type(to))
 @register("CastLike")
 def cast_like(x, target, saturate=1, round_mode="up"): return x.cast(target.dtype)
 
@@ -175,7 +175,7 @@ def cast_like(x, target, saturate=1, round_mode="up"): return x.cast(target.dtyp
 def _last_axes_op(x: Tensor, axis: int, ctx: Any, fn: Callable[[Tensor, int], Tensor]) -> Tensor:
   """Opsets before 13 apply softmax-like ops to x flattened into (prod(shape[:axis]), prod(shape[axis:]))."""
   if ctx.opset >= 13 or x.ndim == 0: return fn(x, axis)
-  axis = _axis(axis, x.ndim)
+  axis = positive_axis(axis, x.ndim)
   return fn(x.reshape(math.prod(x.shape[:axis]), -1), 1).reshape(x.shape)
 
 
@@ -187,7 +187,7 @@ def log_softmax(x, axis=None, ctx=None):
 @register("Hardmax")
 def hardmax(x, axis=None, ctx=None):
   def hard(t: Tensor, a: int) -> Tensor:
-    a = _axis(a, t.ndim)
+    a = positive_axis(a, t.ndim)
     hot = t.argmax(a).one_hot(t.shape[a]).cast(t.dtype)
     return hot.permute(*range(a), hot.ndim - 1, *range(a, hot.ndim - 1))
   return _last_axes_op(x, _default_axis(axis, ctx), ctx, hard)
@@ -222,11 +222,11 @@ def constant(value=None, value_float=None, value_floats=None, value_int=None, va
 def constant_of_shape(shape_, value=None, ctx=None):
   dims = ctx.ints(shape_)
   fill, dtype = (0.0, dtypes.float32) if value is None else (value[0].reshape(-1)[0], value[0].dtype)
-  if isinstance(fill, Tensor): fill = ctx.value(value[0].reshape(-1))[0] if value[1] is None else _first(value[1])
+  if isinstance(fill, Tensor): fill = ctx.value(value[0].reshape(-1))[0] if value[1] is None else first_value(value[1])
   return Tensor.full(tuple(dims), fill, dtype=dtype, device=ctx.device)
 
 
-def _first(v: Any) -> Any: return _first(v[0]) if isinstance(v, list) else v
+def first_value(v: Any) -> Any: return first_value(v[0]) if isinstance(v, list) else v
 
 
 @register("Reshape")
@@ -268,7 +268,7 @@ def split(x, split_=None, axis=0, split=None, num_outputs=None, ctx=None):
   sizes = ctx.ints(split_) if split_ is not None else split
   count = num_outputs or len(ctx.node.outputs)
   if sizes is None:
-    n = x.shape[_axis(axis, x.ndim)]
+    n = x.shape[positive_axis(axis, x.ndim)]
     chunk = -(-n // count)
     sizes = [min(chunk, n - i * chunk) for i in range(count)]
   return x.split(list(sizes), dim=axis)
@@ -283,7 +283,7 @@ def slice_(data, starts_=None, ends_=None, axes_=None, steps_=None, starts=None,
   index = [slice(None)] * data.ndim
   for start, end, axis, step in zip(starts, ends, axes, steps):
     if step == 0: raise ctx.error("a Slice step of 0")
-    axis, dim = _axis(axis, data.ndim), data.shape[_axis(axis, data.ndim)]
+    axis, dim = positive_axis(axis, data.ndim), data.shape[positive_axis(axis, data.ndim)]
     if start < 0: start += dim
     if end < 0: end += dim
     if step > 0: start, end = min(max(start, 0), dim), min(max(end, 0), dim)
@@ -299,7 +299,7 @@ def _wrap_indices(indices: Tensor, dim: int) -> Tensor:
 
 @register("Gather")
 def gather(data, indices, axis=0):
-  axis = _axis(axis, data.ndim)
+  axis = positive_axis(axis, data.ndim)
   idx = _wrap_indices(indices, data.shape[axis])
   if idx.ndim == 0: return data[(slice(None),) * axis + (idx.reshape(1),)].squeeze(axis)
   return data[(slice(None),) * axis + (idx,)]
@@ -307,7 +307,7 @@ def gather(data, indices, axis=0):
 
 @register("GatherElements")
 def gather_elements(data, indices, axis=0):
-  axis = _axis(axis, data.ndim)
+  axis = positive_axis(axis, data.ndim)
   return data.gather(axis, _wrap_indices(indices, data.shape[axis]))
 
 
@@ -326,7 +326,7 @@ def gather_nd(data, indices, batch_dims=0):
 
 @register("ScatterElements", "Scatter")
 def scatter_elements(data, indices, updates, axis=0, reduction="none"):
-  axis = _axis(axis, data.ndim)
+  axis = positive_axis(axis, data.ndim)
   idx = _wrap_indices(indices, data.shape[axis])
   if reduction == "none": return data.scatter(axis, idx, updates)
   name = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[reduction]
@@ -362,14 +362,14 @@ def tile(x, repeats, ctx=None): return x.repeat(ctx.ints(repeats))
 
 @register("Range")
 def range_(start, limit, delta, ctx=None):
-  s, l, d = (_first(ctx.value(t)) for t in (start, limit, delta))
+  s, l, d = (first_value(ctx.value(t)) for t in (start, limit, delta))
   count = max(math.ceil((l - s) / d), 0)
   return (Tensor.arange(count, device=ctx.device).cast(start.dtype) * d + s).cast(start.dtype)
 
 
 @register("EyeLike")
 def eye_like(x, dtype=None, k=0):
-  out_dtype = _onnx_dtype(dtype) if dtype is not None else x.dtype
+  out_dtype = onnx_type(dtype) if dtype is not None else x.dtype
   rows, cols = x.shape
   r = Tensor.arange(rows, device=x.device).reshape(rows, 1)
   c = Tensor.arange(cols, device=x.device).reshape(1, cols)
@@ -378,10 +378,10 @@ def eye_like(x, dtype=None, k=0):
 
 @register("OneHot")
 def one_hot(indices, depth, values, axis=-1, ctx=None):
-  n = int(_first(ctx.value(depth)))
+  n = int(first_value(ctx.value(depth)))
   idx = indices.cast(dtypes.int64)
   idx = (idx < 0).where(idx + n, idx)
-  axis = _axis(axis, indices.ndim + 1)
+  axis = positive_axis(axis, indices.ndim + 1)
   hot = idx.unsqueeze(-1) == Tensor.arange(n, device=indices.device)
   off, on = values[0], values[1]
   out = hot.where(on, off).cast(values.dtype)
@@ -390,7 +390,7 @@ def one_hot(indices, depth, values, axis=-1, ctx=None):
 
 @register("Trilu")
 def trilu(x, k=None, upper=1, ctx=None):
-  diag = int(_first(ctx.value(k))) if k is not None else 0
+  diag = int(first_value(ctx.value(k))) if k is not None else 0
   return x.triu(diag) if upper else x.tril(diag)
 
 
@@ -404,7 +404,7 @@ def nonzero(x):
 def compress(x, condition, axis=None, ctx=None):
   keep = [i for i, c in enumerate(_flatten_list(ctx.value(condition))) if c]
   if axis is None: x, axis = x.reshape(-1), 0
-  axis = _axis(axis, x.ndim)
+  axis = positive_axis(axis, x.ndim)
   keep = [i for i in keep if i < x.shape[axis]]
   if not keep: return x.shrink(tuple((0, 0) if i == axis else (0, s) for i, s in enumerate(x.shape)))
   return x[(slice(None),) * axis + (Tensor(keep, dtype=dtypes.int64, device=x.device),)]
@@ -414,9 +414,72 @@ def _flatten_list(v: Any) -> list:
   return [x for e in v for x in _flatten_list(e)] if isinstance(v, list) else [v]
 
 
+def _rows_before(rows: Tensor) -> Tensor:
+  """(n, n): whether row j sorts before row i (lexicographic order of rows (n, m): at their first differing column)."""
+  differs = rows.unsqueeze(1) != rows.unsqueeze(0)  # [i, j, column]
+  column = differs.argmax(-1).unsqueeze(-1)  # the first one where they differ
+  n = rows.shape[0]
+  mine = rows.unsqueeze(1).expand(n, n, rows.shape[1]).gather(2, column).squeeze(-1)
+  theirs = rows.unsqueeze(0).expand(n, n, rows.shape[1]).gather(2, column).squeeze(-1)
+  return differs.any(-1) & (theirs < mine)
+
+
+@register("Unique")
+def unique(x, axis=None, sorted=1, ctx=None):
+  """The distinct elements (or slices along axis), sorted or in order of first occurrence, with the index of each
+  one's first occurrence, each input's index into them and their counts. Pairwise comparisons (n x n), so the one
+  host read is the count of distinct values."""
+  if axis is None: rows, rest = x.reshape(-1, 1), ()
+  else:
+    axis = positive_axis(axis, x.ndim)
+    moved = x.permute(axis, *[d for d in range(x.ndim) if d != axis])
+    rows, rest = moved.reshape(x.shape[axis], -1), moved.shape[1:]
+  n = rows.shape[0]
+  positions = Tensor.arange(n, device=x.device, dtype=dtypes.int64)
+  same = (rows.unsqueeze(1) == rows.unsqueeze(0)).all(-1)  # [i, j]
+  first = same.cast(dtypes.int32).argmax(1).cast(dtypes.int64)  # the first j holding row i's value
+  is_first = first == positions
+  before = _rows_before(rows) if sorted else positions.reshape(1, n) < positions.reshape(n, 1)
+  rank = (is_first.reshape(1, n) & before).cast(dtypes.int64).sum(1)  # row i's place among the distinct rows
+  count = int(first_value(ctx.value(is_first.cast(dtypes.int64).sum().reshape(1))))
+  slots = Tensor.arange(count, device=x.device, dtype=dtypes.int64).reshape(-1, 1)
+  owner = is_first.reshape(1, n) & (rank.reshape(1, n) == slots)  # [slot, i]: the first occurrence in that slot
+  values = owner.unsqueeze(-1).where(rows.unsqueeze(0), 0).sum(1).cast(x.dtype)
+  indices = owner.where(positions.reshape(1, n), 0).sum(1)
+  inverse = rank.gather(0, first)
+  counts = (inverse.reshape(1, n) == slots).cast(dtypes.int64).sum(1)
+  if axis is None: out = values.reshape(count)
+  else:
+    out = values.reshape(count, *rest)
+    out = out.permute(*range(1, axis + 1), 0, *range(axis + 1, x.ndim))
+  return [out, indices, inverse, counts]
+
+
+@register("Det")
+def det(x):
+  """Determinants of [..., n, n] by Gaussian elimination with partial pivoting (n steps, each a few tensor ops)."""
+  n = x.shape[-1]
+  a = x.cast(dtypes.float64 if x.dtype is dtypes.float64 else dtypes.float32)
+  result = a[..., 0, 0].full_like(1.0)
+  rows = Tensor.arange(n, device=x.device).reshape(n, 1)
+  for k in range(n):
+    pivot_row = a[..., k:, k].abs().argmax(-1) + k  # [...]
+    p = pivot_row.reshape(*pivot_row.shape, 1, 1)
+    order = (rows == k).where(p, (rows == p).where(k, rows))  # rows k and p swapped
+    a = a.gather(-2, order.expand(*a.shape[:-2], n, n))
+    result = (pivot_row != k).where(-result, result)
+    pivot = a[..., k, k]
+    result = result * pivot
+    if k + 1 < n:
+      safe = (pivot == 0).where(1.0, pivot)
+      factors = (a[..., k + 1:, k] / safe.unsqueeze(-1)).unsqueeze(-1)
+      a = a[..., :k + 1, :].cat(a[..., k + 1:, :] - factors * a[..., k:k + 1, :], dim=-2)
+  return result.cast(x.dtype)
+
+
 @register("CumSum")
 def cumsum(x, axis, exclusive=0, reverse=0, ctx=None):
-  ax = _axis(int(_first(ctx.value(axis))), x.ndim)
+  ax = positive_axis(int(first_value(ctx.value(axis))), x.ndim)
   if reverse: x = x.flip(ax)
   out = x.cumsum(ax).cast(x.dtype)
   if exclusive: out = out.pad(tuple((1, 0) if i == ax else (0, 0) for i in range(x.ndim)))[
@@ -426,7 +489,7 @@ def cumsum(x, axis, exclusive=0, reverse=0, ctx=None):
 
 @register("CumProd")
 def cumprod(x, axis, exclusive=0, reverse=0, ctx=None):
-  ax = _axis(int(_first(ctx.value(axis))), x.ndim)
+  ax = positive_axis(int(first_value(ctx.value(axis))), x.ndim)
   if reverse: x = x.flip(ax)
   out = x.cumprod(ax).cast(x.dtype)
   if exclusive: out = out.pad(tuple((1, 0) if i == ax else (0, 0) for i in range(x.ndim)), value=1)[
@@ -437,7 +500,7 @@ def cumprod(x, axis, exclusive=0, reverse=0, ctx=None):
 @register("CenterCropPad")
 def center_crop_pad(x, shape_, axes=None, ctx=None):
   sizes = ctx.ints(shape_)
-  ax = [_axis(a, x.ndim) for a in axes] if axes is not None else list(range(x.ndim))
+  ax = [positive_axis(a, x.ndim) for a in axes] if axes is not None else list(range(x.ndim))
   for a, want in zip(ax, sizes):
     have = x.shape[a]
     if want < have:
@@ -450,12 +513,12 @@ def center_crop_pad(x, shape_, axes=None, ctx=None):
 
 
 def _window(size: Tensor, periodic: int, output_datatype: int, ctx: Any, coefficients: Sequence[float]) -> Tensor:
-  n = int(_first(ctx.value(size)))
+  n = int(first_value(ctx.value(size)))
   denominator = n if periodic else n - 1
   k = Tensor.arange(n, device=ctx.device).cast(dtypes.float32) * (2 * math.pi / max(denominator, 1))
   out = Tensor.zeros(n, dtype=dtypes.float32, device=ctx.device) + coefficients[0]
   for i, c in enumerate(coefficients[1:], start=1): out = out + ((-1) ** i) * c * (k * i).cos()
-  return out.cast(_onnx_dtype(output_datatype))
+  return out.cast(onnx_type(output_datatype))
 
 
 @register("HannWindow")
@@ -483,13 +546,13 @@ def reverse_sequence(x, sequence_lens, batch_axis=1, time_axis=0, ctx=None):
 
 @register("TopK")
 def topk(x, k, axis=-1, largest=1, sorted=1, ctx=None):
-  n = int(_first(ctx.value(k)))
+  n = int(first_value(ctx.value(k)))
   values, indices = x.topk(n, dim=axis, largest=bool(largest))
   return values, indices.cast(dtypes.int64)
 
 
 def _arg(x: Tensor, axis: int, keepdims: int, last: int, fn: Callable) -> Tensor:
-  axis = _axis(axis, x.ndim)
+  axis = positive_axis(axis, x.ndim)
   if last:
     n = x.shape[axis]
     out = (n - 1) - fn(x.flip(axis), axis)
@@ -507,8 +570,8 @@ def argmin(x, axis=0, keepdims=1, select_last_index=0): return _arg(x, axis, kee
 @register("Pad")
 def pad(data, pads_=None, constant_value=None, axes_=None, mode="constant", pads=None, value=0.0, ctx=None):
   widths = ctx.ints(pads_) if pads_ is not None else list(pads)
-  fill = value if constant_value is None else _first(ctx.value(constant_value))
-  axes = [_axis(a, data.ndim) for a in ctx.ints(axes_)] if axes_ is not None else list(range(data.ndim))
+  fill = value if constant_value is None else first_value(ctx.value(constant_value))
+  axes = [positive_axis(a, data.ndim) for a in ctx.ints(axes_)] if axes_ is not None else list(range(data.ndim))
   n = len(axes)
   per = [(0, 0)] * data.ndim
   for i, a in enumerate(axes): per[a] = (widths[i], widths[i + n])
@@ -776,7 +839,7 @@ def instance_norm(x, scale, bias, epsilon=1e-5):
 
 @register("LayerNormalization")
 def layer_norm(x, scale, bias=None, axis=-1, epsilon=1e-5, stash_type=1):
-  axis = _axis(axis, x.ndim)
+  axis = positive_axis(axis, x.ndim)
   axes = tuple(range(axis, x.ndim))
   xf = x.cast(dtypes.float32) if stash_type == 1 and x.dtype is not dtypes.float64 else x
   mean = xf.mean(axes, keepdim=True)
@@ -801,7 +864,7 @@ def group_norm(x, scale, bias, epsilon=1e-5, num_groups=1, stash_type=1, ctx=Non
 
 @register("RMSNormalization")
 def rms_norm(x, scale, axis=-1, epsilon=1e-5, stash_type=1):
-  axes = tuple(range(_axis(axis, x.ndim), x.ndim))
+  axes = tuple(range(positive_axis(axis, x.ndim), x.ndim))
   xf = x.cast(dtypes.float32) if x.dtype is not dtypes.float64 else x
   return (xf * (xf.square().mean(axes, keepdim=True) + epsilon).rsqrt()).cast(x.dtype) * scale
 
@@ -921,7 +984,7 @@ def resize(x, roi=None, scales=None, sizes=None, antialias=0, axes=None, coordin
            cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
            mode="nearest", nearest_mode="round_prefer_floor", ctx=None):
   if antialias: raise ctx.error("attribute 'antialias' = 1 is not supported")
-  ax = [_axis(a, x.ndim) for a in axes] if axes is not None else list(range(x.ndim))
+  ax = [positive_axis(a, x.ndim) for a in axes] if axes is not None else list(range(x.ndim))
   roi_values = [float(v) for v in _flatten_list(ctx.value(roi))] if roi is not None and roi.numel() else []
   scale_values = [float(v) for v in _flatten_list(ctx.value(scales))] if scales is not None and scales.numel() else None
   size_values = ctx.ints(sizes) if sizes is not None and sizes.numel() else None
@@ -958,7 +1021,7 @@ def upsample(x, scales_=None, mode="nearest", scales=None, ctx=None):
 def _per_axis(t: Tensor, x: Tensor, axis: int, block_size: int = 0) -> Tensor:
   """A scale or zero point shaped to broadcast against x: a scalar, per `axis` (1-d), or per block."""
   if t.ndim == 0 or t.numel() == 1 and t.ndim <= 1: return t.reshape(())
-  axis = _axis(axis, x.ndim)
+  axis = positive_axis(axis, x.ndim)
   if block_size:
     return t.repeat_interleave(block_size, dim=axis)[tuple(slice(0, s) for s in x.shape)]
   shape = [1] * x.ndim
@@ -968,7 +1031,7 @@ def _per_axis(t: Tensor, x: Tensor, axis: int, block_size: int = 0) -> Tensor:
 
 @register("QuantizeLinear")
 def quantize_linear(x, y_scale, y_zero_point=None, axis=1, saturate=1, block_size=0, output_dtype=0, precision=0):
-  out_dtype = y_zero_point.dtype if y_zero_point is not None else (_onnx_dtype(output_dtype) if output_dtype else
+  out_dtype = y_zero_point.dtype if y_zero_point is not None else (onnx_type(output_dtype) if output_dtype else
                                                                   dtypes.uint8)
   scale = _per_axis(y_scale, x, axis, block_size)
   y = (x.cast(dtypes.float32) / scale.cast(dtypes.float32)).round()
@@ -982,7 +1045,7 @@ def dequantize_linear(x, x_scale, x_zero_point=None, axis=1, block_size=0, outpu
   centered = x.cast(dtypes.int32)
   if x_zero_point is not None: centered = centered - _per_axis(x_zero_point, x, axis, block_size).cast(dtypes.int32)
   return (centered.cast(dtypes.float32) * scale.cast(dtypes.float32)).cast(
-      _onnx_dtype(output_dtype) if output_dtype else x_scale.dtype)
+      onnx_type(output_dtype) if output_dtype else x_scale.dtype)
 
 
 @register("DynamicQuantizeLinear")
@@ -1071,7 +1134,7 @@ def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv
   with_bias = qk + bias
   qk_out = with_bias if qk_matmul_output_mode == 2 else qk  # 1: the softcapped product, 2: with the mask added
   masked = bias.max(-1, keepdim=True) == -math.inf
-  logits = with_bias if softmax_precision is None else with_bias.cast(_onnx_dtype(softmax_precision))
+  logits = with_bias if softmax_precision is None else with_bias.cast(onnx_type(softmax_precision))
   safe = masked.where(0.0, logits)
   probs = masked.where(0.0, safe.softmax(-1)).cast(dtype)
   if qk_matmul_output_mode == 3: qk_out = probs
@@ -1303,14 +1366,14 @@ def rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=No
 # ---------------------------------------------------------------------------------------------------- control flow
 @register("If")
 def if_(cond, then_branch, else_branch, ctx=None):
-  branch = then_branch if bool(_first(ctx.value(cond))) else else_branch
+  branch = then_branch if bool(first_value(ctx.value(cond))) else else_branch
   return ctx.run_graph(branch, {}, ctx.scope)
 
 
 @register("Loop")
 def loop(max_trip, cond, *carried, body, ctx=None):
-  trips = int(_first(ctx.value(max_trip))) if max_trip is not None else None
-  keep_going = bool(_first(ctx.value(cond))) if cond is not None else True
+  trips = int(first_value(ctx.value(max_trip))) if max_trip is not None else None
+  keep_going = bool(first_value(ctx.value(cond))) if cond is not None else True
   names = [i.name for i in body.input]
   n_carried = len(carried)
   state = list(carried)
@@ -1322,7 +1385,7 @@ def loop(max_trip, cond, *carried, body, ctx=None):
     if len(names) > 1: bindings[names[1]] = ctx.remember(Tensor(keep_going, device=ctx.device), keep_going)
     for name, value in zip(names[2:], state): bindings[name] = value
     outs = ctx.run_graph(body, bindings, ctx.scope)
-    keep_going = bool(_first(ctx.value(outs[0])))
+    keep_going = bool(first_value(ctx.value(outs[0])))
     state = outs[1:1 + n_carried]
     for j, s in enumerate(outs[1 + n_carried:]):
       if len(scans) <= j: scans.append([])
@@ -1342,14 +1405,14 @@ def scan(*inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_direct
   state, xs = list(inputs[:n_state]), inputs[n_state:]
   in_axes = scan_input_axes or [0] * num_scan_inputs
   in_dirs = scan_input_directions or [0] * num_scan_inputs
-  xs = [x.flip(_axis(a, x.ndim)) if d else x for x, a, d in zip(xs, in_axes, in_dirs)]
-  steps = xs[0].shape[_axis(in_axes[0], xs[0].ndim)] if xs else 0
+  xs = [x.flip(positive_axis(a, x.ndim)) if d else x for x, a, d in zip(xs, in_axes, in_dirs)]
+  steps = xs[0].shape[positive_axis(in_axes[0], xs[0].ndim)] if xs else 0
   names = [i.name for i in body.input]
   outs_per_step: list[list[Tensor]] = []
   for t in range(steps):
     bindings = dict(zip(names[:n_state], state))
     for name, x, a in zip(names[n_state:], xs, in_axes):
-      a = _axis(a, x.ndim)
+      a = positive_axis(a, x.ndim)
       bindings[name] = x[(slice(None),) * a + (t,)]
     outs = ctx.run_graph(body, bindings, ctx.scope)
     state = outs[:n_state]
@@ -1361,10 +1424,100 @@ def scan(*inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_direct
   for j in range(n_out):
     stacked = Tensor.stack(*[o[j] for o in outs_per_step], dim=0)
     if out_dirs[j]: stacked = stacked.flip(0)
-    a = _axis(out_axes[j], stacked.ndim)
+    a = positive_axis(out_axes[j], stacked.ndim)
     if a: stacked = stacked.permute(*range(1, a + 1), 0, *range(a + 1, stacked.ndim))
     results.append(stacked)
   return state + results
+
+
+@register("TensorScatter")
+def tensor_scatter(past_cache, update, write_indices=None, axis=-2, mode="linear"):
+  """A KV cache written in place: update's positions along `axis` land at write_indices[batch] + i (mod the cache
+  length when circular); a gather from update where a position is written, the old cache elsewhere."""
+  axis = positive_axis(axis, past_cache.ndim)
+  length, steps, batch = past_cache.shape[axis], update.shape[axis], past_cache.shape[0]
+  starts = write_indices.cast(dtypes.int64) if write_indices is not None else \
+      Tensor.zeros(batch, dtype=dtypes.int64, device=past_cache.device)
+  shape = [1] * past_cache.ndim
+  shape[axis] = length
+  offset = Tensor.arange(length, device=past_cache.device).reshape(shape) - \
+      starts.reshape(batch, *[1] * (past_cache.ndim - 1))
+  if mode == "circular": offset = offset % length
+  written = (offset >= 0) & (offset < steps)
+  index = written.where(offset, 0).expand(past_cache.shape)
+  return written.where(update.gather(axis, index), past_cache)
+
+
+# ---------------------------------------------------------------------------------------------------- sequences
+# A sequence value is a Python list of Tensors, an empty optional is None; a handler returning one sequence returns
+# it inside a list (its one output).
+def _position(ctx: Any, position: Tensor | None, length: int, default: int, insert: bool = False) -> int:
+  pos = default if position is None else int(first_value(ctx.value(position)))
+  if not -length <= pos <= (length if insert else length - 1):
+    raise ctx.error(f"position {pos} is out of range for a sequence of {length}")
+  return pos + length if pos < 0 else pos
+
+
+@register("SequenceConstruct")
+def sequence_construct(*xs): return [list(xs)]
+@register("SequenceEmpty")
+def sequence_empty(dtype=1): return [[]]
+@register("SequenceLength")
+def sequence_length(seq, ctx=None): return ctx.remember(Tensor(len(seq), dtype=dtypes.int64, device=ctx.device), len(seq))
+@register("SequenceAt")
+def sequence_at(seq, position, ctx=None): return seq[_position(ctx, position, len(seq), 0)]
+
+
+@register("SequenceInsert")
+def sequence_insert(seq, tensor, position=None, ctx=None):
+  out = list(seq)
+  out.insert(_position(ctx, position, len(seq), len(seq), insert=True), tensor)
+  return [out]
+
+
+@register("SequenceErase")
+def sequence_erase(seq, position=None, ctx=None):
+  out = list(seq)
+  del out[_position(ctx, position, len(seq), len(seq) - 1)]
+  return [out]
+
+
+@register("ConcatFromSequence")
+def concat_from_sequence(seq, axis, new_axis=0):
+  if new_axis: return Tensor.stack(*seq, dim=axis if axis >= 0 else axis + seq[0].ndim + 1)
+  return seq[0].cat(*seq[1:], dim=axis) if len(seq) > 1 else seq[0]
+
+
+@register("SplitToSequence")
+def split_to_sequence(x, split=None, axis=0, keepdims=1, ctx=None):
+  axis = positive_axis(axis, x.ndim)
+  if split is None:
+    pieces = x.split(1, dim=axis)
+    return [[p.squeeze(axis) for p in pieces] if not keepdims else list(pieces)]
+  sizes = ctx.ints(split)
+  return [list(x.split(sizes[0] if split.ndim == 0 else sizes, dim=axis))]
+
+
+@register("SequenceMap")
+def sequence_map(seq, *extra, body, ctx=None):
+  names = [i.name for i in body.input]
+  outs: list[list[Tensor]] = [[] for _ in body.output]
+  for i in range(len(seq)):
+    args = [seq[i]] + [e[i] if isinstance(e, list) else e for e in extra]
+    for j, value in enumerate(ctx.run_graph(body, dict(zip(names, args)), ctx.scope)): outs[j].append(value)
+  return outs
+
+
+@register("Optional")
+def optional(x=None, type=None): return [x]
+@register("OptionalHasElement")
+def optional_has_element(x=None, ctx=None): return ctx.remember(Tensor(x is not None, device=ctx.device), x is not None)
+
+
+@register("OptionalGetElement")
+def optional_get_element(x, ctx=None):
+  if x is None: raise ctx.error("the optional input is empty")
+  return [x]
 
 
 # ---------------------------------------------------------------------------------------------------- training
@@ -1374,6 +1527,55 @@ def gradient(*inputs, xs, y, zs=None, ctx=None):
   targets = [ctx.scope[name] for name in xs]
   out = ctx.scope[y]
   return out.gradient(*targets, gradient=Tensor.ones(*out.shape, dtype=out.dtype, device=out.device))
+
+
+TRAINING = "ai.onnx.preview.training"
+
+
+def _optimizer_groups(inputs: tuple, per_tensor: int) -> list[tuple[Tensor, ...]]:
+  """(x_i, g_i, state_i...) per optimized tensor: the inputs after R and T come as all Xs, all Gs, then each state."""
+  n = len(inputs) // per_tensor
+  return [tuple(inputs[k * n + i] for k in range(per_tensor)) for i in range(n)]
+
+
+@register("Adagrad", domain=TRAINING)
+def adagrad(r, t, *inputs, decay_factor=0.0, epsilon=0.0, norm_coefficient=0.0):
+  rate = r / (1 + t.cast(r.dtype) * decay_factor)
+  xs, hs = [], []
+  for x, g, h in _optimizer_groups(inputs, 3):
+    g = norm_coefficient * x + g
+    h = h + g * g
+    xs.append((x - rate * g / (h.sqrt() + epsilon)).cast(x.dtype))
+    hs.append(h.cast(x.dtype))
+  return xs + hs
+
+
+@register("Momentum", domain=TRAINING)
+def momentum(r, t, *inputs, alpha, beta, mode, norm_coefficient):
+  xs, vs = [], []
+  for x, g, v in _optimizer_groups(inputs, 3):
+    g = norm_coefficient * x + g
+    v = alpha * v + (t > 0).where(beta, 1.0).cast(x.dtype) * g  # the gradient's coefficient is 1 at the first step
+    xs.append(x - r * (g + alpha * v if mode == "nesterov" else v))
+    vs.append(v)
+  return xs + vs
+
+
+@register("Adam", domain=TRAINING)
+def adam(r, t, *inputs, alpha=0.9, beta=0.999, epsilon=0.0, norm_coefficient=0.0, norm_coefficient_post=0.0):
+  steps = t.cast(dtypes.float64 if r.dtype is dtypes.float64 else dtypes.float32)
+  corrected = r * (1 - beta ** steps).sqrt() / (1 - alpha ** steps)  # bias correction after the first step
+  rate = (t > 0).where(corrected, r)
+  xs, vs, hs = [], [], []
+  for x, g, v, h in _optimizer_groups(inputs, 4):
+    g = norm_coefficient * x + g
+    v = alpha * v + (1 - alpha) * g
+    h = beta * h + (1 - beta) * g * g
+    x = x - rate * (v / (h.sqrt() + epsilon))
+    xs.append(((1 - norm_coefficient_post) * x).cast(x.dtype))
+    vs.append(v.cast(x.dtype))
+    hs.append(h.cast(x.dtype))
+  return xs + vs + hs
 
 
 # ---------------------------------------------------------------------------------------------------- losses
@@ -1398,3 +1600,7 @@ def softmax_cross_entropy_loss(scores, labels, weights=None, ignore_index=None, 
   log_prob = scores.log_softmax(1)
   loss = nll_loss(log_prob, labels, weights, ignore_index, reduction)
   return [loss, log_prob][:max(1, len(ctx.node.outputs))]
+
+
+# operators in modules of their own register into OPS when imported
+from tinycore.nn import onnx_signal_ops, onnx_vision_ops  # noqa: E402,F401

@@ -117,15 +117,9 @@ def affine_terms(u: UOp) -> tuple[dict[UOp, int], int]:
   return {u: 1}, 0
 
 
-def _order_key(u: UOp) -> tuple:
-  # a deterministic order for terms, so equal sums build the same node
-  if u.op is Ops.RANGE: return (0, u.arg)
-  return (1, u.op.value, repr(u.arg), tuple(_order_key(s) for s in u.src))
-
-
 def build_affine(terms: dict[UOp, int], const: int, dtype: DType) -> UOp:
   out: UOp | None = None
-  for term in sorted(terms, key=_order_key):
+  for term in sorted(terms, key=lambda t: t.order_key):
     coeff = terms[term]
     if coeff == 0: continue
     piece = term if coeff == 1 else UOp(Ops.MUL, dtype, (term, UOp.const(dtype, coeff)))
