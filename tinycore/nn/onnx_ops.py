@@ -929,23 +929,58 @@ def _nearest(c: float, rule: str) -> int:
 
 
 def _cubic_weights(t: float, a: float) -> list[float]:
-  def w(d: float) -> float:
-    d = abs(d)
-    if d <= 1: return (a + 2) * d ** 3 - (a + 3) * d ** 2 + 1
-    if d < 2: return a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a
-    return 0.0
-  return [w(t + 1), w(t), w(1 - t), w(2 - t)]
+  return [_cubic_kernel(t + 1, a), _cubic_kernel(t, a), _cubic_kernel(1 - t, a), _cubic_kernel(2 - t, a)]
+
+
+def _antialias_taps(c: float, scale: float, mode: str, cubic_a: float, exclude_outside: int,
+                    in_size: int) -> list[tuple[int, float]]:
+  """Resize's antialiased linear or cubic filter around input coordinate c: when downsampling, the kernel is
+  stretched by 1 / scale over more input pixels, normalized; the taps are the pixels nearest c (ties to the lower),
+  clamped to the edges."""
+  scale = min(scale, 1.0)
+  ratio = 1.0 if c == math.floor(c) else c - math.floor(c)  # in (0, 1]: the pixel left of c is preferred
+  if mode == "linear":
+    start = math.floor(-1 / scale) + 1
+    weights = [max(0.0, 1 - abs((i - ratio) * scale)) for i in range(start, 2 - start)]
+  else:
+    start = math.floor(-2 / scale) + 1
+    weights = [_cubic_kernel(scale * (i - ratio), cubic_a) for i in range(start, 2 - start)]
+  total = sum(weights)
+  weights = [w / total for w in weights]
+  n = len(weights)
+  pad = math.ceil(n / 2)
+  padded = c + pad
+  base = math.floor(padded)
+  frac = padded - base
+  if n % 2 == 0: offset = -(n // 2) if frac == 0 else -(n // 2) + 1
+  else: offset = -((n - 1) // 2) + (0 if frac <= 0.5 else 1)
+  first = base + offset - pad
+  taps = [(first + k, w) for k, w in enumerate(weights)]
+  if exclude_outside:
+    inside = sum(w for p, w in taps if 0 <= p < in_size) or 1.0
+    taps = [(p, w / inside if 0 <= p < in_size else 0.0) for p, w in taps]
+  return [(min(max(p, 0), in_size - 1), w) for p, w in taps]
+
+
+def _cubic_kernel(d: float, a: float) -> float:
+  d = abs(d)
+  if d <= 1: return (a + 2) * d ** 3 - (a + 3) * d ** 2 + 1
+  if d < 2: return a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a
+  return 0.0
 
 
 def _resize_axis(x: Tensor, axis: int, out_size: int, scale: float, mode: str, coord_mode: str, nearest_mode: str,
-                 cubic_a: float, exclude_outside: int, roi: tuple[float, float], extrapolation: float) -> Tensor:
+                 cubic_a: float, exclude_outside: int, roi: tuple[float, float], extrapolation: float,
+                 antialias: int = 0) -> Tensor:
   """x resized along one axis: a weighted sum of gathered rows (indices and weights are host constants)."""
   in_size = x.shape[axis]
   coords = _resize_sources(out_size, in_size, scale, coord_mode, roi)
   taps: list[list[tuple[int, float]]] = []
   for c in coords:
     if coord_mode == "tf_crop_and_resize" and not (0 <= c <= in_size - 1): taps.append([]); continue
-    if mode == "nearest": taps.append([(min(max(_nearest(c, nearest_mode), 0), in_size - 1), 1.0)])
+    if antialias and mode != "nearest":
+      taps.append(_antialias_taps(c, scale, mode, cubic_a, exclude_outside, in_size))
+    elif mode == "nearest": taps.append([(min(max(_nearest(c, nearest_mode), 0), in_size - 1), 1.0)])
     elif mode == "linear":
       c = min(max(c, 0.0), in_size - 1) if coord_mode != "tf_crop_and_resize" else c
       lo = math.floor(c)
@@ -983,7 +1018,6 @@ def _resize_axis(x: Tensor, axis: int, out_size: int, scale: float, mode: str, c
 def resize(x, roi=None, scales=None, sizes=None, antialias=0, axes=None, coordinate_transformation_mode="half_pixel",
            cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
            mode="nearest", nearest_mode="round_prefer_floor", ctx=None):
-  if antialias: raise ctx.error("attribute 'antialias' = 1 is not supported")
   ax = [positive_axis(a, x.ndim) for a in axes] if axes is not None else list(range(x.ndim))
   roi_values = [float(v) for v in _flatten_list(ctx.value(roi))] if roi is not None and roi.numel() else []
   scale_values = [float(v) for v in _flatten_list(ctx.value(scales))] if scales is not None and scales.numel() else None
@@ -1002,7 +1036,7 @@ def resize(x, roi=None, scales=None, sizes=None, antialias=0, axes=None, coordin
       continue
     roi_axis = (roi_values[i], roi_values[i + len(ax)]) if roi_values else (0.0, 1.0)
     out = _resize_axis(out, a, size_values[i], scale_values[i], mode, coordinate_transformation_mode, nearest_mode,
-                       cubic_coeff_a, exclude_outside, roi_axis, extrapolation_value)
+                       cubic_coeff_a, exclude_outside, roi_axis, extrapolation_value, antialias)
   return out
 
 
@@ -1091,10 +1125,10 @@ def conv_integer(x, w, x_zero_point=None, w_zero_point=None, auto_pad="NOTSET", 
 @register("Attention")
 def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None, is_causal=0,
               kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0, scale=None, softcap=0.0,
-              softmax_precision=None, ctx=None):
-  """ONNX 23/24's Attention: 4-d (B, heads, S, D) or 3-d (B, S, heads*D) inputs, grouped-query heads, a bool or
-  additive mask, key and value caches in front, a causal mask aligned after the cache (or per batch after
-  nonpad_kv_seqlen), a fully masked row giving zeros."""
+              softmax_precision=None, left_window_size=-1, right_window_size=-1, ctx=None):
+  """ONNX 23-25's Attention: 4-d (B, heads, S, D) or 3-d (B, S, heads*D) inputs, grouped-query heads, a bool or
+  additive mask, key and value caches in front, a causal mask and a sliding window (25) aligned after the cache (or
+  per batch after nonpad_kv_seqlen), a fully masked row giving zeros."""
   three_d = q.ndim == 3
   if three_d:
     b = q.shape[0]
@@ -1115,13 +1149,14 @@ def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv
     bias = bias + (mask.where(0.0, -math.inf).cast(dtype) if mask.dtype is dtypes.bool else mask.cast(dtype))
   rows = Tensor.arange(s_q, device=q.device).reshape(s_q, 1)
   cols = Tensor.arange(s_k, device=q.device).reshape(1, s_k)
-  if is_causal:
-    if past_key is None and nonpad_kv_seqlen is not None:
-      offset = (nonpad_kv_seqlen.cast(dtypes.int64) - s_q).reshape(-1, 1, 1, 1)
-      bias = bias + (cols <= rows + offset).where(0.0, -math.inf).cast(dtype)
-    else:
-      offset = past_key.shape[2] if past_key is not None else 0
-      bias = bias + (cols <= rows + offset).where(0.0, -math.inf).cast(dtype)
+  if past_key is None and nonpad_kv_seqlen is not None: offset = (nonpad_kv_seqlen.cast(dtypes.int64) - s_q).reshape(-1, 1, 1, 1)
+  else: offset = past_key.shape[2] if past_key is not None else 0  # where each query sits among the keys
+  if is_causal: bias = bias + (cols <= rows + offset).where(0.0, -math.inf).cast(dtype)
+  if left_window_size >= 0 or right_window_size >= 0:
+    behind = rows + offset - cols
+    allowed = (behind <= left_window_size) if left_window_size >= 0 else behind == behind
+    if right_window_size >= 0: allowed = allowed & (-behind <= right_window_size)
+    bias = bias + allowed.where(0.0, -math.inf).cast(dtype)
   if nonpad_kv_seqlen is not None:
     keep = Tensor.arange(s_k, device=q.device).reshape(1, s_k) < nonpad_kv_seqlen.cast(dtypes.int64).reshape(-1, 1)
     bias = bias + keep.reshape(-1, 1, 1, s_k).where(0.0, -math.inf).cast(dtype)
@@ -1400,8 +1435,8 @@ def loop(max_trip, cond, *carried, body, ctx=None):
 @register("Scan")
 def scan(*inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_directions=None, scan_output_axes=None,
          scan_output_directions=None, ctx=None):
+  if ctx.opset < 9: return _scan_batched(inputs, body, num_scan_inputs, scan_input_directions, ctx)
   n_state = len(inputs) - num_scan_inputs
-  if ctx.opset < 9: raise ctx.error("Scan before opset 9 (a batch axis and sequence_lens) is not supported")
   state, xs = list(inputs[:n_state]), inputs[n_state:]
   in_axes = scan_input_axes or [0] * num_scan_inputs
   in_dirs = scan_input_directions or [0] * num_scan_inputs
@@ -1430,6 +1465,28 @@ def scan(*inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_direct
   return state + results
 
 
+def _scan_batched(inputs: tuple, body: Any, num_scan_inputs: int, directions: list[int] | None, ctx: Any) -> list:
+  """Scan of opset 8: a leading batch axis on every state and scan input (scanned along axis 1), and sequence_lens
+  first; each batch entry is scanned as opset 9 would, and the results stacked."""
+  lengths, inputs = inputs[0], inputs[1:]
+  n_state = len(inputs) - num_scan_inputs
+  batch = inputs[0].shape[0]
+  steps = inputs[n_state].shape[1] if num_scan_inputs else 0
+  if lengths is not None and any(n != steps for n in ctx.ints(lengths)):
+    raise ctx.error("Scan (opset 8) with sequence_lens shorter than the sequence is not supported")
+  per_batch = [scan(*[t[b] for t in inputs], body=body, num_scan_inputs=num_scan_inputs,
+                    scan_input_directions=directions, ctx=_Opset9(ctx)) for b in range(batch)]
+  return [Tensor.stack(*[outs[j] for outs in per_batch], dim=0) for j in range(len(per_batch[0]))]
+
+
+class _Opset9:
+  """The context of an opset-8 Scan, seen by the opset-9 scan it runs per batch entry."""
+  opset = 9
+
+  def __init__(self, ctx: Any): self.ctx = ctx
+  def __getattr__(self, name: str) -> Any: return getattr(self.ctx, name)
+
+
 @register("TensorScatter")
 def tensor_scatter(past_cache, update, write_indices=None, axis=-2, mode="linear"):
   """A KV cache written in place: update's positions along `axis` land at write_indices[batch] + i (mod the cache
@@ -1446,6 +1503,130 @@ def tensor_scatter(past_cache, update, write_indices=None, axis=-2, mode="linear
   written = (offset >= 0) & (offset < steps)
   index = written.where(offset, 0).expand(past_cache.shape)
   return written.where(update.gather(axis, index), past_cache)
+
+
+@register("TfIdfVectorizer")
+def tfidf_vectorizer(x, max_gram_length, max_skip_count, min_gram_length, mode, ngram_counts, ngram_indexes,
+                     pool_int64s=None, pool_strings=None, weights=None, ctx=None):
+  """Counts of the pool's n-grams in each row of x (ints; a gap of up to max_skip_count between the items of an
+  n-gram of 2 or more), mapped to output columns by ngram_indexes: TF (counts), IDF (weight where present) or TFIDF.
+  Each n and gap is a comparison of x's windows with the pool's n-grams of that length."""
+  if pool_int64s is None: raise ctx.error("a pool of strings (pool_strings) is not supported: tinycore has no strings")
+  rows = x.reshape(1, -1) if x.ndim == 1 else x
+  length = rows.shape[1]
+  starts = list(ngram_counts) + [len(pool_int64s)]
+  counts = []
+  for n in range(1, len(ngram_counts) + 1):
+    pool_n = pool_int64s[starts[n - 1]:starts[n]]
+    grams = len(pool_n) // n
+    if grams == 0: continue
+    found = Tensor.zeros(rows.shape[0], grams, device=x.device)
+    if min_gram_length <= n <= max_gram_length:
+      pool = Tensor(pool_n, dtype=dtypes.int64, device=x.device).reshape(1, 1, grams, n)
+      for gap in range(1, (max_skip_count + 2) if n > 1 else 2):
+        span = (n - 1) * gap
+        if span >= length: break
+        windows = Tensor.stack(*[rows[:, j * gap:length - span + j * gap] for j in range(n)], dim=-1)
+        hits = (windows.cast(dtypes.int64).unsqueeze(2) == pool).all(-1)  # (rows, starts, grams)
+        found = found + hits.cast(dtypes.float32).sum(1)
+    counts.append(found)
+  total = counts[0].cat(*counts[1:], dim=1) if len(counts) > 1 else counts[0]
+  width = max(ngram_indexes) + 1
+  placement = Tensor([[1.0 if ngram_indexes[k] == col else 0.0 for col in range(width)]
+                      for k in range(len(ngram_indexes))], device=x.device)
+  out = total @ placement  # each pool n-gram's count in its output column
+  scale = Tensor(weights if weights is not None else [1.0] * len(ngram_indexes), device=x.device) @ placement
+  if mode == "IDF": out = (out > 0).where(scale.reshape(1, -1), 0.0)
+  elif mode == "TFIDF": out = out * scale.reshape(1, -1)
+  return out.reshape(width) if x.ndim == 1 else out
+
+
+# ---------------------------------------------------------------------------------------------------- ai.onnx.ml
+ML = "ai.onnx.ml"
+
+
+@register("Binarizer", domain=ML)
+def binarizer(x, threshold=0.0): return (x > threshold).cast(x.dtype)
+
+
+@register("ArrayFeatureExtractor", domain=ML)
+def array_feature_extractor(x, indices):
+  """x's last axis picked at indices (a 1-d x is one row)."""
+  picked = x[..., indices.reshape(-1).cast(dtypes.int64)]
+  return picked.reshape(1, -1) if x.ndim == 1 else picked
+
+
+def _attribute_list(value: Any, ctx: Any) -> list | None:
+  """A tensor attribute's values as a flat list (its host value, or read from the device)."""
+  if value is None: return None
+  t, host = value
+  return _flatten_list(host if host is not None else ctx.value(t))
+
+
+def _tree_depth(true_ids: list[int], false_ids: list[int], true_leafs: list[int], false_leafs: list[int],
+                roots: list[int]) -> int:
+  """The most decisions from a root to a leaf (host arithmetic on the tree's attributes)."""
+  depth, frontier = 0, [r for r in roots]
+  while frontier:
+    depth += 1
+    frontier = [child for node in frontier for child, leaf in ((true_ids[node], true_leafs[node]),
+                                                                (false_ids[node], false_leafs[node])) if not leaf]
+    if depth > len(true_ids) + 1: raise ValueError("the tree ensemble's nodes form a cycle")
+  return depth
+
+
+@register("TreeEnsemble", domain=ML)
+def tree_ensemble(x, nodes_splits, nodes_featureids, nodes_modes, nodes_truenodeids, nodes_falsenodeids,
+                  nodes_trueleafs, nodes_falseleafs, leaf_targetids, leaf_weights, tree_roots, aggregate_function=1,
+                  post_transform=0, n_targets=None, nodes_hitrates=None, nodes_missing_value_tracks_true=None,
+                  membership_values=None, ctx=None):
+  """ai.onnx.ml 5's tree ensemble: every sample walks every tree at once, one decision per step (gathers from the
+  node tables), for as many steps as the deepest tree; the leaves' weights summed (averaged, min, max) per target."""
+  if post_transform != 0: raise ctx.error(f"post_transform {post_transform} is not supported (only NONE)")
+  splits, modes = _attribute_list(nodes_splits, ctx), [int(m) for m in _attribute_list(nodes_modes, ctx)]
+  weights = _attribute_list(leaf_weights, ctx)
+  members = _attribute_list(membership_values, ctx) or []
+  tracks = list(nodes_missing_value_tracks_true or [0] * len(modes))
+  sets, current = [], []
+  for v in members:  # the members of each MEMBER node, in node order, each set ended by a NaN
+    if v != v: sets.append(current); current = []
+    else: current.append(v)
+  widest = max((len(m) for m in sets), default=1) or 1
+  member_rows, it = [], iter(sets)
+  for mode in modes:
+    row = next(it) if mode == 6 else []
+    member_rows.append(row + [math.nan] * (widest - len(row)))
+  dev, dtype = x.device, x.dtype
+  def table(values: list, kind: DType) -> Tensor: return Tensor(values, dtype=kind, device=dev)
+  feature, split = table(nodes_featureids, dtypes.int64), table(splits, dtype)
+  mode_t, track_t = table(modes, dtypes.int64), table(tracks, dtypes.bool)
+  true_id, false_id = table(nodes_truenodeids, dtypes.int64), table(nodes_falsenodeids, dtypes.int64)
+  true_leaf, false_leaf = table(nodes_trueleafs, dtypes.bool), table(nodes_falseleafs, dtypes.bool)
+  member_t = table(member_rows, dtype)
+  n, trees = x.shape[0], len(tree_roots)
+  node = table(tree_roots, dtypes.int64).reshape(1, trees).expand(n, trees)
+  is_leaf = table([bool(nodes_trueleafs[r] and nodes_falseleafs[r] and nodes_truenodeids[r] == nodes_falsenodeids[r])
+                   for r in tree_roots], dtypes.bool).reshape(1, trees).expand(n, trees)
+  if any(is_leaf.tolist()[0]): node = is_leaf.where(true_id[node], node)
+  for _ in range(_tree_depth(nodes_truenodeids, nodes_falsenodeids, nodes_trueleafs, nodes_falseleafs, tree_roots)):
+    value = x.gather(1, feature[node])
+    s, m = split[node], mode_t[node]
+    decided = [value <= s, value < s, value >= s, value > s, value == s, value != s,
+               (value.unsqueeze(-1) == member_t[node]).any(-1)]
+    go_true = decided[6]
+    for code in range(5, -1, -1): go_true = (m == code).where(decided[code], go_true)
+    go_true = go_true | (value.isnan() & track_t[node])
+    next_node = go_true.where(true_id[node], false_id[node])
+    next_leaf = go_true.where(true_leaf[node], false_leaf[node])
+    node, is_leaf = is_leaf.where(node, next_node), is_leaf | next_leaf
+  targets = n_targets or (max(leaf_targetids) + 1)
+  hit = table(leaf_targetids, dtypes.int64)[node].unsqueeze(-1) == Tensor.arange(targets, device=dev)
+  w = table(weights, dtype)[node].unsqueeze(-1)  # (n, trees, 1)
+  if aggregate_function in (0, 1):
+    total = hit.where(w, 0).sum(1)
+    return (total / trees if aggregate_function == 0 else total).cast(dtype)
+  if aggregate_function == 2: return hit.where(w, math.inf).min(1).cast(dtype)
+  return hit.where(w, -math.inf).max(1).cast(dtype)
 
 
 # ---------------------------------------------------------------------------------------------------- sequences
