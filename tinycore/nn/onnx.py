@@ -13,7 +13,9 @@ supported raises `OnnxError` naming the operator, the node, the opset and what i
 
 Values an operator needs on the host (a Reshape's shape, a Slice's starts) come from constants, initializers and
 Shape; small computations on such values run on the PYTHON device (tinycore's interpreter: no compiler run for shape
-arithmetic), anything else is realized on the model's device when it is needed.
+arithmetic), lazily, read only when an operator asks for the value (building a graph realizes nothing else: a realize
+rebinds every live tensor, so one per node would make building quadratic); anything else is realized on the model's
+device when it is needed.
 """
 from __future__ import annotations
 import inspect
@@ -243,13 +245,27 @@ class Context:
   def error(self, message: str) -> OnnxError: return OnnxError(f"{self.node.where}: {message}")
 
   def value(self, t: Tensor | None) -> Any:
-    """t's values as (nested) Python numbers: a host value when known, else realized and read."""
+    """t's values as (nested) Python numbers: its host value when known (a twin on the PYTHON device is read the
+    first time it is asked for), else t realized and read."""
     if t is None: return None
     known = self.host.get(id(t))
-    if known is not None and known[0] is t: return known[1]
-    value = t.tolist()
+    if known is not None and known[0] is t:
+      if not isinstance(known[1], Tensor): return known[1]
+      value = known[1].tolist()
+    else: value = t.tolist()
     self.host[id(t)] = (t, value)
     return value
+
+  def host_twin(self, t: Tensor) -> Tensor:
+    """t's known value as a tensor on the PYTHON device (where shape arithmetic runs)."""
+    value = self.host[id(t)][1]
+    if isinstance(value, Tensor): return value if value.device == HOST_DEVICE else value.to(HOST_DEVICE)
+    return self.remember(_device_tensor(value, t.dtype, t.shape, HOST_DEVICE), value)
+
+  def known(self, t: Tensor) -> Any:
+    """What is known of t on the host: its Python value, or the tensor itself (a twin to read later)."""
+    entry = self.host.get(id(t))
+    return entry[1] if entry is not None and entry[0] is t and not isinstance(entry[1], Tensor) else t
 
   def ints(self, t: Tensor | None) -> list[int] | None:
     if t is None: return None
@@ -380,15 +396,11 @@ def run_node(node: Node, args: list[Tensor | None], ctx: Context) -> list[Any]:
   on_host = (present and node.op_type not in HOST_UNSAFE and all(isinstance(a, Tensor) for a in present)
              and all(_known(a, ctx.host) for a in present) and all(a.numel() <= HOST_VALUE_LIMIT for a in present))
   if on_host:
-    host_args = [None if a is None else _host_tensor(ctx.host[id(a)][1], a) for a in args]
-    outs = _as_list(_call(node, host_args, kwargs))
-    if all(isinstance(o, Tensor) and o.numel() <= HOST_VALUE_LIMIT for o in outs):
-      result = []
-      for o in outs:
-        value = o.tolist()
-        t = _device_tensor(value, o.dtype, o.shape, ctx.device)
-        result.append(ctx.remember(t, value))
-      return result
+    twins = _as_list(_call(node, [None if a is None else ctx.host_twin(a) for a in args], kwargs))
+    if all(isinstance(o, Tensor) and o.numel() <= HOST_VALUE_LIMIT for o in twins):
+      # the same op on the model's device, lazily: computed only if a device op reads it, never read back
+      outs = _as_list(_call(node, args, kwargs))
+      return [ctx.remember(out, ctx.known(twin)) for out, twin in zip(outs, twins)]
   return _as_list(_call(node, args, kwargs))
 
 
@@ -401,10 +413,6 @@ def _call(node: Node, args: list, kwargs: dict) -> Any:
 
 def _as_list(out: Any) -> list:
   return list(out) if isinstance(out, (list, tuple)) else [out]
-
-
-def _host_tensor(value: Any, like: Tensor) -> Tensor:
-  return _device_tensor(value, like.dtype, like.shape, HOST_DEVICE)
 
 
 def _device_tensor(value: Any, dtype: DType, shape: tuple, device: str) -> Tensor:
