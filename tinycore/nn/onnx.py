@@ -58,7 +58,8 @@ ONNX_TYPE_NAMES = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16
 
 def onnx_dtype(code: int, where: str) -> DType:
   if code not in ONNX_DTYPES:
-    raise OnnxError(f"{where}: ONNX type {ONNX_TYPE_NAMES.get(code, code)} is not supported (tinycore has no such dtype)")
+    name = ONNX_TYPE_NAMES.get(code, code)
+    raise OnnxError(f"{where}: ONNX type {name} is not supported (tinycore has no such dtype)")
   return ONNX_DTYPES[code]
 
 
@@ -67,7 +68,8 @@ def _load_proto(model: Any) -> tuple[Any, pathlib.Path | None]:
   onnx = _onnx()
   if isinstance(model, onnx.ModelProto): return model, None
   if isinstance(model, Tensor):
-    if model.dtype is not dtypes.uint8: raise OnnxError(f"an ONNX model as a Tensor must be uint8 bytes, got {model.dtype}")
+    if model.dtype is not dtypes.uint8:
+      raise OnnxError(f"an ONNX model as a Tensor must be uint8 bytes, got {model.dtype}")
     model = bytes(model.to(Device.DEFAULT).numpy() if model.device.startswith("DISK") else model.numpy())
   if isinstance(model, (bytes, bytearray, memoryview)):
     try: return onnx.load_model_from_string(bytes(model)), None
@@ -89,7 +91,8 @@ def tensor_from_proto(proto: Any, base_dir: pathlib.Path | None, device: str) ->
   shape = tuple(int(d) for d in proto.dims)
   if proto.data_location == onnx.TensorProto.EXTERNAL:
     info = {e.key: e.value for e in proto.external_data}
-    if base_dir is None: raise OnnxError(f"{where} is in an external file ({info.get('location')}): load the model from "
+    if base_dir is None:
+      raise OnnxError(f"{where} is in an external file ({info.get('location')}): load the model from "
                                          "its path, so the file can be found beside it")
     file = (base_dir / info["location"]).resolve()
     if not file.is_file(): raise FileNotFoundError(f"{where}: its external data file {file} is missing")

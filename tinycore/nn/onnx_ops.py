@@ -193,7 +193,8 @@ def hardmax(x, axis=None, ctx=None):
   return _last_axes_op(x, _default_axis(axis, ctx), ctx, hard)
 
 
-def _default_axis(axis: int | None, ctx: Any) -> int: return axis if axis is not None else (-1 if ctx.opset >= 13 else 1)
+def _default_axis(axis: int | None, ctx: Any) -> int:
+  return axis if axis is not None else (-1 if ctx.opset >= 13 else 1)
 
 
 # ---------------------------------------------------------------------------------------------------- shapes
@@ -344,7 +345,8 @@ def scatter_nd(data, indices, updates, reduction="none"):
   linear = linear.reshape(n, *(1,) * len(rest)).expand(n, *rest)
   ups = updates.reshape(n, *rest)
   if reduction == "none": out = flat.scatter(0, linear, ups)
-  else: out = flat.scatter_reduce(0, linear, ups, {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[reduction])
+  else:
+    out = flat.scatter_reduce(0, linear, ups, {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[reduction])
   return out.reshape(data.shape)
 
 
@@ -522,7 +524,8 @@ def _window(size: Tensor, periodic: int, output_datatype: int, ctx: Any, coeffic
 
 
 @register("HannWindow")
-def hann_window(size, output_datatype=1, periodic=1, ctx=None): return _window(size, periodic, output_datatype, ctx, [0.5, 0.5])
+def hann_window(size, output_datatype=1, periodic=1, ctx=None):
+  return _window(size, periodic, output_datatype, ctx, [0.5, 0.5])
 @register("HammingWindow")
 def hamming_window(size, output_datatype=1, periodic=1, ctx=None):
   return _window(size, periodic, output_datatype, ctx, [25 / 46, 21 / 46])
@@ -589,7 +592,8 @@ def pad(data, pads_=None, constant_value=None, axes_=None, mode="constant", pads
 def depth_to_space(x, blocksize, mode="DCR"):
   n, c, h, w = x.shape
   b = blocksize
-  if mode == "DCR": return x.reshape(n, b, b, c // (b * b), h, w).permute(0, 3, 4, 1, 5, 2).reshape(n, c // (b * b), h * b, w * b)
+  if mode == "DCR":
+    return x.reshape(n, b, b, c // (b * b), h, w).permute(0, 3, 4, 1, 5, 2).reshape(n, c // (b * b), h * b, w * b)
   return x.reshape(n, c // (b * b), b, b, h, w).permute(0, 1, 4, 2, 5, 3).reshape(n, c // (b * b), h * b, w * b)
 
 
@@ -597,7 +601,8 @@ def depth_to_space(x, blocksize, mode="DCR"):
 def space_to_depth(x, blocksize, mode="DCR"):
   n, c, h, w = x.shape
   b = blocksize
-  if mode == "CRD": return x.reshape(n, c, h // b, b, w // b, b).permute(0, 1, 3, 5, 2, 4).reshape(n, c * b * b, h // b, w // b)
+  if mode == "CRD":
+    return x.reshape(n, c, h // b, b, w // b, b).permute(0, 1, 3, 5, 2, 4).reshape(n, c * b * b, h // b, w // b)
   return x.reshape(n, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4).reshape(n, c * b * b, h // b, w // b)
 
 
@@ -1032,8 +1037,8 @@ def resize(x, roi=None, scales=None, sizes=None, antialias=0, axes=None, coordin
   else: size_values = [int(math.floor(x.shape[a] * s)) for a, s in zip(ax, scale_values)]
   out = x
   for i, a in enumerate(ax):
-    if size_values[i] == x.shape[a] and scale_values[i] == 1.0 and coordinate_transformation_mode != "tf_crop_and_resize":
-      continue
+    unchanged = size_values[i] == x.shape[a] and scale_values[i] == 1.0
+    if unchanged and coordinate_transformation_mode != "tf_crop_and_resize": continue
     roi_axis = (roi_values[i], roi_values[i + len(ax)]) if roi_values else (0.0, 1.0)
     out = _resize_axis(out, a, size_values[i], scale_values[i], mode, coordinate_transformation_mode, nearest_mode,
                        cubic_coeff_a, exclude_outside, roi_axis, extrapolation_value, antialias)
@@ -1149,8 +1154,10 @@ def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv
     bias = bias + (mask.where(0.0, -math.inf).cast(dtype) if mask.dtype is dtypes.bool else mask.cast(dtype))
   rows = Tensor.arange(s_q, device=q.device).reshape(s_q, 1)
   cols = Tensor.arange(s_k, device=q.device).reshape(1, s_k)
-  if past_key is None and nonpad_kv_seqlen is not None: offset = (nonpad_kv_seqlen.cast(dtypes.int64) - s_q).reshape(-1, 1, 1, 1)
-  else: offset = past_key.shape[2] if past_key is not None else 0  # where each query sits among the keys
+  # where each query sits among the keys: after the cache, or per batch after its nonpad_kv_seqlen
+  if past_key is None and nonpad_kv_seqlen is not None:
+    offset = (nonpad_kv_seqlen.cast(dtypes.int64) - s_q).reshape(-1, 1, 1, 1)
+  else: offset = past_key.shape[2] if past_key is not None else 0
   if is_causal: bias = bias + (cols <= rows + offset).where(0.0, -math.inf).cast(dtype)
   if left_window_size >= 0 or right_window_size >= 0:
     behind = rows + offset - cols
@@ -1269,7 +1276,8 @@ def ms_embed_layer_norm(input_ids, segment_ids, word_embedding, position_embeddi
                         gamma=None, beta=None, mask=None, position_ids=None, epsilon=1e-12, mask_index_type=1,
                         ctx=None):
   b, s = input_ids.shape
-  pos = position_ids if position_ids is not None else Tensor.arange(s, device=input_ids.device).reshape(1, s).expand(b, s)
+  pos = position_ids if position_ids is not None else \
+      Tensor.arange(s, device=input_ids.device).reshape(1, s).expand(b, s)
   emb = word_embedding[input_ids] + position_embedding[pos]
   if segment_embedding is not None and segment_ids is not None: emb = emb + segment_embedding[segment_ids]
   out = layer_norm(emb, gamma, beta, -1, epsilon)[0]
@@ -1644,7 +1652,8 @@ def sequence_construct(*xs): return [list(xs)]
 @register("SequenceEmpty")
 def sequence_empty(dtype=1): return [[]]
 @register("SequenceLength")
-def sequence_length(seq, ctx=None): return ctx.remember(Tensor(len(seq), dtype=dtypes.int64, device=ctx.device), len(seq))
+def sequence_length(seq, ctx=None):
+  return ctx.remember(Tensor(len(seq), dtype=dtypes.int64, device=ctx.device), len(seq))
 @register("SequenceAt")
 def sequence_at(seq, position, ctx=None): return seq[_position(ctx, position, len(seq), 0)]
 

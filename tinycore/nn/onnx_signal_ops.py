@@ -43,7 +43,9 @@ def fourier(x: Tensor, axis: int, length: int | None, inverse: bool, onesided: b
     bins = size // 2 + 1
     real = _fit(real, bins)
     cos, sin = _angles(bins, size, size, x.device)
-    weights = Tensor([1.0] + [2.0 if 2 * k != size else 1.0 for k in range(1, bins)], device=x.device, dtype=dtypes.float64).reshape(-1, 1)
+    # each frequency but 0 (and N/2 for an even N) stands for itself and its mirror image
+    doubled = [1.0] + [2.0 if 2 * k != size else 1.0 for k in range(1, bins)]
+    weights = Tensor(doubled, device=x.device, dtype=dtypes.float64).reshape(-1, 1)
     out = real @ (cos * weights)
     if imag is not None: out = out - _fit(imag, bins) @ (sin * weights)
     parts = [out / size]

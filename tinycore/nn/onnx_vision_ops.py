@@ -119,7 +119,8 @@ def deform_conv(x, w, offset, b=None, mask=None, dilations=None, group=1, kernel
   xs = (off[:, :, :, :, 1] + cols + out_cols).reshape(n * offset_group, -1)
   grouped = x.reshape(n * offset_group, c // offset_group, height, width)
   bounds = [(0.0, height - 1.0), (0.0, width - 1.0)]
-  columns = sample(grouped, [ys, xs], "linear", "zeros", bounds).reshape(n, offset_group, c // offset_group, taps, oh * ow)
+  columns = sample(grouped, [ys, xs], "linear", "zeros", bounds)
+  columns = columns.reshape(n, offset_group, c // offset_group, taps, oh * ow)
   if mask is not None: columns = columns * mask.reshape(n, offset_group, 1, taps, oh * ow).cast(dtypes.float32)
   columns = columns.reshape(n, group, (c // group) * taps, oh * ow)
   weights = w.cast(dtypes.float32).reshape(group, w.shape[0] // group, -1)
@@ -240,9 +241,10 @@ def non_max_suppression(boxes, scores, max_output_boxes_per_class=None, iou_thre
                         center_point_box=0, ctx=None):
   """Greedy selection per batch and class, all of them at once: each step takes the best box still standing and
   knocks out those it overlaps; rows (batch, class, box) in that order."""
-  limit = max(int(first_value(ctx.value(max_output_boxes_per_class))), 0) if max_output_boxes_per_class is not None and \
-      max_output_boxes_per_class.numel() else 0
-  threshold = float(first_value(ctx.value(iou_threshold))) if iou_threshold is not None and iou_threshold.numel() else 0.0
+  def scalar(t: Tensor | None, default: float) -> float:
+    return float(first_value(ctx.value(t))) if t is not None and t.numel() else default
+  limit = max(int(scalar(max_output_boxes_per_class, 0)), 0)
+  threshold = scalar(iou_threshold, 0.0)
   b, classes, n = scores.shape
   steps = min(limit, n)
   if steps == 0: return Tensor.empty(0, 3, dtype=dtypes.int64, device=boxes.device)
