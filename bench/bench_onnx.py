@@ -2,7 +2,8 @@
 random weights, exported here by torch.onnx.export: nothing is downloaded) at batch 1 and 16, 224x224 images.
 
 tinycore runs the model through `OnnxRunner` inside `TinyJit` (the replayed kernels, synchronized); onnxruntime runs
-its CPUExecutionProvider with its default threads (all cores). Times are medians per run.
+its CPUExecutionProvider with its default threads (all cores). The two alternate run by run, so a load that comes and
+goes on a shared machine falls on both alike; the table has the median and the fastest run of each.
 
     python bench/bench_onnx.py [--batches 1,16] [--repeat 10] [--profile]
 """
@@ -10,12 +11,10 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import sys
+import statistics
 import time
+from typing import Callable
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import median_time  # noqa: E402
 
 
 def resnet18():
@@ -58,8 +57,8 @@ def export(model, batch: int) -> bytes:
   return buffer.getvalue()
 
 
-def time_tinycore(data: bytes, x: np.ndarray, repeat: int) -> tuple[float, float, np.ndarray]:
-  """(first call seconds: building and compiling, median seconds per replayed run, output)."""
+def make_tinycore(data: bytes, x: np.ndarray) -> tuple[float, Callable[[], None], np.ndarray]:
+  """(first call seconds: building and compiling, one synchronized replayed run, the output)."""
   from tinycore import Device, Tensor, TinyJit
   from tinycore.nn.onnx import OnnxRunner
   runner = OnnxRunner(data)
@@ -67,19 +66,34 @@ def time_tinycore(data: bytes, x: np.ndarray, repeat: int) -> tuple[float, float
   start = time.perf_counter()
   out = step(Tensor(x)).numpy()
   first = time.perf_counter() - start
-  inputs = [Tensor(x) for _ in range(repeat + 4)]
-  for t in inputs: t.realize()
-  calls = iter(inputs)
-  per_run = median_time(lambda: step(next(calls)), repeat, device=Device.DEFAULT)
-  return first, per_run, out
+  image = Tensor(x).realize()
+  def run() -> None:
+    step(image)
+    Device[Device.DEFAULT].synchronize()
+  for _ in range(2): run()  # the capture, then a replay
+  return first, run, out
 
 
-def time_onnxruntime(data: bytes, x: np.ndarray, repeat: int) -> tuple[float, np.ndarray] | None:
+def make_onnxruntime(data: bytes, x: np.ndarray) -> tuple[Callable[[], None], np.ndarray] | None:
   try: import onnxruntime as ort
   except ImportError: return None
   session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
   out = session.run(None, {"input": x})[0]
-  return median_time(lambda: session.run(None, {"input": x}), repeat), out
+  def run() -> None: session.run(None, {"input": x})
+  run()
+  return run, out
+
+
+def interleaved(runs: list[Callable[[], None]], repeat: int) -> list[list[float]]:
+  """Seconds of each run, `repeat` times, the runs alternating: a load that comes and goes on a shared machine falls
+  on all of them alike."""
+  times: list[list[float]] = [[] for _ in runs]
+  for _ in range(repeat):
+    for run, samples in zip(runs, times):
+      start = time.perf_counter()
+      run()
+      samples.append(time.perf_counter() - start)
+  return times
 
 
 def profile(data: bytes, x: np.ndarray) -> None:
@@ -104,18 +118,21 @@ def main() -> None:
   parser.add_argument("--profile", action="store_true", help="list the slowest kernels of a tinycore run")
   args = parser.parse_args()
   model = resnet18()
-  print(f"ResNet-18 (224x224, random weights) on {os.cpu_count()} cores; median ms per run")
-  print(f"{'batch':>5} | {'tinycore':>9} | {'onnxruntime':>11} | {'ratio':>5} | tinycore's first call (build+compile)")
-  print("------|-----------|-------------|-------|--------------------------------------")
+  print(f"ResNet-18 (224x224, random weights) on {os.cpu_count()} cores; ms per run, median (fastest) of "
+        f"{args.repeat}, tinycore and onnxruntime alternating")
+  print(f"{'batch':>5} | {'tinycore':>15} | {'onnxruntime':>15} | {'ratio':>11} | tinycore's first call")
+  print("------|-----------------|-----------------|-------------|---------------------")
   for batch in (int(b) for b in args.batches.split(",")):
     data = export(model, batch)
     x = np.random.default_rng(batch).standard_normal((batch, 3, 224, 224)).astype(np.float32)
-    first, ours, out = time_tinycore(data, x, args.repeat)
-    theirs = time_onnxruntime(data, x, args.repeat)
+    first, ours, out = make_tinycore(data, x)
+    theirs = make_onnxruntime(data, x)
     if theirs is not None: np.testing.assert_allclose(out, theirs[1], rtol=1e-3, atol=1e-3)
-    ref = f"{1000 * theirs[0]:11.1f}" if theirs else f"{'-':>11}"
-    ratio = f"{ours / theirs[0]:5.2f}" if theirs else f"{'-':>5}"
-    print(f"{batch:5d} | {1000 * ours:9.1f} | {ref} | {ratio} | {first:.1f} s")
+    times = interleaved([ours] + ([theirs[0]] if theirs else []), args.repeat)
+    cells = [f"{1000 * statistics.median(t):7.1f} ({1000 * min(t):5.1f})" for t in times]
+    ratio = (f"{statistics.median(times[0]) / statistics.median(times[1]):4.2f} "
+             f"({min(times[0]) / min(times[1]):4.2f})") if theirs else "-"
+    print(f"{batch:5d} | {cells[0]:>15} | {cells[1] if theirs else '-':>15} | {ratio:>11} | {first:.1f} s")
     if args.profile: profile(data, x)
 
 
