@@ -586,25 +586,32 @@ def test_late_resnet_convs_tile_rows_of_a_7_or_14_wide_image():
   assert "panel" in source and "[512][3][3][16] __attribute__" in source
 
 
+def residual_block(seed: int, image: tuple[int, int, int], channels: int) -> tuple[Tensor, Tensor]:
+  """relu(3x3 conv of y (image: channels, height, width) + strided 1x1 conv of x, twice as large and half as deep):
+  a ResNet block's conv and its shortcut, one kernel of two reductions; (the lazy block, its numpy value)."""
+  c, h, wd = image
+  rng = np.random.default_rng(seed)
+  xs = rng.standard_normal((1, c // 2, 2 * h, 2 * wd)).astype(np.float32)
+  ys = rng.standard_normal((1, c, h, wd)).astype(np.float32)
+  ws = rng.standard_normal((channels, c, 3, 3)).astype(np.float32)
+  ss = rng.standard_normal((channels, c // 2, 1, 1)).astype(np.float32)
+  block = (Tensor(ys).conv2d(Tensor(ws), padding=1) + Tensor(xs).conv2d(Tensor(ss), stride=2)).relu()
+  windows = np.lib.stride_tricks.sliding_window_view(np.pad(ys, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+  expected = np.einsum("nchwij,ocij->nohw", windows, ws)
+  expected += np.einsum("nchw,oc->nohw", xs[:, :, ::2, ::2], ss[:, :, 0, 0])
+  return block, np.maximum(expected, 0)
+
+
 def test_a_conv_and_its_shortcut_in_one_kernel_tile_with_both_panels_and_stage_the_first():
   # a residual block's 3x3 conv and its strided 1x1 shortcut conv are one kernel with two reductions: the panel per
   # column is their sum (256 * 9 + 128), not their product; the first tile's accumulators are staged before the
   # second reduction, so the compiler keeps each tile in full-width registers
-  rng = np.random.default_rng(3)
-  x = Tensor(rng.standard_normal((1, 128, 28, 28)).astype(np.float32)).realize()
-  y = Tensor(rng.standard_normal((1, 256, 14, 14)).astype(np.float32)).realize()
-  w = Tensor(rng.standard_normal((256, 256, 3, 3)).astype(np.float32)).realize()
-  shortcut = Tensor(rng.standard_normal((256, 128, 1, 1)).astype(np.float32)).realize()
-  block = (y.conv2d(w, padding=1) + x.conv2d(shortcut, stride=2)).relu()
+  block, expected = residual_block(3, (256, 14, 14), 256)
   assert upcast_sizes(optimize_kernel(kernel_of(block), PACKING)) == [7, 32]
   source = render_tiled(block)
   second = source.index("acc", source.index("__asm__ volatile"))
   assert re.search(r"float stage\d+\[7\]\[32\];", source[:second]) and source.count("panel") >= 2
-  xs, ys, ws, ss = (t.numpy() for t in (x, y, w, shortcut))
-  windows = np.lib.stride_tricks.sliding_window_view(np.pad(ys, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
-  expected = np.einsum("nchwij,ocij->nohw", windows, ws)
-  expected += np.einsum("nchw,oc->nohw", xs[:, :, ::2, ::2], ss[:, :, 0, 0])
-  np.testing.assert_allclose(block.numpy(), np.maximum(expected, 0), rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(block.numpy(), expected, rtol=1e-4, atol=1e-3)
 
 
 def test_a_batch_of_one_splits_the_next_loop_across_the_cores():
@@ -634,16 +641,8 @@ def test_a_28_wide_conv_beside_its_shortcut_tiles_over_the_packed_channels():
   # rows of 28 (16 + 8 + 4 lanes) tile well only stacked, and the strided shortcut's load reads them with a stride:
   # with two reductions the tile is 4 rows of 28 by 32 packed output channels instead (a ResNet's layer 2 block:
   # 6.4 -> 2.3 ms at batch 1)
-  rng = np.random.default_rng(4)
-  x = Tensor(rng.standard_normal((1, 16, 56, 56)).astype(np.float32)).realize()
-  y = Tensor(rng.standard_normal((1, 32, 28, 28)).astype(np.float32)).realize()
-  w = Tensor(rng.standard_normal((64, 32, 3, 3)).astype(np.float32)).realize()
-  shortcut = Tensor(rng.standard_normal((64, 16, 1, 1)).astype(np.float32)).realize()
-  block = (y.conv2d(w, padding=1) + x.conv2d(shortcut, stride=2)).relu()
+  block, expected = residual_block(4, (32, 28, 28), 64)
   assert upcast_sizes(optimize_kernel(kernel_of(block), PACKING)) == [4, 32]
+  y, w = Tensor(np.ones((1, 32, 28, 28), np.float32)).realize(), Tensor(np.ones((64, 32, 3, 3), np.float32)).realize()
   assert upcast_sizes(optimize_kernel(kernel_of(y.conv2d(w, padding=1)), PACKING)) == [4, 4, 28]  # alone: stacked
-  xs, ys, ws, ss = (t.numpy() for t in (x, y, w, shortcut))
-  windows = np.lib.stride_tricks.sliding_window_view(np.pad(ys, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
-  expected = np.einsum("nchwij,ocij->nohw", windows, ws)
-  expected += np.einsum("nchw,oc->nohw", xs[:, :, ::2, ::2], ss[:, :, 0, 0])
-  np.testing.assert_allclose(block.numpy(), np.maximum(expected, 0), rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(block.numpy(), expected, rtol=1e-4, atol=1e-3)
