@@ -18,7 +18,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # longest first: tox runs them side by side (TINYCORE_TEST_PARALLEL, default one per core), and the long ones overlap
-ALL_ENVS="cl,nv,amd,example,models,core,cpu,llvm,mpi,sim,python,viz,disk"
+ALL_ENVS="cl,nv,amd,example,models,onnx,core,cpu,llvm,mpi,sim,python,viz,disk"
 IFS=, read -r -a ENVS <<< "${TINYCORE_TEST_ENVS:-$ALL_ENVS}"
 NOTES=()
 note() { NOTES+=("$1"); echo "scripts/test.sh: $1"; }

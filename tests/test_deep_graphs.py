@@ -2,7 +2,7 @@
 import sys
 import numpy as np
 import pytest
-from tinycore import Tensor
+from tinycore import Tensor, dtypes
 
 
 def chain(t: Tensor, n: int) -> Tensor:
@@ -28,3 +28,17 @@ def test_a_graph_too_deep_to_schedule_says_what_to_do():
   expected = np.array([1.0, 2.0], np.float32)
   for _ in range(12000): expected = expected * np.float32(1.0001) + np.float32(0.0001)
   np.testing.assert_allclose(t.numpy(), expected, rtol=1e-4)
+
+
+def test_an_index_from_a_chain_that_reuses_its_values_schedules():
+  """Each step reads v three times (2**40 paths through 40 steps, a DAG of about 160 nodes): ordering the terms of an
+  index sum walked every path, so this never finished; the order key is now cached per node."""
+  table = np.arange(10, dtype=np.float32) * 10
+  start = np.array([3.7, -1.2, 5.5, 8.25], np.float32)
+  v, expected = Tensor(start), start.copy()
+  for _ in range(40):
+    v = (v < 4).where(v + 0.5, v - 0.25)
+    expected = np.where(expected < 4, expected + np.float32(0.5), expected - np.float32(0.25)).astype(np.float32)
+  index = v.cast(dtypes.int32).clip(0, 9)
+  picked = Tensor(table).reshape(1, 10).expand(4, 10).gather(1, index.reshape(4, 1)).reshape(4)
+  np.testing.assert_array_equal(picked.numpy(), table[np.clip(expected.astype(np.int32), 0, 9)])

@@ -53,3 +53,17 @@ def test_the_system_pocl_is_the_one_the_cl_env_uses_when_it_is_installed():
                           timeout=600)
   assert result.returncode == 0, result.stdout + result.stderr
   if installed: assert f"with OCL_ICD_VENDORS={icd}" in result.stdout, result.stdout
+
+
+def test_the_env_lists_agree():
+  # tox's envlist, the test command's ALL_ENVS and the README's `tox -p auto -e ...` name the same envs in one order
+  import configparser
+  import re
+  tox = configparser.ConfigParser()
+  tox.read(ROOT / "tox.ini")
+  envlist = [e.strip() for e in tox["tox"]["envlist"].split(",")]
+  script = re.search(r'^ALL_ENVS="([^"]+)"', (ROOT / "scripts/test.sh").read_text(), re.M).group(1).split(",")
+  readme = re.search(r"`tox -p auto -e ([a-z,]+)`", (ROOT / "README.md").read_text()).group(1).split(",")
+  assert envlist == script == readme, (envlist, script, readme)
+  assert all(f"[testenv:{env}]" in (ROOT / "tox.ini").read_text() for env in envlist)
+  assert all(f"- `{env}`:" in (ROOT / "README.md").read_text() for env in envlist)

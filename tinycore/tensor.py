@@ -1165,8 +1165,9 @@ class Tensor(TensorOps, metaclass=TensorType):
   def __rrshift__(self, x) -> Tensor: return self.rshift(x, True)
   def __lt__(self, x) -> Tensor: return self._compare(Ops.CMPLT, x)
   def __gt__(self, x) -> Tensor: return self._compare(Ops.CMPLT, x, True)
-  def __le__(self, x) -> Tensor: return (self > x).logical_not()
-  def __ge__(self, x) -> Tensor: return (self < x).logical_not()
+  # less-or-equal is "less or equal", not "not greater": NaN compares false, as numpy and torch
+  def __le__(self, x) -> Tensor: return self._compare(Ops.CMPLT, x) | self._compare(Ops.CMPEQ, x)
+  def __ge__(self, x) -> Tensor: return self._compare(Ops.CMPLT, x, True) | self._compare(Ops.CMPEQ, x)
   def __eq__(self, x) -> Tensor: return self._compare(Ops.CMPEQ, x)  # type: ignore[override]
   def __ne__(self, x) -> Tensor: return self._compare(Ops.CMPNE, x)  # type: ignore[override]
   def __iadd__(self, x) -> Tensor: return self.assign(self + x)

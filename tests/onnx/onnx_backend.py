@@ -4,8 +4,18 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
-from tinycore import Device, Tensor
+from tinycore import Device, Tensor, dtypes
 from tinycore.nn.onnx import OnnxRunner
+
+
+def to_numpy(value: Any) -> Any:
+  """A runner output as the suite compares it: a sequence as a list of arrays, bfloat16 as ml_dtypes' bfloat16."""
+  if isinstance(value, list): return [to_numpy(v) for v in value]
+  if not isinstance(value, Tensor): return value if value is None else np.asarray(value)
+  if value.dtype is dtypes.bfloat16:
+    import ml_dtypes
+    return value.numpy().astype(ml_dtypes.bfloat16)
+  return value.numpy()
 
 
 class TinycoreRep(BackendRep):
@@ -13,11 +23,11 @@ class TinycoreRep(BackendRep):
     super().__init__()
     self.runner = runner
 
-  def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+  def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
     if isinstance(inputs, dict): feeds = dict(inputs)
     else: feeds = dict(zip(self.runner.graph_inputs, inputs if isinstance(inputs, (list, tuple)) else [inputs]))
     outputs = self.runner(feeds)
-    return tuple(o.numpy() if isinstance(o, Tensor) else np.asarray(o) for o in outputs.values())
+    return tuple(to_numpy(o) for o in outputs.values())
 
 
 class TinycoreBackend(Backend):

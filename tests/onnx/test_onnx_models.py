@@ -133,8 +133,8 @@ def _node_model(op: str, inputs: list, attrs: dict | None = None, opset: int = 1
 
 
 def test_errors_name_the_operator_node_opset_and_attribute(tmp_path):
-  with pytest.raises(OnnxError, match=r"GridSample node 'the_node' \(opset 17\).*GridSample is not supported"):
-    OnnxRunner(_node_model("GridSample", [[1, 1, 2, 2], [1, 2, 2, 2]]))
+  with pytest.raises(OnnxError, match=r"ImageDecoder node 'the_node' \(opset 20\).*ImageDecoder is not supported"):
+    OnnxRunner(_node_model("ImageDecoder", [[16]], opset=20))
   with pytest.raises(OnnxError, match=r"Relu node 'the_node' \(opset 17\): attribute 'bogus'"):
     OnnxRunner(_node_model("Relu", [[2]], {"bogus": 1}))
   runner = OnnxRunner(_node_model("Relu", [[2, 3]]))

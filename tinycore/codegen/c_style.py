@@ -512,6 +512,23 @@ class CStyleRenderer:
       lines.append(pad + "}" * len(self._upcast))
       lines.append(pad + self.staging_barrier.format(name=stage))
 
+  def _stage_finished_tiles(self, loop: Loop, later: list, lines: list[str], depth: int) -> None:
+    """A register tile's accumulators, complete after their reduction `loop`, are copied into a staging array (read
+    from then on) when another tile's reduction follows in the same block: two tiles of accumulators live at once
+    (a residual block's conv and its shortcut conv in one kernel) made clang vectorize both loops 4 lanes wide."""
+    finished = [x for x in loop.reduces if x in self._vector]
+    if not (self.staging_barrier and finished and
+            any(isinstance(e, Loop) and any(x in self._vector for x in e.reduces) for e in later)): return
+    pad = "  " * depth
+    for x in finished:
+      stage = self._fresh("stage")
+      lines.append(f"{pad}{self.value_type(x.dtype)} {stage}{self._array_dims};")
+      self._open_upcast_loops(lines, depth)
+      lines.append("  " * (depth + len(self._upcast)) + f"{stage}{self._array_index} = {self._name(x)};")
+      lines.append(pad + "}" * len(self._upcast))
+      lines.append(pad + self.staging_barrier.format(name=stage))
+      self._names[x] = stage
+
   def order_vector_block(self, items: list, upcast: list[UOp]) -> list:
     """The statements of one unrolled block (UOps and AccUpdates, in a valid order) in the order to write them; a
     subclass may reorder them for its compiler, keeping every statement after the ones it reads."""
@@ -578,7 +595,8 @@ class CStyleRenderer:
 
   def _emit_block(self, body: list, lines: list[str], depth: int, vector_ok: bool = False) -> None:
     pad = "  " * depth
-    for item in (body if vector_ok or not self._upcast else self._segments(body)):
+    items = body if vector_ok or not self._upcast else self._segments(body)
+    for position, item in enumerate(items):
       if isinstance(item, list):
         self._emit_vector_block(item, lines, depth)
         continue
@@ -593,6 +611,7 @@ class CStyleRenderer:
           self._emit_block(item.body, lines, depth)
           continue
         self.emit_loop(item, lines, depth)
+        self._stage_finished_tiles(item, items[position + 1:], lines, depth)
       elif isinstance(item, AccUpdate):
         lines.append(f"{pad}{self._name(item.reduce)} = {self.accumulate(item.reduce)};")
       elif item not in self._scratch_plan.unused and item not in self._scratch_plan.replaced:

@@ -155,13 +155,16 @@ class Tile:
   """A register tile, by range ids of the kernel it is decided for: output range `columns` computed `width` at a time
   (the innermost upcast range, unrolled into registers), and optionally output range `rows` computed `row_width` at
   a time beside it, each loaded column value reused by every row. `fold` and `stack`, for an image row of no whole
-  vectors: `stack` rows of output range `fold` side by side with the whole row `columns` as the tile's columns."""
+  vectors: `stack` rows of output range `fold` side by side with the whole row `columns` as the tile's columns.
+  `panel_outermost`: the column-block loop becomes the outermost output loop (a packed panel whose load reads no
+  output loop outside it: a batch reuses each panel instead of packing it once per image)."""
   columns: int
   width: int
   rows: int | None = None
   row_width: int = 1
   fold: int | None = None
   stack: int = 1
+  panel_outermost: bool = False  # the columns are a packed panel's: their block loop goes outside the others
 
 
 def decide_tile(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> Tile | None:
@@ -183,10 +186,17 @@ def decide_tile(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> Tile | None
   row_strips = [r for r in reversed(outputs) if is_row_strip(_range_size(r), target) and
                 any(c.get(r) == 1 for c in coefficients)]
   # needs_rows: whether the dim is only worth it with (True) or without (False) a tile's rows; None: either way
-  broadcast = False
-  if contiguous: u_dim, needs_rows = contiguous[0], None
+  broadcast, packed_width = False, None
+  # a contiguous row of no whole vectors (28: 16 + 8 + 4 lanes) tiles well only stacked (_stacked_rows), which needs
+  # every load to read its rows contiguously; in a kernel of several reductions (a conv beside its strided shortcut)
+  # the packed panel's whole vectors come first
+  several = sum(n.op is Ops.REDUCE for n in nodes) > 1
+  if contiguous and several and _range_size(contiguous[0]) % target.vector_lanes and \
+      (packed := _packed_columns(outputs, coefficients, columns, target, reduce_ranges)) is not None:
+    (u_dim, packed_width), needs_rows = packed, True
+  elif contiguous: u_dim, needs_rows = contiguous[0], None
   elif (packed := _packed_columns(outputs, coefficients, columns, target, reduce_ranges)) is not None:
-    u_dim, needs_rows = packed, True            # a packed panel pays off only when a tile's rows reuse it
+    (u_dim, packed_width), needs_rows = packed, True  # a packed panel pays off only when a tile's rows reuse it
   elif row_strips: u_dim, needs_rows = row_strips[0], False  # a row of no whole vectors: a strip, never a tile
   elif target.broadcast_strips and (unread := _unread_output(nodes, outputs, coefficients)) is not None:
     u_dim, needs_rows, broadcast = unread, None, True
@@ -195,20 +205,25 @@ def decide_tile(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> Tile | None
   # without the columns (a weight), and some reads the columns without the rows (a depthwise conv's input reads its
   # channel: tiling channels as rows there only multiplies the accumulators)
   reused = [] if broadcast else [r for r in reversed(outputs) if r is not u_dim and
-                                 _width_for(_range_size(r), _halvings(rows)) and
+                                 _row_width(_range_size(r), rows) and
                                  any(c.get(r) and not c.get(u_dim) for c in coefficients) and
                                  any(c.get(u_dim) and not c.get(r) for c in coefficients)]
   if needs_rows is not None and needs_rows != bool(reused): return None
   # the outermost output loop is the one the cores share: if it is not the strip's, it feeds them already
   cores_fed = outputs[0] is not u_dim and _range_size(outputs[0]) >= target.cores
-  widths = _column_widths(u_dim, columns) if reused else strip_widths(_range_size(u_dim), target, cores_fed)
+  widths = (packed_width,) if packed_width else _column_widths(u_dim, columns) if reused else \
+      strip_widths(_range_size(u_dim), target, cores_fed)
   # a whole narrow row (17 of 32) tiles a matmul, but a strip of column sums is whole vectors or nothing
   if (width := _width_for(_range_size(u_dim), widths)) is None: return None
   if not reused: return None if target.grid else Tile(u_dim.arg[0], width)  # (a strip: a loop target's)
   if (stacked := _stacked_rows(nodes, coefficients, u_dim, reused[0], target, reduce_ranges)) is not None:
     fold, stack, tile_rows = stacked  # several whole image rows side by side are the tile's columns
     return Tile(u_dim.arg[0], _range_size(u_dim), reused[0].arg[0], tile_rows, fold.arg[0], stack)
-  return Tile(u_dim.arg[0], width, reused[0].arg[0], _width_for(_range_size(reused[0]), _halvings(rows)) or 1)
+  # a packed panel whose load reads no output loop outside its column loop: that loop goes outermost
+  panel_reads = {r for c in coefficients if c.get(u_dim) for r in c if r in outputs}
+  outermost = bool(packed_width) and not any(r in panel_reads for r in outputs[:outputs.index(u_dim)])
+  return Tile(u_dim.arg[0], width, reused[0].arg[0], _row_width(_range_size(reused[0]), rows) or 1,
+              panel_outermost=outermost)
 
 
 def _output_ranges(nodes: list[UOp]) -> list[UOp]:
@@ -239,7 +254,18 @@ def apply_tile(sink: UOp, tile: Tile) -> UOp:
   if tile.rows is None: return sink
   rows = by_id[tile.rows]
   sink = _split_range(sink, rows, tile.row_width, next_id)
-  return _columns_outside(sink, columns.arg, rows.arg)
+  sink = _columns_outside(sink, columns.arg, rows.arg)
+  return _loop_outermost(sink, columns.arg) if tile.panel_outermost else sink
+
+
+def _loop_outermost(sink: UOp, moved: tuple) -> UOp:
+  """The output loop `moved` outside every other output loop (they keep their order): output loops nest in the
+  order of their ids, so the ids are handed out again."""
+  loops = _output_ranges(sink.toposort())
+  position = next((i for i, r in enumerate(loops) if r.arg == moved), 0)
+  if position == 0: return sink
+  order = [loops[position]] + loops[:position] + loops[position + 1:]
+  return sink.substitute({r: r.replace(arg=(loops[i].arg[0], *r.arg[1:])) for i, r in enumerate(order)})
 
 
 def tile_options(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> list[Tile]:
@@ -314,6 +340,12 @@ def _stacked_rows(nodes: list[UOp], coefficients: list[dict[UOp, int]], row: UOp
   return None
 
 
+def _row_width(size: int, rows: int) -> int | None:
+  """The tile's row count for an output dim of `size`: the largest halving of `rows` that divides it, else its
+  largest divisor from 2 to `rows` (7 rows of a 14- or 7-wide image: a ResNet's late 3x3 convs at batch 1)."""
+  return _width_for(size, _halvings(rows)) or next((d for d in range(rows, 1, -1) if size % d == 0), None)
+
+
 def _column_widths(r: UOp, columns: int) -> tuple[int, ...]:
   """Tile widths for the contiguous dim r: a whole row narrower than the tile but over half of it (28 of 32: an
   image row) first, then the halvings of `columns`."""
@@ -322,22 +354,25 @@ def _column_widths(r: UOp, columns: int) -> tuple[int, ...]:
 
 
 def _packed_columns(outputs: list[UOp], coefficients: list[dict[UOp, int]], columns: int, target: KernelTarget,
-                    reduce_ranges: set[UOp]) -> UOp | None:
+                    reduce_ranges: set[UOp]) -> tuple[UOp, int] | None:
   """When no load reads an output dim contiguously (x @ w.T: both operands run along k) but the target packs operand
-  panels (codegen.packing) and a panel of `columns` along the reduced dims it reads fits its budget (as float32): an
-  output dim `columns` wide whose load packs into a contiguous panel, provided another output dim is read by some load
+  panels (codegen.packing): (an output dim, a width) whose load packs into a contiguous panel of that many columns
+  along the reduced dims it reads, the widest of `columns`, `columns / 2`, ... down to one vector that fits the
+  budget (as float32: a 3x3 conv over 512 channels packs 16), provided another output dim is read by some load
   without it and the packed load does not read that dim (the tile's rows: each packed column is reused by them)."""
   if target.panel_bytes <= 0: return None
   for r in reversed(outputs):
-    if _range_size(r) % columns or not any(c.get(r) for c in coefficients): continue
+    if not any(c.get(r) for c in coefficients): continue
     # the panel of each load reading r spans the reduced dims that load reads (a kernel of two reductions, the
     # gate and up projections of a SwiGLU, has two panels of one reduction each)
-    panel = columns * 4 * max(prod(_range_size(q) for q in reduce_ranges if c.get(q)) for c in coefficients if c.get(r))
-    if panel > target.panel_bytes: continue
+    elements = max(prod(_range_size(q) for q in reduce_ranges if c.get(q)) for c in coefficients if c.get(r))
+    width = next((w for w in _halvings(columns) if w >= target.vector_lanes and _range_size(r) % w == 0 and
+                  w * 4 * elements <= target.panel_bytes), None)
+    if width is None: continue
     # a tile reuses each load across the other dim: some load reads the rows dim without r, and some reads r without
     # the rows (x @ w.T: x's rows, w's columns); a softmax's rows read both and only a mask beside them: no tile
     if any(any(c.get(q) and not c.get(r) for c in coefficients) and any(c.get(r) and not c.get(q) for c in coefficients)
-           for q in outputs if q is not r): return r
+           for q in outputs if q is not r): return r, width
   return None
 
 

@@ -74,7 +74,10 @@ def panel_of(load: UOp, chain: list[Loop], upcast: list[UOp]) -> Panel | None:
   reuse = inner - 1
   while reuse > 0 and chain[reuse - 1].range not in depends: reuse -= 1
   loops = [loop.range for loop in chain[inner:]]
-  if not any(r.arg[1] == "reduce" for r in loops) or chain[inner - 1].range.src[0].arg < 2: return None
+  # reused only if those loops run more than once together (a tile's one-iteration row-block loop, as a 7-wide
+  # image's single block of 7 rows, sits inside the 7 image rows that reuse the panel)
+  reuses = prod(loop.range.src[0].arg for loop in chain[reuse:inner])
+  if not any(r.arg[1] == "reduce" for r in loops) or reuses < 2: return None
   if any(len(r.src) > 1 for r in loops): return None  # a symbolic bound: the buffer's size is not known
   coefficients, _ = affine_terms(index.src[1])
   # a tile's vector of columns read with a stride (a gather), rows far apart in the caches, or a padding mask

@@ -13,13 +13,15 @@ supported raises `OnnxError` naming the operator, the node, the opset and what i
 
 Values an operator needs on the host (a Reshape's shape, a Slice's starts) come from constants, initializers and
 Shape; small computations on such values run on the PYTHON device (tinycore's interpreter: no compiler run for shape
-arithmetic), anything else is realized on the model's device when it is needed.
+arithmetic), lazily, read only when an operator asks for the value (building a graph realizes nothing else: a realize
+rebinds every live tensor, so one per node would make building quadratic); anything else is realized on the model's
+device when it is needed.
 """
 from __future__ import annotations
 import inspect
 import os
 import pathlib
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 from tinycore.device.registry import Device
 from tinycore.dtype import DType, dtypes
 from tinycore.errors import ShapeError
@@ -47,6 +49,7 @@ ONNX_DTYPES: dict[int, DType] = {1: dtypes.float32, 2: dtypes.uint8, 3: dtypes.i
                                  5: dtypes.int16, 6: dtypes.int32, 7: dtypes.int64, 9: dtypes.bool,
                                  10: dtypes.float16, 11: dtypes.float64, 12: dtypes.uint32, 13: dtypes.uint64,
                                  16: dtypes.bfloat16}
+ONNX_CODES: dict[DType, int] = {dtype: code for code, dtype in ONNX_DTYPES.items()}
 ONNX_TYPE_NAMES = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16", 6: "INT32", 7: "INT64",
                    8: "STRING", 9: "BOOL", 10: "FLOAT16", 11: "DOUBLE", 12: "UINT32", 13: "UINT64", 14: "COMPLEX64",
                    15: "COMPLEX128", 16: "BFLOAT16", 17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2",
@@ -55,7 +58,8 @@ ONNX_TYPE_NAMES = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16
 
 def onnx_dtype(code: int, where: str) -> DType:
   if code not in ONNX_DTYPES:
-    raise OnnxError(f"{where}: ONNX type {ONNX_TYPE_NAMES.get(code, code)} is not supported (tinycore has no such dtype)")
+    name = ONNX_TYPE_NAMES.get(code, code)
+    raise OnnxError(f"{where}: ONNX type {name} is not supported (tinycore has no such dtype)")
   return ONNX_DTYPES[code]
 
 
@@ -64,7 +68,8 @@ def _load_proto(model: Any) -> tuple[Any, pathlib.Path | None]:
   onnx = _onnx()
   if isinstance(model, onnx.ModelProto): return model, None
   if isinstance(model, Tensor):
-    if model.dtype is not dtypes.uint8: raise OnnxError(f"an ONNX model as a Tensor must be uint8 bytes, got {model.dtype}")
+    if model.dtype is not dtypes.uint8:
+      raise OnnxError(f"an ONNX model as a Tensor must be uint8 bytes, got {model.dtype}")
     model = bytes(model.to(Device.DEFAULT).numpy() if model.device.startswith("DISK") else model.numpy())
   if isinstance(model, (bytes, bytearray, memoryview)):
     try: return onnx.load_model_from_string(bytes(model)), None
@@ -86,7 +91,8 @@ def tensor_from_proto(proto: Any, base_dir: pathlib.Path | None, device: str) ->
   shape = tuple(int(d) for d in proto.dims)
   if proto.data_location == onnx.TensorProto.EXTERNAL:
     info = {e.key: e.value for e in proto.external_data}
-    if base_dir is None: raise OnnxError(f"{where} is in an external file ({info.get('location')}): load the model from "
+    if base_dir is None:
+      raise OnnxError(f"{where} is in an external file ({info.get('location')}): load the model from "
                                          "its path, so the file can be found beside it")
     file = (base_dir / info["location"]).resolve()
     if not file.is_file(): raise FileNotFoundError(f"{where}: its external data file {file} is missing")
@@ -118,6 +124,7 @@ def attribute_value(attr: Any, where: str, device: str) -> Any:
   if attr.type == A.INTS: return [int(v) for v in attr.ints]
   if attr.type == A.STRINGS: return [s.decode("utf-8", "replace") for s in attr.strings]
   if attr.type == A.GRAPHS: return list(attr.graphs)
+  if attr.type in (A.TYPE_PROTO, A.TYPE_PROTOS): return attr.tp if attr.type == A.TYPE_PROTO else list(attr.type_protos)
   raise OnnxError(f"{where}: attribute {attr.name!r} has a type tinycore does not read ({attr.type})")
 
 
@@ -132,11 +139,12 @@ class Node:
     self.inputs, self.outputs = list(proto.input), list(proto.output)
     self.opset = opsets.get(self.domain, opsets.get("", 1) if self.domain == "ai.onnx" else 1)
     where = self.where
-    self.handler = lookup(self.domain, self.op_type)
+    self.handler = lookup(self.domain, self.op_type) or FunctionOp.of(proto, self.domain, self.opset, where)
     if self.handler is None:
       raise OnnxError(f"{where}: operator {self.domain}.{self.op_type} is not supported")
-    params = inspect.signature(self.handler).parameters
-    self.takes_ctx = "ctx" in params
+    params = self.handler.attributes if isinstance(self.handler, FunctionOp) else \
+        inspect.signature(self.handler).parameters
+    self.takes_ctx = "ctx" in params or isinstance(self.handler, FunctionOp)
     self.attrs = {}
     for attr in proto.attribute:
       if attr.name not in params or attr.name == "ctx":
@@ -146,6 +154,84 @@ class Node:
 
   @property
   def where(self) -> str: return f"{self.op_type} node {self.name!r} (opset {self.opset})"
+
+
+class FunctionOp:
+  """An operator tinycore has no handler for but the onnx package defines by a function body (ONNX's own
+  decomposition into other operators: SwiGLU, AffineGrid, LinearAttention, ...). The body is built once per input
+  signature (a context-dependent body depends on the inputs' types and ranks), the caller's attributes substituted
+  where the body refers to them, and run as a subgraph with its own opsets."""
+
+  def __init__(self, proto: Any, schema: Any, opset: int):
+    self.proto, self.schema, self.opset = proto, schema, opset
+    self.attributes = set(schema.attributes)
+    self.bodies: dict[tuple, tuple[Any, dict[str, int]]] = {}
+
+  @staticmethod
+  def of(proto: Any, domain: str, opset: int, where: str) -> FunctionOp | None:
+    defs = _onnx().defs
+    schema_domain = "" if domain == "ai.onnx" else domain
+    if not defs.has(proto.op_type, schema_domain): return None
+    try: schema = defs.get_schema(proto.op_type, opset, schema_domain)
+    except Exception: return None
+    if not (schema.has_function or schema.has_context_dependent_function): return None
+    return FunctionOp(proto, schema, opset)
+
+  def __call__(self, *args: Any, ctx: Context, **attrs: Any) -> list[Any]:
+    signature = tuple(None if a is None else (a.dtype, a.shape) if isinstance(a, Tensor) else type(a) for a in args)
+    if signature not in self.bodies: self.bodies[signature] = self._body(args, ctx)
+    graph, opsets = self.bodies[signature]
+    bindings = {name: a for name, a in zip([i.name for i in graph.input], args) if name}
+    return ctx.run_graph(graph, bindings, {}, opsets)
+
+  def _body(self, args: tuple, ctx: Context) -> tuple[Any, dict[str, int]]:
+    onnx = _onnx()
+    helper = onnx.helper
+    if self.schema.has_context_dependent_function:
+      types = [onnx.TypeProto().SerializeToString() if not isinstance(a, Tensor) else
+               helper.make_tensor_type_proto(ONNX_CODES[a.dtype], a.shape).SerializeToString() for a in args]
+      body = self.schema.get_context_dependent_function_with_opset_version(
+          self.opset, self.proto.SerializeToString(), types)
+    else:
+      body = self.schema.get_function_with_opset_version(self.opset)
+    if not body: raise ctx.error(f"the onnx package gives no function body for opset {self.opset}")
+    function = onnx.FunctionProto.FromString(body) if isinstance(body, bytes) else body
+    given = {a.name: a for a in self.proto.attribute}
+    defaults = {a.name: a for a in function.attribute_proto}
+    nodes = [_substitute_attributes(n, given, defaults) for n in function.node]
+    inputs = [helper.make_value_info(name, onnx.TypeProto()) for name in function.input]
+    inputs += [helper.make_value_info("", onnx.TypeProto())] * max(0, len(args) - len(inputs))
+    outputs = [helper.make_value_info(name, onnx.TypeProto()) for name in function.output]
+    graph = helper.make_graph(nodes, f"{self.proto.op_type}_body", inputs, outputs)
+    opsets = dict(ctx.runner.opsets)
+    opsets.update({(o.domain or "ai.onnx"): int(o.version) for o in function.opset_import})
+    ctx.runner.prepare_graph(graph, opsets)
+    return graph, opsets
+
+
+def _substitute_attributes(node: Any, given: dict[str, Any], defaults: dict[str, Any]) -> Any:
+  """A copy of a function body's node whose attributes that refer to the caller's (ref_attr_name) hold the caller's
+  value (or the function's default; absent when neither), subgraphs included."""
+  onnx = _onnx()
+  out = onnx.NodeProto()
+  out.CopyFrom(node)
+  del out.attribute[:]
+  for attr in node.attribute:
+    if attr.ref_attr_name:
+      source = given.get(attr.ref_attr_name) or defaults.get(attr.ref_attr_name)
+      if source is None: continue
+      name = attr.name
+      attr = onnx.AttributeProto.FromString(source.SerializeToString())
+      attr.name = name
+    elif attr.type == onnx.AttributeProto.GRAPH:
+      copy = onnx.AttributeProto()
+      copy.CopyFrom(attr)
+      nodes = [_substitute_attributes(n, given, defaults) for n in attr.g.node]
+      del copy.g.node[:]
+      copy.g.node.extend(nodes)
+      attr = copy
+    out.attribute.append(attr)
+  return out
 
 
 class Context:
@@ -162,13 +248,27 @@ class Context:
   def error(self, message: str) -> OnnxError: return OnnxError(f"{self.node.where}: {message}")
 
   def value(self, t: Tensor | None) -> Any:
-    """t's values as (nested) Python numbers: a host value when known, else realized and read."""
+    """t's values as (nested) Python numbers: its host value when known (a twin on the PYTHON device is read the
+    first time it is asked for), else t realized and read."""
     if t is None: return None
     known = self.host.get(id(t))
-    if known is not None and known[0] is t: return known[1]
-    value = t.tolist()
+    if known is not None and known[0] is t:
+      if not isinstance(known[1], Tensor): return known[1]
+      value = known[1].tolist()
+    else: value = t.tolist()
     self.host[id(t)] = (t, value)
     return value
+
+  def host_twin(self, t: Tensor) -> Tensor:
+    """t's known value as a tensor on the PYTHON device (where shape arithmetic runs)."""
+    value = self.host[id(t)][1]
+    if isinstance(value, Tensor): return value if value.device == HOST_DEVICE else value.to(HOST_DEVICE)
+    return self.remember(_device_tensor(value, t.dtype, t.shape, HOST_DEVICE), value)
+
+  def known(self, t: Tensor) -> Any:
+    """What is known of t on the host: its Python value, or the tensor itself (a twin to read later)."""
+    entry = self.host.get(id(t))
+    return entry[1] if entry is not None and entry[0] is t and not isinstance(entry[1], Tensor) else t
 
   def ints(self, t: Tensor | None) -> list[int] | None:
     if t is None: return None
@@ -179,9 +279,10 @@ class Context:
     self.host[id(t)] = (t, value)
     return t
 
-  def run_graph(self, graph: Any, bindings: dict[str, Tensor], outer: dict[str, Tensor]) -> list[Tensor]:
-    """A subgraph (If, Loop, Scan) with its inputs bound, seeing the outer scope's values."""
-    return self.runner._run_graph(graph, {**outer, **bindings}, self.host)
+  def run_graph(self, graph: Any, bindings: dict[str, Tensor], outer: dict[str, Tensor],
+                opsets: dict[str, int] | None = None) -> list[Tensor]:
+    """A subgraph (If, Loop, Scan, a function body) with its inputs bound, seeing the outer scope's values."""
+    return self.runner.run_graph(graph, {**outer, **bindings}, self.host, opsets=opsets)
 
 
 def _flatten(value: Any) -> list:
@@ -210,7 +311,7 @@ class OnnxRunner:
     self._load_initializers(self.graph)
     self.graph_inputs = {i.name: _value_info(i) for i in self.graph.input if i.name not in self.initializers}
     self.graph_outputs = [o.name for o in self.graph.output]
-    self._nodes(self.graph)  # every operator and attribute checked now, not on the first run
+    self.prepare_graph(self.graph)  # every operator and attribute checked now, not on the first run
 
   def _load_initializers(self, graph: Any) -> None:
     for init in graph.initializer:
@@ -218,18 +319,19 @@ class OnnxRunner:
       self.initializers[init.name] = t
       if value is not None: self._host[id(t)] = (t, value)
 
-  def _nodes(self, graph: Any) -> list[Node]:
-    """The graph's nodes, built once per graph (subgraphs included, through their attributes)."""
+  def prepare_graph(self, graph: Any, opsets: dict[str, int] | None = None) -> list[Node]:
+    """The graph's nodes, built once per graph (subgraphs included, through their attributes); a function body's
+    nodes read its own opsets."""
     nodes = self._graphs.get(id(graph))
     if nodes is None:
-      nodes = [Node(n, self.opsets, self.device, i) for i, n in enumerate(graph.node)]
+      nodes = [Node(n, opsets or self.opsets, self.device, i) for i, n in enumerate(graph.node)]
       self._graphs[id(graph)] = nodes
       for node in nodes:
         for value in node.attrs.values():
           for sub in (value if isinstance(value, list) else [value]):
             if type(sub).__name__ == "GraphProto":
               self._load_initializers(sub)
-              self._nodes(sub)
+              self.prepare_graph(sub, opsets)
     return nodes
 
   def __call__(self, inputs: dict[str, Any] | None = None, debug: bool | int = False) -> dict[str, Tensor]:
@@ -237,13 +339,27 @@ class OnnxRunner:
     unknown = [name for name in inputs if name not in self.graph_inputs]
     if unknown: raise OnnxError(f"the model has no input {unknown[0]!r}; its inputs: {list(self.graph_inputs)}")
     values: dict[str, Tensor] = dict(self.initializers)
-    for name, (shape, dtype) in self.graph_inputs.items():
+    for name, spec in self.graph_inputs.items():
       if name not in inputs:
-        raise OnnxError(f"input {name!r} is missing (shape {shape}, dtype {dtype.name if dtype else 'any'})")
-      values[name] = self._input_tensor(name, inputs[name], shape, dtype)
+        if spec.kind.startswith("optional"):
+          values[name] = None
+          continue
+        raise OnnxError(f"input {name!r} is missing ({spec.kind} of shape {spec.shape}, dtype "
+                        f"{spec.dtype.name if spec.dtype else 'any'})")
+      values[name] = self._input_value(name, inputs[name], spec)
     host = dict(self._host)
-    out = self._run_graph(self.graph, values, host, debug)
+    out = self.run_graph(self.graph, values, host, debug)
     return dict(zip(self.graph_outputs, out))
+
+  def _input_value(self, name: str, value: Any, spec: GraphInput) -> Tensor | list[Tensor] | None:
+    """A tensor input as a Tensor on the runner's device; a sequence input (a list) as a list of them; an optional
+    input may be None."""
+    kind = spec.kind.removeprefix("optional ")
+    if value is None and spec.kind.startswith("optional"): return None
+    if kind == "sequence":
+      if not isinstance(value, (list, tuple)): raise OnnxError(f"input {name!r} is a sequence: give a list of tensors")
+      return [self._input_tensor(name, v, spec.shape, spec.dtype) for v in value]
+    return self._input_tensor(name, value, spec.shape, spec.dtype)
 
   def _input_tensor(self, name: str, value: Any, shape: tuple | None, dtype: DType | None) -> Tensor:
     if isinstance(value, Tensor): t = value if value.device == self.device else value.to(self.device)
@@ -256,10 +372,12 @@ class OnnxRunner:
     if dtype is not None and t.dtype is not dtype: t = t.cast(dtype)
     return t
 
-  def _run_graph(self, graph: Any, values: dict[str, Tensor], host: dict, debug: bool | int = False) -> list[Tensor]:
+  def run_graph(self, graph: Any, values: dict[str, Tensor], host: dict, debug: bool | int = False,
+                opsets: dict[str, int] | None = None) -> list[Tensor]:
+    """Run `graph`'s nodes on `values` (its inputs, initializers and any outer scope); its outputs in order."""
     ctx = Context(self, host)
     ctx.scope = values
-    for node in self._nodes(graph):
+    for node in self.prepare_graph(graph, opsets):
       ctx.node = node
       args = [values[name] if name else None for name in node.inputs]
       missing = [n for n in node.inputs if n and n not in values]
@@ -281,15 +399,11 @@ def run_node(node: Node, args: list[Tensor | None], ctx: Context) -> list[Any]:
   on_host = (present and node.op_type not in HOST_UNSAFE and all(isinstance(a, Tensor) for a in present)
              and all(_known(a, ctx.host) for a in present) and all(a.numel() <= HOST_VALUE_LIMIT for a in present))
   if on_host:
-    host_args = [None if a is None else _host_tensor(ctx.host[id(a)][1], a) for a in args]
-    outs = _as_list(_call(node, host_args, kwargs))
-    if all(isinstance(o, Tensor) and o.numel() <= HOST_VALUE_LIMIT for o in outs):
-      result = []
-      for o in outs:
-        value = o.tolist()
-        t = _device_tensor(value, o.dtype, o.shape, ctx.device)
-        result.append(ctx.remember(t, value))
-      return result
+    twins = _as_list(_call(node, [None if a is None else ctx.host_twin(a) for a in args], kwargs))
+    if all(isinstance(o, Tensor) and o.numel() <= HOST_VALUE_LIMIT for o in twins):
+      # the same op on the model's device, lazily: computed only if a device op reads it, never read back
+      outs = _as_list(_call(node, args, kwargs))
+      return [ctx.remember(out, ctx.known(twin)) for out, twin in zip(outs, twins)]
   return _as_list(_call(node, args, kwargs))
 
 
@@ -304,24 +418,36 @@ def _as_list(out: Any) -> list:
   return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def _host_tensor(value: Any, like: Tensor) -> Tensor:
-  return _device_tensor(value, like.dtype, like.shape, HOST_DEVICE)
-
-
 def _device_tensor(value: Any, dtype: DType, shape: tuple, device: str) -> Tensor:
   if not shape or 0 not in shape: return Tensor(value, dtype=dtype, device=device).reshape(shape)
   return Tensor.empty(*shape, dtype=dtype, device=device)
 
 
-def _value_info(info: Any) -> tuple[tuple | None, DType | None]:
-  """(shape with ints for fixed dims and names or None for free ones, dtype) of a graph input."""
-  kind = info.type.WhichOneof("value")
-  if kind != "tensor_type": raise OnnxError(f"input {info.name!r} is a {kind}, not a tensor: not supported")
-  tt = info.type.tensor_type
-  dtype = onnx_dtype(tt.elem_type, f"input {info.name!r}") if tt.elem_type else None
-  if not tt.HasField("shape"): return None, dtype
+class GraphInput(NamedTuple):
+  """A graph input: its shape (ints for fixed dims, names or None for free ones; None if not given), dtype, and
+  kind: "tensor", "sequence" (of tensors), "optional tensor" or "optional sequence"."""
+  shape: tuple | None
+  dtype: DType | None
+  kind: str = "tensor"
+
+
+def _value_info(info: Any) -> GraphInput:
+  return _type_info(info.type, info.name)
+
+
+def _type_info(type_proto: Any, name: str, prefix: str = "") -> GraphInput:
+  kind = type_proto.WhichOneof("value")
+  if kind == "sequence_type" and not prefix.endswith("sequence "):
+    inner = _type_info(type_proto.sequence_type.elem_type, name, prefix + "sequence ")
+    return GraphInput(inner.shape, inner.dtype, prefix + "sequence")
+  if kind == "optional_type" and not prefix:
+    return _type_info(type_proto.optional_type.elem_type, name, "optional ")
+  if kind != "tensor_type": raise OnnxError(f"input {name!r} is a {prefix}{kind}: not supported")
+  tt = type_proto.tensor_type
+  dtype = onnx_dtype(tt.elem_type, f"input {name!r}") if tt.elem_type else None
+  if not tt.HasField("shape"): return GraphInput(None, dtype, prefix + "tensor")
   shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
-  return shape, dtype
+  return GraphInput(shape, dtype, prefix + "tensor")
 
 
 def onnx_load(model: str | os.PathLike | bytes, device: str | None = None) -> OnnxRunner:

@@ -31,18 +31,18 @@ def lookup(domain: str, op_type: str) -> Callable | None:
   return OPS.get((domain, op_type))
 
 
-def _onnx_dtype(code: int) -> DType:
+def onnx_type(code: int) -> DType:
   from tinycore.nn.onnx import onnx_dtype
   return onnx_dtype(code, "Cast")
 
 
-def _axis(axis: int, ndim: int) -> int:
+def positive_axis(axis: int, ndim: int) -> int:
   if not -max(ndim, 1) <= axis < max(ndim, 1): raise ValueError(f"axis {axis} is out of range for {ndim} dims")
   return axis + ndim if axis < 0 else axis
 
 
 def _axes(axes: Sequence[int] | None, ndim: int) -> list[int] | None:
-  return None if axes is None else sorted({_axis(a, ndim) for a in axes})
+  return None if axes is None else sorted({positive_axis(a, ndim) for a in axes})
 
 
 def _axes_of(ctx: Any, axes_input: Tensor | None, axes_attr: Sequence[int] | None) -> list[int] | None:
@@ -72,9 +72,9 @@ def softplus(x): return x.softplus()
 @register("Swish")
 def swish(x, alpha=1.0): return x * (x * alpha).sigmoid()
 @register("BitCast")
-def bitcast(x, to): return x.bitcast(_onnx_dtype(to))
+def bitcast(x, to): return x.bitcast(onnx_type(to))
 @register("Identity")
-def identity(x): return x
+def identity(x): return [x] if isinstance(x, list) else x  # a sequence is one output
 @register("LeakyRelu")
 def leaky_relu(x, alpha=0.01): return x.leaky_relu(alpha)
 @register("Elu")
@@ -111,7 +111,7 @@ def _binary(name: str, fn: Callable[[Tensor, Tensor], Tensor]) -> None:
 def _legacy_broadcast(a: Tensor, b: Tensor, broadcast: int, axis: int | None) -> Tensor:
   """Opsets before 7: b broadcast to a from `axis` on."""
   if axis is None or b.ndim == a.ndim: return b
-  axis = _axis(axis, a.ndim)
+  axis = positive_axis(axis, a.ndim)
   return b.reshape(*b.shape, *(1,) * (a.ndim - axis - b.ndim))
 
 
@@ -166,7 +166,7 @@ def clip(x, min_input=None, max_input=None, min=None, max=None):
 @register("Where")
 def where(cond, x, y): return cond.where(x, y)
 @register("Cast")
-def cast(x, to, saturate=1, round_mode="up"): return x.cast(_onnx_dtype(to))
+def cast(x, to, saturate=1, round_mode="up"): return x.cast(onnx_type(to))
 @register("CastLike")
 def cast_like(x, target, saturate=1, round_mode="up"): return x.cast(target.dtype)
 
@@ -175,7 +175,7 @@ def cast_like(x, target, saturate=1, round_mode="up"): return x.cast(target.dtyp
 def _last_axes_op(x: Tensor, axis: int, ctx: Any, fn: Callable[[Tensor, int], Tensor]) -> Tensor:
   """Opsets before 13 apply softmax-like ops to x flattened into (prod(shape[:axis]), prod(shape[axis:]))."""
   if ctx.opset >= 13 or x.ndim == 0: return fn(x, axis)
-  axis = _axis(axis, x.ndim)
+  axis = positive_axis(axis, x.ndim)
   return fn(x.reshape(math.prod(x.shape[:axis]), -1), 1).reshape(x.shape)
 
 
@@ -187,13 +187,14 @@ def log_softmax(x, axis=None, ctx=None):
 @register("Hardmax")
 def hardmax(x, axis=None, ctx=None):
   def hard(t: Tensor, a: int) -> Tensor:
-    a = _axis(a, t.ndim)
+    a = positive_axis(a, t.ndim)
     hot = t.argmax(a).one_hot(t.shape[a]).cast(t.dtype)
     return hot.permute(*range(a), hot.ndim - 1, *range(a, hot.ndim - 1))
   return _last_axes_op(x, _default_axis(axis, ctx), ctx, hard)
 
 
-def _default_axis(axis: int | None, ctx: Any) -> int: return axis if axis is not None else (-1 if ctx.opset >= 13 else 1)
+def _default_axis(axis: int | None, ctx: Any) -> int:
+  return axis if axis is not None else (-1 if ctx.opset >= 13 else 1)
 
 
 # ---------------------------------------------------------------------------------------------------- shapes
@@ -222,11 +223,11 @@ def constant(value=None, value_float=None, value_floats=None, value_int=None, va
 def constant_of_shape(shape_, value=None, ctx=None):
   dims = ctx.ints(shape_)
   fill, dtype = (0.0, dtypes.float32) if value is None else (value[0].reshape(-1)[0], value[0].dtype)
-  if isinstance(fill, Tensor): fill = ctx.value(value[0].reshape(-1))[0] if value[1] is None else _first(value[1])
+  if isinstance(fill, Tensor): fill = ctx.value(value[0].reshape(-1))[0] if value[1] is None else first_value(value[1])
   return Tensor.full(tuple(dims), fill, dtype=dtype, device=ctx.device)
 
 
-def _first(v: Any) -> Any: return _first(v[0]) if isinstance(v, list) else v
+def first_value(v: Any) -> Any: return first_value(v[0]) if isinstance(v, list) else v
 
 
 @register("Reshape")
@@ -268,7 +269,7 @@ def split(x, split_=None, axis=0, split=None, num_outputs=None, ctx=None):
   sizes = ctx.ints(split_) if split_ is not None else split
   count = num_outputs or len(ctx.node.outputs)
   if sizes is None:
-    n = x.shape[_axis(axis, x.ndim)]
+    n = x.shape[positive_axis(axis, x.ndim)]
     chunk = -(-n // count)
     sizes = [min(chunk, n - i * chunk) for i in range(count)]
   return x.split(list(sizes), dim=axis)
@@ -283,7 +284,7 @@ def slice_(data, starts_=None, ends_=None, axes_=None, steps_=None, starts=None,
   index = [slice(None)] * data.ndim
   for start, end, axis, step in zip(starts, ends, axes, steps):
     if step == 0: raise ctx.error("a Slice step of 0")
-    axis, dim = _axis(axis, data.ndim), data.shape[_axis(axis, data.ndim)]
+    axis, dim = positive_axis(axis, data.ndim), data.shape[positive_axis(axis, data.ndim)]
     if start < 0: start += dim
     if end < 0: end += dim
     if step > 0: start, end = min(max(start, 0), dim), min(max(end, 0), dim)
@@ -299,7 +300,7 @@ def _wrap_indices(indices: Tensor, dim: int) -> Tensor:
 
 @register("Gather")
 def gather(data, indices, axis=0):
-  axis = _axis(axis, data.ndim)
+  axis = positive_axis(axis, data.ndim)
   idx = _wrap_indices(indices, data.shape[axis])
   if idx.ndim == 0: return data[(slice(None),) * axis + (idx.reshape(1),)].squeeze(axis)
   return data[(slice(None),) * axis + (idx,)]
@@ -307,7 +308,7 @@ def gather(data, indices, axis=0):
 
 @register("GatherElements")
 def gather_elements(data, indices, axis=0):
-  axis = _axis(axis, data.ndim)
+  axis = positive_axis(axis, data.ndim)
   return data.gather(axis, _wrap_indices(indices, data.shape[axis]))
 
 
@@ -326,7 +327,7 @@ def gather_nd(data, indices, batch_dims=0):
 
 @register("ScatterElements", "Scatter")
 def scatter_elements(data, indices, updates, axis=0, reduction="none"):
-  axis = _axis(axis, data.ndim)
+  axis = positive_axis(axis, data.ndim)
   idx = _wrap_indices(indices, data.shape[axis])
   if reduction == "none": return data.scatter(axis, idx, updates)
   name = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[reduction]
@@ -344,7 +345,8 @@ def scatter_nd(data, indices, updates, reduction="none"):
   linear = linear.reshape(n, *(1,) * len(rest)).expand(n, *rest)
   ups = updates.reshape(n, *rest)
   if reduction == "none": out = flat.scatter(0, linear, ups)
-  else: out = flat.scatter_reduce(0, linear, ups, {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[reduction])
+  else:
+    out = flat.scatter_reduce(0, linear, ups, {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[reduction])
   return out.reshape(data.shape)
 
 
@@ -362,14 +364,14 @@ def tile(x, repeats, ctx=None): return x.repeat(ctx.ints(repeats))
 
 @register("Range")
 def range_(start, limit, delta, ctx=None):
-  s, l, d = (_first(ctx.value(t)) for t in (start, limit, delta))
+  s, l, d = (first_value(ctx.value(t)) for t in (start, limit, delta))
   count = max(math.ceil((l - s) / d), 0)
   return (Tensor.arange(count, device=ctx.device).cast(start.dtype) * d + s).cast(start.dtype)
 
 
 @register("EyeLike")
 def eye_like(x, dtype=None, k=0):
-  out_dtype = _onnx_dtype(dtype) if dtype is not None else x.dtype
+  out_dtype = onnx_type(dtype) if dtype is not None else x.dtype
   rows, cols = x.shape
   r = Tensor.arange(rows, device=x.device).reshape(rows, 1)
   c = Tensor.arange(cols, device=x.device).reshape(1, cols)
@@ -378,10 +380,10 @@ def eye_like(x, dtype=None, k=0):
 
 @register("OneHot")
 def one_hot(indices, depth, values, axis=-1, ctx=None):
-  n = int(_first(ctx.value(depth)))
+  n = int(first_value(ctx.value(depth)))
   idx = indices.cast(dtypes.int64)
   idx = (idx < 0).where(idx + n, idx)
-  axis = _axis(axis, indices.ndim + 1)
+  axis = positive_axis(axis, indices.ndim + 1)
   hot = idx.unsqueeze(-1) == Tensor.arange(n, device=indices.device)
   off, on = values[0], values[1]
   out = hot.where(on, off).cast(values.dtype)
@@ -390,7 +392,7 @@ def one_hot(indices, depth, values, axis=-1, ctx=None):
 
 @register("Trilu")
 def trilu(x, k=None, upper=1, ctx=None):
-  diag = int(_first(ctx.value(k))) if k is not None else 0
+  diag = int(first_value(ctx.value(k))) if k is not None else 0
   return x.triu(diag) if upper else x.tril(diag)
 
 
@@ -404,7 +406,7 @@ def nonzero(x):
 def compress(x, condition, axis=None, ctx=None):
   keep = [i for i, c in enumerate(_flatten_list(ctx.value(condition))) if c]
   if axis is None: x, axis = x.reshape(-1), 0
-  axis = _axis(axis, x.ndim)
+  axis = positive_axis(axis, x.ndim)
   keep = [i for i in keep if i < x.shape[axis]]
   if not keep: return x.shrink(tuple((0, 0) if i == axis else (0, s) for i, s in enumerate(x.shape)))
   return x[(slice(None),) * axis + (Tensor(keep, dtype=dtypes.int64, device=x.device),)]
@@ -414,9 +416,72 @@ def _flatten_list(v: Any) -> list:
   return [x for e in v for x in _flatten_list(e)] if isinstance(v, list) else [v]
 
 
+def _rows_before(rows: Tensor) -> Tensor:
+  """(n, n): whether row j sorts before row i (lexicographic order of rows (n, m): at their first differing column)."""
+  differs = rows.unsqueeze(1) != rows.unsqueeze(0)  # [i, j, column]
+  column = differs.argmax(-1).unsqueeze(-1)  # the first one where they differ
+  n = rows.shape[0]
+  mine = rows.unsqueeze(1).expand(n, n, rows.shape[1]).gather(2, column).squeeze(-1)
+  theirs = rows.unsqueeze(0).expand(n, n, rows.shape[1]).gather(2, column).squeeze(-1)
+  return differs.any(-1) & (theirs < mine)
+
+
+@register("Unique")
+def unique(x, axis=None, sorted=1, ctx=None):
+  """The distinct elements (or slices along axis), sorted or in order of first occurrence, with the index of each
+  one's first occurrence, each input's index into them and their counts. Pairwise comparisons (n x n), so the one
+  host read is the count of distinct values."""
+  if axis is None: rows, rest = x.reshape(-1, 1), ()
+  else:
+    axis = positive_axis(axis, x.ndim)
+    moved = x.permute(axis, *[d for d in range(x.ndim) if d != axis])
+    rows, rest = moved.reshape(x.shape[axis], -1), moved.shape[1:]
+  n = rows.shape[0]
+  positions = Tensor.arange(n, device=x.device, dtype=dtypes.int64)
+  same = (rows.unsqueeze(1) == rows.unsqueeze(0)).all(-1)  # [i, j]
+  first = same.cast(dtypes.int32).argmax(1).cast(dtypes.int64)  # the first j holding row i's value
+  is_first = first == positions
+  before = _rows_before(rows) if sorted else positions.reshape(1, n) < positions.reshape(n, 1)
+  rank = (is_first.reshape(1, n) & before).cast(dtypes.int64).sum(1)  # row i's place among the distinct rows
+  count = int(first_value(ctx.value(is_first.cast(dtypes.int64).sum().reshape(1))))
+  slots = Tensor.arange(count, device=x.device, dtype=dtypes.int64).reshape(-1, 1)
+  owner = is_first.reshape(1, n) & (rank.reshape(1, n) == slots)  # [slot, i]: the first occurrence in that slot
+  values = owner.unsqueeze(-1).where(rows.unsqueeze(0), 0).sum(1).cast(x.dtype)
+  indices = owner.where(positions.reshape(1, n), 0).sum(1)
+  inverse = rank.gather(0, first)
+  counts = (inverse.reshape(1, n) == slots).cast(dtypes.int64).sum(1)
+  if axis is None: out = values.reshape(count)
+  else:
+    out = values.reshape(count, *rest)
+    out = out.permute(*range(1, axis + 1), 0, *range(axis + 1, x.ndim))
+  return [out, indices, inverse, counts]
+
+
+@register("Det")
+def det(x):
+  """Determinants of [..., n, n] by Gaussian elimination with partial pivoting (n steps, each a few tensor ops)."""
+  n = x.shape[-1]
+  a = x.cast(dtypes.float64 if x.dtype is dtypes.float64 else dtypes.float32)
+  result = a[..., 0, 0].full_like(1.0)
+  rows = Tensor.arange(n, device=x.device).reshape(n, 1)
+  for k in range(n):
+    pivot_row = a[..., k:, k].abs().argmax(-1) + k  # [...]
+    p = pivot_row.reshape(*pivot_row.shape, 1, 1)
+    order = (rows == k).where(p, (rows == p).where(k, rows))  # rows k and p swapped
+    a = a.gather(-2, order.expand(*a.shape[:-2], n, n))
+    result = (pivot_row != k).where(-result, result)
+    pivot = a[..., k, k]
+    result = result * pivot
+    if k + 1 < n:
+      safe = (pivot == 0).where(1.0, pivot)
+      factors = (a[..., k + 1:, k] / safe.unsqueeze(-1)).unsqueeze(-1)
+      a = a[..., :k + 1, :].cat(a[..., k + 1:, :] - factors * a[..., k:k + 1, :], dim=-2)
+  return result.cast(x.dtype)
+
+
 @register("CumSum")
 def cumsum(x, axis, exclusive=0, reverse=0, ctx=None):
-  ax = _axis(int(_first(ctx.value(axis))), x.ndim)
+  ax = positive_axis(int(first_value(ctx.value(axis))), x.ndim)
   if reverse: x = x.flip(ax)
   out = x.cumsum(ax).cast(x.dtype)
   if exclusive: out = out.pad(tuple((1, 0) if i == ax else (0, 0) for i in range(x.ndim)))[
@@ -426,7 +491,7 @@ def cumsum(x, axis, exclusive=0, reverse=0, ctx=None):
 
 @register("CumProd")
 def cumprod(x, axis, exclusive=0, reverse=0, ctx=None):
-  ax = _axis(int(_first(ctx.value(axis))), x.ndim)
+  ax = positive_axis(int(first_value(ctx.value(axis))), x.ndim)
   if reverse: x = x.flip(ax)
   out = x.cumprod(ax).cast(x.dtype)
   if exclusive: out = out.pad(tuple((1, 0) if i == ax else (0, 0) for i in range(x.ndim)), value=1)[
@@ -437,7 +502,7 @@ def cumprod(x, axis, exclusive=0, reverse=0, ctx=None):
 @register("CenterCropPad")
 def center_crop_pad(x, shape_, axes=None, ctx=None):
   sizes = ctx.ints(shape_)
-  ax = [_axis(a, x.ndim) for a in axes] if axes is not None else list(range(x.ndim))
+  ax = [positive_axis(a, x.ndim) for a in axes] if axes is not None else list(range(x.ndim))
   for a, want in zip(ax, sizes):
     have = x.shape[a]
     if want < have:
@@ -450,16 +515,17 @@ def center_crop_pad(x, shape_, axes=None, ctx=None):
 
 
 def _window(size: Tensor, periodic: int, output_datatype: int, ctx: Any, coefficients: Sequence[float]) -> Tensor:
-  n = int(_first(ctx.value(size)))
+  n = int(first_value(ctx.value(size)))
   denominator = n if periodic else n - 1
   k = Tensor.arange(n, device=ctx.device).cast(dtypes.float32) * (2 * math.pi / max(denominator, 1))
   out = Tensor.zeros(n, dtype=dtypes.float32, device=ctx.device) + coefficients[0]
   for i, c in enumerate(coefficients[1:], start=1): out = out + ((-1) ** i) * c * (k * i).cos()
-  return out.cast(_onnx_dtype(output_datatype))
+  return out.cast(onnx_type(output_datatype))
 
 
 @register("HannWindow")
-def hann_window(size, output_datatype=1, periodic=1, ctx=None): return _window(size, periodic, output_datatype, ctx, [0.5, 0.5])
+def hann_window(size, output_datatype=1, periodic=1, ctx=None):
+  return _window(size, periodic, output_datatype, ctx, [0.5, 0.5])
 @register("HammingWindow")
 def hamming_window(size, output_datatype=1, periodic=1, ctx=None):
   return _window(size, periodic, output_datatype, ctx, [25 / 46, 21 / 46])
@@ -483,13 +549,13 @@ def reverse_sequence(x, sequence_lens, batch_axis=1, time_axis=0, ctx=None):
 
 @register("TopK")
 def topk(x, k, axis=-1, largest=1, sorted=1, ctx=None):
-  n = int(_first(ctx.value(k)))
+  n = int(first_value(ctx.value(k)))
   values, indices = x.topk(n, dim=axis, largest=bool(largest))
   return values, indices.cast(dtypes.int64)
 
 
 def _arg(x: Tensor, axis: int, keepdims: int, last: int, fn: Callable) -> Tensor:
-  axis = _axis(axis, x.ndim)
+  axis = positive_axis(axis, x.ndim)
   if last:
     n = x.shape[axis]
     out = (n - 1) - fn(x.flip(axis), axis)
@@ -507,8 +573,8 @@ def argmin(x, axis=0, keepdims=1, select_last_index=0): return _arg(x, axis, kee
 @register("Pad")
 def pad(data, pads_=None, constant_value=None, axes_=None, mode="constant", pads=None, value=0.0, ctx=None):
   widths = ctx.ints(pads_) if pads_ is not None else list(pads)
-  fill = value if constant_value is None else _first(ctx.value(constant_value))
-  axes = [_axis(a, data.ndim) for a in ctx.ints(axes_)] if axes_ is not None else list(range(data.ndim))
+  fill = value if constant_value is None else first_value(ctx.value(constant_value))
+  axes = [positive_axis(a, data.ndim) for a in ctx.ints(axes_)] if axes_ is not None else list(range(data.ndim))
   n = len(axes)
   per = [(0, 0)] * data.ndim
   for i, a in enumerate(axes): per[a] = (widths[i], widths[i + n])
@@ -526,7 +592,8 @@ def pad(data, pads_=None, constant_value=None, axes_=None, mode="constant", pads
 def depth_to_space(x, blocksize, mode="DCR"):
   n, c, h, w = x.shape
   b = blocksize
-  if mode == "DCR": return x.reshape(n, b, b, c // (b * b), h, w).permute(0, 3, 4, 1, 5, 2).reshape(n, c // (b * b), h * b, w * b)
+  if mode == "DCR":
+    return x.reshape(n, b, b, c // (b * b), h, w).permute(0, 3, 4, 1, 5, 2).reshape(n, c // (b * b), h * b, w * b)
   return x.reshape(n, c // (b * b), b, b, h, w).permute(0, 1, 4, 2, 5, 3).reshape(n, c // (b * b), h * b, w * b)
 
 
@@ -534,7 +601,8 @@ def depth_to_space(x, blocksize, mode="DCR"):
 def space_to_depth(x, blocksize, mode="DCR"):
   n, c, h, w = x.shape
   b = blocksize
-  if mode == "CRD": return x.reshape(n, c, h // b, b, w // b, b).permute(0, 1, 3, 5, 2, 4).reshape(n, c * b * b, h // b, w // b)
+  if mode == "CRD":
+    return x.reshape(n, c, h // b, b, w // b, b).permute(0, 1, 3, 5, 2, 4).reshape(n, c * b * b, h // b, w // b)
   return x.reshape(n, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4).reshape(n, c * b * b, h // b, w // b)
 
 
@@ -776,7 +844,7 @@ def instance_norm(x, scale, bias, epsilon=1e-5):
 
 @register("LayerNormalization")
 def layer_norm(x, scale, bias=None, axis=-1, epsilon=1e-5, stash_type=1):
-  axis = _axis(axis, x.ndim)
+  axis = positive_axis(axis, x.ndim)
   axes = tuple(range(axis, x.ndim))
   xf = x.cast(dtypes.float32) if stash_type == 1 and x.dtype is not dtypes.float64 else x
   mean = xf.mean(axes, keepdim=True)
@@ -801,7 +869,7 @@ def group_norm(x, scale, bias, epsilon=1e-5, num_groups=1, stash_type=1, ctx=Non
 
 @register("RMSNormalization")
 def rms_norm(x, scale, axis=-1, epsilon=1e-5, stash_type=1):
-  axes = tuple(range(_axis(axis, x.ndim), x.ndim))
+  axes = tuple(range(positive_axis(axis, x.ndim), x.ndim))
   xf = x.cast(dtypes.float32) if x.dtype is not dtypes.float64 else x
   return (xf * (xf.square().mean(axes, keepdim=True) + epsilon).rsqrt()).cast(x.dtype) * scale
 
@@ -866,23 +934,58 @@ def _nearest(c: float, rule: str) -> int:
 
 
 def _cubic_weights(t: float, a: float) -> list[float]:
-  def w(d: float) -> float:
-    d = abs(d)
-    if d <= 1: return (a + 2) * d ** 3 - (a + 3) * d ** 2 + 1
-    if d < 2: return a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a
-    return 0.0
-  return [w(t + 1), w(t), w(1 - t), w(2 - t)]
+  return [_cubic_kernel(t + 1, a), _cubic_kernel(t, a), _cubic_kernel(1 - t, a), _cubic_kernel(2 - t, a)]
+
+
+def _antialias_taps(c: float, scale: float, mode: str, cubic_a: float, exclude_outside: int,
+                    in_size: int) -> list[tuple[int, float]]:
+  """Resize's antialiased linear or cubic filter around input coordinate c: when downsampling, the kernel is
+  stretched by 1 / scale over more input pixels, normalized; the taps are the pixels nearest c (ties to the lower),
+  clamped to the edges."""
+  scale = min(scale, 1.0)
+  ratio = 1.0 if c == math.floor(c) else c - math.floor(c)  # in (0, 1]: the pixel left of c is preferred
+  if mode == "linear":
+    start = math.floor(-1 / scale) + 1
+    weights = [max(0.0, 1 - abs((i - ratio) * scale)) for i in range(start, 2 - start)]
+  else:
+    start = math.floor(-2 / scale) + 1
+    weights = [_cubic_kernel(scale * (i - ratio), cubic_a) for i in range(start, 2 - start)]
+  total = sum(weights)
+  weights = [w / total for w in weights]
+  n = len(weights)
+  pad = math.ceil(n / 2)
+  padded = c + pad
+  base = math.floor(padded)
+  frac = padded - base
+  if n % 2 == 0: offset = -(n // 2) if frac == 0 else -(n // 2) + 1
+  else: offset = -((n - 1) // 2) + (0 if frac <= 0.5 else 1)
+  first = base + offset - pad
+  taps = [(first + k, w) for k, w in enumerate(weights)]
+  if exclude_outside:
+    inside = sum(w for p, w in taps if 0 <= p < in_size) or 1.0
+    taps = [(p, w / inside if 0 <= p < in_size else 0.0) for p, w in taps]
+  return [(min(max(p, 0), in_size - 1), w) for p, w in taps]
+
+
+def _cubic_kernel(d: float, a: float) -> float:
+  d = abs(d)
+  if d <= 1: return (a + 2) * d ** 3 - (a + 3) * d ** 2 + 1
+  if d < 2: return a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a
+  return 0.0
 
 
 def _resize_axis(x: Tensor, axis: int, out_size: int, scale: float, mode: str, coord_mode: str, nearest_mode: str,
-                 cubic_a: float, exclude_outside: int, roi: tuple[float, float], extrapolation: float) -> Tensor:
+                 cubic_a: float, exclude_outside: int, roi: tuple[float, float], extrapolation: float,
+                 antialias: int = 0) -> Tensor:
   """x resized along one axis: a weighted sum of gathered rows (indices and weights are host constants)."""
   in_size = x.shape[axis]
   coords = _resize_sources(out_size, in_size, scale, coord_mode, roi)
   taps: list[list[tuple[int, float]]] = []
   for c in coords:
     if coord_mode == "tf_crop_and_resize" and not (0 <= c <= in_size - 1): taps.append([]); continue
-    if mode == "nearest": taps.append([(min(max(_nearest(c, nearest_mode), 0), in_size - 1), 1.0)])
+    if antialias and mode != "nearest":
+      taps.append(_antialias_taps(c, scale, mode, cubic_a, exclude_outside, in_size))
+    elif mode == "nearest": taps.append([(min(max(_nearest(c, nearest_mode), 0), in_size - 1), 1.0)])
     elif mode == "linear":
       c = min(max(c, 0.0), in_size - 1) if coord_mode != "tf_crop_and_resize" else c
       lo = math.floor(c)
@@ -920,8 +1023,7 @@ def _resize_axis(x: Tensor, axis: int, out_size: int, scale: float, mode: str, c
 def resize(x, roi=None, scales=None, sizes=None, antialias=0, axes=None, coordinate_transformation_mode="half_pixel",
            cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
            mode="nearest", nearest_mode="round_prefer_floor", ctx=None):
-  if antialias: raise ctx.error("attribute 'antialias' = 1 is not supported")
-  ax = [_axis(a, x.ndim) for a in axes] if axes is not None else list(range(x.ndim))
+  ax = [positive_axis(a, x.ndim) for a in axes] if axes is not None else list(range(x.ndim))
   roi_values = [float(v) for v in _flatten_list(ctx.value(roi))] if roi is not None and roi.numel() else []
   scale_values = [float(v) for v in _flatten_list(ctx.value(scales))] if scales is not None and scales.numel() else None
   size_values = ctx.ints(sizes) if sizes is not None and sizes.numel() else None
@@ -935,11 +1037,11 @@ def resize(x, roi=None, scales=None, sizes=None, antialias=0, axes=None, coordin
   else: size_values = [int(math.floor(x.shape[a] * s)) for a, s in zip(ax, scale_values)]
   out = x
   for i, a in enumerate(ax):
-    if size_values[i] == x.shape[a] and scale_values[i] == 1.0 and coordinate_transformation_mode != "tf_crop_and_resize":
-      continue
+    unchanged = size_values[i] == x.shape[a] and scale_values[i] == 1.0
+    if unchanged and coordinate_transformation_mode != "tf_crop_and_resize": continue
     roi_axis = (roi_values[i], roi_values[i + len(ax)]) if roi_values else (0.0, 1.0)
     out = _resize_axis(out, a, size_values[i], scale_values[i], mode, coordinate_transformation_mode, nearest_mode,
-                       cubic_coeff_a, exclude_outside, roi_axis, extrapolation_value)
+                       cubic_coeff_a, exclude_outside, roi_axis, extrapolation_value, antialias)
   return out
 
 
@@ -958,7 +1060,7 @@ def upsample(x, scales_=None, mode="nearest", scales=None, ctx=None):
 def _per_axis(t: Tensor, x: Tensor, axis: int, block_size: int = 0) -> Tensor:
   """A scale or zero point shaped to broadcast against x: a scalar, per `axis` (1-d), or per block."""
   if t.ndim == 0 or t.numel() == 1 and t.ndim <= 1: return t.reshape(())
-  axis = _axis(axis, x.ndim)
+  axis = positive_axis(axis, x.ndim)
   if block_size:
     return t.repeat_interleave(block_size, dim=axis)[tuple(slice(0, s) for s in x.shape)]
   shape = [1] * x.ndim
@@ -968,7 +1070,7 @@ def _per_axis(t: Tensor, x: Tensor, axis: int, block_size: int = 0) -> Tensor:
 
 @register("QuantizeLinear")
 def quantize_linear(x, y_scale, y_zero_point=None, axis=1, saturate=1, block_size=0, output_dtype=0, precision=0):
-  out_dtype = y_zero_point.dtype if y_zero_point is not None else (_onnx_dtype(output_dtype) if output_dtype else
+  out_dtype = y_zero_point.dtype if y_zero_point is not None else (onnx_type(output_dtype) if output_dtype else
                                                                   dtypes.uint8)
   scale = _per_axis(y_scale, x, axis, block_size)
   y = (x.cast(dtypes.float32) / scale.cast(dtypes.float32)).round()
@@ -982,7 +1084,7 @@ def dequantize_linear(x, x_scale, x_zero_point=None, axis=1, block_size=0, outpu
   centered = x.cast(dtypes.int32)
   if x_zero_point is not None: centered = centered - _per_axis(x_zero_point, x, axis, block_size).cast(dtypes.int32)
   return (centered.cast(dtypes.float32) * scale.cast(dtypes.float32)).cast(
-      _onnx_dtype(output_dtype) if output_dtype else x_scale.dtype)
+      onnx_type(output_dtype) if output_dtype else x_scale.dtype)
 
 
 @register("DynamicQuantizeLinear")
@@ -1028,10 +1130,10 @@ def conv_integer(x, w, x_zero_point=None, w_zero_point=None, auto_pad="NOTSET", 
 @register("Attention")
 def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None, is_causal=0,
               kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0, scale=None, softcap=0.0,
-              softmax_precision=None, ctx=None):
-  """ONNX 23/24's Attention: 4-d (B, heads, S, D) or 3-d (B, S, heads*D) inputs, grouped-query heads, a bool or
-  additive mask, key and value caches in front, a causal mask aligned after the cache (or per batch after
-  nonpad_kv_seqlen), a fully masked row giving zeros."""
+              softmax_precision=None, left_window_size=-1, right_window_size=-1, ctx=None):
+  """ONNX 23-25's Attention: 4-d (B, heads, S, D) or 3-d (B, S, heads*D) inputs, grouped-query heads, a bool or
+  additive mask, key and value caches in front, a causal mask and a sliding window (25) aligned after the cache (or
+  per batch after nonpad_kv_seqlen), a fully masked row giving zeros."""
   three_d = q.ndim == 3
   if three_d:
     b = q.shape[0]
@@ -1052,13 +1154,16 @@ def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv
     bias = bias + (mask.where(0.0, -math.inf).cast(dtype) if mask.dtype is dtypes.bool else mask.cast(dtype))
   rows = Tensor.arange(s_q, device=q.device).reshape(s_q, 1)
   cols = Tensor.arange(s_k, device=q.device).reshape(1, s_k)
-  if is_causal:
-    if past_key is None and nonpad_kv_seqlen is not None:
-      offset = (nonpad_kv_seqlen.cast(dtypes.int64) - s_q).reshape(-1, 1, 1, 1)
-      bias = bias + (cols <= rows + offset).where(0.0, -math.inf).cast(dtype)
-    else:
-      offset = past_key.shape[2] if past_key is not None else 0
-      bias = bias + (cols <= rows + offset).where(0.0, -math.inf).cast(dtype)
+  # where each query sits among the keys: after the cache, or per batch after its nonpad_kv_seqlen
+  if past_key is None and nonpad_kv_seqlen is not None:
+    offset = (nonpad_kv_seqlen.cast(dtypes.int64) - s_q).reshape(-1, 1, 1, 1)
+  else: offset = past_key.shape[2] if past_key is not None else 0
+  if is_causal: bias = bias + (cols <= rows + offset).where(0.0, -math.inf).cast(dtype)
+  if left_window_size >= 0 or right_window_size >= 0:
+    behind = rows + offset - cols
+    allowed = (behind <= left_window_size) if left_window_size >= 0 else behind == behind
+    if right_window_size >= 0: allowed = allowed & (-behind <= right_window_size)
+    bias = bias + allowed.where(0.0, -math.inf).cast(dtype)
   if nonpad_kv_seqlen is not None:
     keep = Tensor.arange(s_k, device=q.device).reshape(1, s_k) < nonpad_kv_seqlen.cast(dtypes.int64).reshape(-1, 1)
     bias = bias + keep.reshape(-1, 1, 1, s_k).where(0.0, -math.inf).cast(dtype)
@@ -1071,7 +1176,7 @@ def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv
   with_bias = qk + bias
   qk_out = with_bias if qk_matmul_output_mode == 2 else qk  # 1: the softcapped product, 2: with the mask added
   masked = bias.max(-1, keepdim=True) == -math.inf
-  logits = with_bias if softmax_precision is None else with_bias.cast(_onnx_dtype(softmax_precision))
+  logits = with_bias if softmax_precision is None else with_bias.cast(onnx_type(softmax_precision))
   safe = masked.where(0.0, logits)
   probs = masked.where(0.0, safe.softmax(-1)).cast(dtype)
   if qk_matmul_output_mode == 3: qk_out = probs
@@ -1171,7 +1276,8 @@ def ms_embed_layer_norm(input_ids, segment_ids, word_embedding, position_embeddi
                         gamma=None, beta=None, mask=None, position_ids=None, epsilon=1e-12, mask_index_type=1,
                         ctx=None):
   b, s = input_ids.shape
-  pos = position_ids if position_ids is not None else Tensor.arange(s, device=input_ids.device).reshape(1, s).expand(b, s)
+  pos = position_ids if position_ids is not None else \
+      Tensor.arange(s, device=input_ids.device).reshape(1, s).expand(b, s)
   emb = word_embedding[input_ids] + position_embedding[pos]
   if segment_embedding is not None and segment_ids is not None: emb = emb + segment_embedding[segment_ids]
   out = layer_norm(emb, gamma, beta, -1, epsilon)[0]
@@ -1303,14 +1409,14 @@ def rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, activation_alpha=No
 # ---------------------------------------------------------------------------------------------------- control flow
 @register("If")
 def if_(cond, then_branch, else_branch, ctx=None):
-  branch = then_branch if bool(_first(ctx.value(cond))) else else_branch
+  branch = then_branch if bool(first_value(ctx.value(cond))) else else_branch
   return ctx.run_graph(branch, {}, ctx.scope)
 
 
 @register("Loop")
 def loop(max_trip, cond, *carried, body, ctx=None):
-  trips = int(_first(ctx.value(max_trip))) if max_trip is not None else None
-  keep_going = bool(_first(ctx.value(cond))) if cond is not None else True
+  trips = int(first_value(ctx.value(max_trip))) if max_trip is not None else None
+  keep_going = bool(first_value(ctx.value(cond))) if cond is not None else True
   names = [i.name for i in body.input]
   n_carried = len(carried)
   state = list(carried)
@@ -1322,7 +1428,7 @@ def loop(max_trip, cond, *carried, body, ctx=None):
     if len(names) > 1: bindings[names[1]] = ctx.remember(Tensor(keep_going, device=ctx.device), keep_going)
     for name, value in zip(names[2:], state): bindings[name] = value
     outs = ctx.run_graph(body, bindings, ctx.scope)
-    keep_going = bool(_first(ctx.value(outs[0])))
+    keep_going = bool(first_value(ctx.value(outs[0])))
     state = outs[1:1 + n_carried]
     for j, s in enumerate(outs[1 + n_carried:]):
       if len(scans) <= j: scans.append([])
@@ -1337,19 +1443,19 @@ def loop(max_trip, cond, *carried, body, ctx=None):
 @register("Scan")
 def scan(*inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_directions=None, scan_output_axes=None,
          scan_output_directions=None, ctx=None):
+  if ctx.opset < 9: return _scan_batched(inputs, body, num_scan_inputs, scan_input_directions, ctx)
   n_state = len(inputs) - num_scan_inputs
-  if ctx.opset < 9: raise ctx.error("Scan before opset 9 (a batch axis and sequence_lens) is not supported")
   state, xs = list(inputs[:n_state]), inputs[n_state:]
   in_axes = scan_input_axes or [0] * num_scan_inputs
   in_dirs = scan_input_directions or [0] * num_scan_inputs
-  xs = [x.flip(_axis(a, x.ndim)) if d else x for x, a, d in zip(xs, in_axes, in_dirs)]
-  steps = xs[0].shape[_axis(in_axes[0], xs[0].ndim)] if xs else 0
+  xs = [x.flip(positive_axis(a, x.ndim)) if d else x for x, a, d in zip(xs, in_axes, in_dirs)]
+  steps = xs[0].shape[positive_axis(in_axes[0], xs[0].ndim)] if xs else 0
   names = [i.name for i in body.input]
   outs_per_step: list[list[Tensor]] = []
   for t in range(steps):
     bindings = dict(zip(names[:n_state], state))
     for name, x, a in zip(names[n_state:], xs, in_axes):
-      a = _axis(a, x.ndim)
+      a = positive_axis(a, x.ndim)
       bindings[name] = x[(slice(None),) * a + (t,)]
     outs = ctx.run_graph(body, bindings, ctx.scope)
     state = outs[:n_state]
@@ -1361,10 +1467,247 @@ def scan(*inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_direct
   for j in range(n_out):
     stacked = Tensor.stack(*[o[j] for o in outs_per_step], dim=0)
     if out_dirs[j]: stacked = stacked.flip(0)
-    a = _axis(out_axes[j], stacked.ndim)
+    a = positive_axis(out_axes[j], stacked.ndim)
     if a: stacked = stacked.permute(*range(1, a + 1), 0, *range(a + 1, stacked.ndim))
     results.append(stacked)
   return state + results
+
+
+def _scan_batched(inputs: tuple, body: Any, num_scan_inputs: int, directions: list[int] | None, ctx: Any) -> list:
+  """Scan of opset 8: a leading batch axis on every state and scan input (scanned along axis 1), and sequence_lens
+  first; each batch entry is scanned as opset 9 would, and the results stacked."""
+  lengths, inputs = inputs[0], inputs[1:]
+  n_state = len(inputs) - num_scan_inputs
+  batch = inputs[0].shape[0]
+  steps = inputs[n_state].shape[1] if num_scan_inputs else 0
+  if lengths is not None and any(n != steps for n in ctx.ints(lengths)):
+    raise ctx.error("Scan (opset 8) with sequence_lens shorter than the sequence is not supported")
+  per_batch = [scan(*[t[b] for t in inputs], body=body, num_scan_inputs=num_scan_inputs,
+                    scan_input_directions=directions, ctx=_Opset9(ctx)) for b in range(batch)]
+  return [Tensor.stack(*[outs[j] for outs in per_batch], dim=0) for j in range(len(per_batch[0]))]
+
+
+class _Opset9:
+  """The context of an opset-8 Scan, seen by the opset-9 scan it runs per batch entry."""
+  opset = 9
+
+  def __init__(self, ctx: Any): self.ctx = ctx
+  def __getattr__(self, name: str) -> Any: return getattr(self.ctx, name)
+
+
+@register("TensorScatter")
+def tensor_scatter(past_cache, update, write_indices=None, axis=-2, mode="linear"):
+  """A KV cache written in place: update's positions along `axis` land at write_indices[batch] + i (mod the cache
+  length when circular); a gather from update where a position is written, the old cache elsewhere."""
+  axis = positive_axis(axis, past_cache.ndim)
+  length, steps, batch = past_cache.shape[axis], update.shape[axis], past_cache.shape[0]
+  starts = write_indices.cast(dtypes.int64) if write_indices is not None else \
+      Tensor.zeros(batch, dtype=dtypes.int64, device=past_cache.device)
+  shape = [1] * past_cache.ndim
+  shape[axis] = length
+  offset = Tensor.arange(length, device=past_cache.device).reshape(shape) - \
+      starts.reshape(batch, *[1] * (past_cache.ndim - 1))
+  if mode == "circular": offset = offset % length
+  written = (offset >= 0) & (offset < steps)
+  index = written.where(offset, 0).expand(past_cache.shape)
+  return written.where(update.gather(axis, index), past_cache)
+
+
+@register("TfIdfVectorizer")
+def tfidf_vectorizer(x, max_gram_length, max_skip_count, min_gram_length, mode, ngram_counts, ngram_indexes,
+                     pool_int64s=None, pool_strings=None, weights=None, ctx=None):
+  """Counts of the pool's n-grams in each row of x (ints; a gap of up to max_skip_count between the items of an
+  n-gram of 2 or more), mapped to output columns by ngram_indexes: TF (counts), IDF (weight where present) or TFIDF.
+  Each n and gap is a comparison of x's windows with the pool's n-grams of that length."""
+  if pool_int64s is None: raise ctx.error("a pool of strings (pool_strings) is not supported: tinycore has no strings")
+  rows = x.reshape(1, -1) if x.ndim == 1 else x
+  length = rows.shape[1]
+  starts = list(ngram_counts) + [len(pool_int64s)]
+  counts = []
+  for n in range(1, len(ngram_counts) + 1):
+    pool_n = pool_int64s[starts[n - 1]:starts[n]]
+    grams = len(pool_n) // n
+    if grams == 0: continue
+    found = Tensor.zeros(rows.shape[0], grams, device=x.device)
+    if min_gram_length <= n <= max_gram_length:
+      pool = Tensor(pool_n, dtype=dtypes.int64, device=x.device).reshape(1, 1, grams, n)
+      for gap in range(1, (max_skip_count + 2) if n > 1 else 2):
+        span = (n - 1) * gap
+        if span >= length: break
+        windows = Tensor.stack(*[rows[:, j * gap:length - span + j * gap] for j in range(n)], dim=-1)
+        hits = (windows.cast(dtypes.int64).unsqueeze(2) == pool).all(-1)  # (rows, starts, grams)
+        found = found + hits.cast(dtypes.float32).sum(1)
+    counts.append(found)
+  total = counts[0].cat(*counts[1:], dim=1) if len(counts) > 1 else counts[0]
+  width = max(ngram_indexes) + 1
+  placement = Tensor([[1.0 if ngram_indexes[k] == col else 0.0 for col in range(width)]
+                      for k in range(len(ngram_indexes))], device=x.device)
+  out = total @ placement  # each pool n-gram's count in its output column
+  scale = Tensor(weights if weights is not None else [1.0] * len(ngram_indexes), device=x.device) @ placement
+  if mode == "IDF": out = (out > 0).where(scale.reshape(1, -1), 0.0)
+  elif mode == "TFIDF": out = out * scale.reshape(1, -1)
+  return out.reshape(width) if x.ndim == 1 else out
+
+
+# ---------------------------------------------------------------------------------------------------- ai.onnx.ml
+ML = "ai.onnx.ml"
+
+
+@register("Binarizer", domain=ML)
+def binarizer(x, threshold=0.0): return (x > threshold).cast(x.dtype)
+
+
+@register("ArrayFeatureExtractor", domain=ML)
+def array_feature_extractor(x, indices):
+  """x's last axis picked at indices (a 1-d x is one row)."""
+  picked = x[..., indices.reshape(-1).cast(dtypes.int64)]
+  return picked.reshape(1, -1) if x.ndim == 1 else picked
+
+
+def _attribute_list(value: Any, ctx: Any) -> list | None:
+  """A tensor attribute's values as a flat list (its host value, or read from the device)."""
+  if value is None: return None
+  t, host = value
+  return _flatten_list(host if host is not None else ctx.value(t))
+
+
+def _tree_depth(true_ids: list[int], false_ids: list[int], true_leafs: list[int], false_leafs: list[int],
+                roots: list[int]) -> int:
+  """The most decisions from a root to a leaf (host arithmetic on the tree's attributes)."""
+  depth, frontier = 0, [r for r in roots]
+  while frontier:
+    depth += 1
+    frontier = [child for node in frontier for child, leaf in ((true_ids[node], true_leafs[node]),
+                                                                (false_ids[node], false_leafs[node])) if not leaf]
+    if depth > len(true_ids) + 1: raise ValueError("the tree ensemble's nodes form a cycle")
+  return depth
+
+
+@register("TreeEnsemble", domain=ML)
+def tree_ensemble(x, nodes_splits, nodes_featureids, nodes_modes, nodes_truenodeids, nodes_falsenodeids,
+                  nodes_trueleafs, nodes_falseleafs, leaf_targetids, leaf_weights, tree_roots, aggregate_function=1,
+                  post_transform=0, n_targets=None, nodes_hitrates=None, nodes_missing_value_tracks_true=None,
+                  membership_values=None, ctx=None):
+  """ai.onnx.ml 5's tree ensemble: every sample walks every tree at once, one decision per step (gathers from the
+  node tables), for as many steps as the deepest tree; the leaves' weights summed (averaged, min, max) per target."""
+  if post_transform != 0: raise ctx.error(f"post_transform {post_transform} is not supported (only NONE)")
+  splits, modes = _attribute_list(nodes_splits, ctx), [int(m) for m in _attribute_list(nodes_modes, ctx)]
+  weights = _attribute_list(leaf_weights, ctx)
+  members = _attribute_list(membership_values, ctx) or []
+  tracks = list(nodes_missing_value_tracks_true or [0] * len(modes))
+  sets, current = [], []
+  for v in members:  # the members of each MEMBER node, in node order, each set ended by a NaN
+    if v != v: sets.append(current); current = []
+    else: current.append(v)
+  widest = max((len(m) for m in sets), default=1) or 1
+  member_rows, it = [], iter(sets)
+  for mode in modes:
+    row = next(it) if mode == 6 else []
+    member_rows.append(row + [math.nan] * (widest - len(row)))
+  dev, dtype = x.device, x.dtype
+  def table(values: list, kind: DType) -> Tensor: return Tensor(values, dtype=kind, device=dev)
+  feature, split = table(nodes_featureids, dtypes.int64), table(splits, dtype)
+  mode_t, track_t = table(modes, dtypes.int64), table(tracks, dtypes.bool)
+  true_id, false_id = table(nodes_truenodeids, dtypes.int64), table(nodes_falsenodeids, dtypes.int64)
+  true_leaf, false_leaf = table(nodes_trueleafs, dtypes.bool), table(nodes_falseleafs, dtypes.bool)
+  member_t = table(member_rows, dtype)
+  n, trees = x.shape[0], len(tree_roots)
+  node = table(tree_roots, dtypes.int64).reshape(1, trees).expand(n, trees)
+  is_leaf = table([bool(nodes_trueleafs[r] and nodes_falseleafs[r] and nodes_truenodeids[r] == nodes_falsenodeids[r])
+                   for r in tree_roots], dtypes.bool).reshape(1, trees).expand(n, trees)
+  if any(is_leaf.tolist()[0]): node = is_leaf.where(true_id[node], node)
+  for _ in range(_tree_depth(nodes_truenodeids, nodes_falsenodeids, nodes_trueleafs, nodes_falseleafs, tree_roots)):
+    value = x.gather(1, feature[node])
+    s, m = split[node], mode_t[node]
+    decided = [value <= s, value < s, value >= s, value > s, value == s, value != s,
+               (value.unsqueeze(-1) == member_t[node]).any(-1)]
+    go_true = decided[6]
+    for code in range(5, -1, -1): go_true = (m == code).where(decided[code], go_true)
+    go_true = go_true | (value.isnan() & track_t[node])
+    next_node = go_true.where(true_id[node], false_id[node])
+    next_leaf = go_true.where(true_leaf[node], false_leaf[node])
+    node, is_leaf = is_leaf.where(node, next_node), is_leaf | next_leaf
+  targets = n_targets or (max(leaf_targetids) + 1)
+  hit = table(leaf_targetids, dtypes.int64)[node].unsqueeze(-1) == Tensor.arange(targets, device=dev)
+  w = table(weights, dtype)[node].unsqueeze(-1)  # (n, trees, 1)
+  if aggregate_function in (0, 1):
+    total = hit.where(w, 0).sum(1)
+    return (total / trees if aggregate_function == 0 else total).cast(dtype)
+  if aggregate_function == 2: return hit.where(w, math.inf).min(1).cast(dtype)
+  return hit.where(w, -math.inf).max(1).cast(dtype)
+
+
+# ---------------------------------------------------------------------------------------------------- sequences
+# A sequence value is a Python list of Tensors, an empty optional is None; a handler returning one sequence returns
+# it inside a list (its one output).
+def _position(ctx: Any, position: Tensor | None, length: int, default: int, insert: bool = False) -> int:
+  pos = default if position is None else int(first_value(ctx.value(position)))
+  if not -length <= pos <= (length if insert else length - 1):
+    raise ctx.error(f"position {pos} is out of range for a sequence of {length}")
+  return pos + length if pos < 0 else pos
+
+
+@register("SequenceConstruct")
+def sequence_construct(*xs): return [list(xs)]
+@register("SequenceEmpty")
+def sequence_empty(dtype=1): return [[]]
+@register("SequenceLength")
+def sequence_length(seq, ctx=None):
+  return ctx.remember(Tensor(len(seq), dtype=dtypes.int64, device=ctx.device), len(seq))
+@register("SequenceAt")
+def sequence_at(seq, position, ctx=None): return seq[_position(ctx, position, len(seq), 0)]
+
+
+@register("SequenceInsert")
+def sequence_insert(seq, tensor, position=None, ctx=None):
+  out = list(seq)
+  out.insert(_position(ctx, position, len(seq), len(seq), insert=True), tensor)
+  return [out]
+
+
+@register("SequenceErase")
+def sequence_erase(seq, position=None, ctx=None):
+  out = list(seq)
+  del out[_position(ctx, position, len(seq), len(seq) - 1)]
+  return [out]
+
+
+@register("ConcatFromSequence")
+def concat_from_sequence(seq, axis, new_axis=0):
+  if new_axis: return Tensor.stack(*seq, dim=axis if axis >= 0 else axis + seq[0].ndim + 1)
+  return seq[0].cat(*seq[1:], dim=axis) if len(seq) > 1 else seq[0]
+
+
+@register("SplitToSequence")
+def split_to_sequence(x, split=None, axis=0, keepdims=1, ctx=None):
+  axis = positive_axis(axis, x.ndim)
+  if split is None:
+    pieces = x.split(1, dim=axis)
+    return [[p.squeeze(axis) for p in pieces] if not keepdims else list(pieces)]
+  sizes = ctx.ints(split)
+  return [list(x.split(sizes[0] if split.ndim == 0 else sizes, dim=axis))]
+
+
+@register("SequenceMap")
+def sequence_map(seq, *extra, body, ctx=None):
+  names = [i.name for i in body.input]
+  outs: list[list[Tensor]] = [[] for _ in body.output]
+  for i in range(len(seq)):
+    args = [seq[i]] + [e[i] if isinstance(e, list) else e for e in extra]
+    for j, value in enumerate(ctx.run_graph(body, dict(zip(names, args)), ctx.scope)): outs[j].append(value)
+  return outs
+
+
+@register("Optional")
+def optional(x=None, type=None): return [x]
+@register("OptionalHasElement")
+def optional_has_element(x=None, ctx=None): return ctx.remember(Tensor(x is not None, device=ctx.device), x is not None)
+
+
+@register("OptionalGetElement")
+def optional_get_element(x, ctx=None):
+  if x is None: raise ctx.error("the optional input is empty")
+  return [x]
 
 
 # ---------------------------------------------------------------------------------------------------- training
@@ -1374,6 +1717,55 @@ def gradient(*inputs, xs, y, zs=None, ctx=None):
   targets = [ctx.scope[name] for name in xs]
   out = ctx.scope[y]
   return out.gradient(*targets, gradient=Tensor.ones(*out.shape, dtype=out.dtype, device=out.device))
+
+
+TRAINING = "ai.onnx.preview.training"
+
+
+def _optimizer_groups(inputs: tuple, per_tensor: int) -> list[tuple[Tensor, ...]]:
+  """(x_i, g_i, state_i...) per optimized tensor: the inputs after R and T come as all Xs, all Gs, then each state."""
+  n = len(inputs) // per_tensor
+  return [tuple(inputs[k * n + i] for k in range(per_tensor)) for i in range(n)]
+
+
+@register("Adagrad", domain=TRAINING)
+def adagrad(r, t, *inputs, decay_factor=0.0, epsilon=0.0, norm_coefficient=0.0):
+  rate = r / (1 + t.cast(r.dtype) * decay_factor)
+  xs, hs = [], []
+  for x, g, h in _optimizer_groups(inputs, 3):
+    g = norm_coefficient * x + g
+    h = h + g * g
+    xs.append((x - rate * g / (h.sqrt() + epsilon)).cast(x.dtype))
+    hs.append(h.cast(x.dtype))
+  return xs + hs
+
+
+@register("Momentum", domain=TRAINING)
+def momentum(r, t, *inputs, alpha, beta, mode, norm_coefficient):
+  xs, vs = [], []
+  for x, g, v in _optimizer_groups(inputs, 3):
+    g = norm_coefficient * x + g
+    v = alpha * v + (t > 0).where(beta, 1.0).cast(x.dtype) * g  # the gradient's coefficient is 1 at the first step
+    xs.append(x - r * (g + alpha * v if mode == "nesterov" else v))
+    vs.append(v)
+  return xs + vs
+
+
+@register("Adam", domain=TRAINING)
+def adam(r, t, *inputs, alpha=0.9, beta=0.999, epsilon=0.0, norm_coefficient=0.0, norm_coefficient_post=0.0):
+  steps = t.cast(dtypes.float64 if r.dtype is dtypes.float64 else dtypes.float32)
+  corrected = r * (1 - beta ** steps).sqrt() / (1 - alpha ** steps)  # bias correction after the first step
+  rate = (t > 0).where(corrected, r)
+  xs, vs, hs = [], [], []
+  for x, g, v, h in _optimizer_groups(inputs, 4):
+    g = norm_coefficient * x + g
+    v = alpha * v + (1 - alpha) * g
+    h = beta * h + (1 - beta) * g * g
+    x = x - rate * (v / (h.sqrt() + epsilon))
+    xs.append(((1 - norm_coefficient_post) * x).cast(x.dtype))
+    vs.append(v.cast(x.dtype))
+    hs.append(h.cast(x.dtype))
+  return xs + vs + hs
 
 
 # ---------------------------------------------------------------------------------------------------- losses
@@ -1398,3 +1790,7 @@ def softmax_cross_entropy_loss(scores, labels, weights=None, ignore_index=None, 
   log_prob = scores.log_softmax(1)
   loss = nll_loss(log_prob, labels, weights, ignore_index, reduction)
   return [loss, log_prob][:max(1, len(ctx.node.outputs))]
+
+
+# operators in modules of their own register into OPS when imported
+from tinycore.nn import onnx_signal_ops, onnx_vision_ops  # noqa: E402,F401

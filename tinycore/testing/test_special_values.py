@@ -82,6 +82,10 @@ BINARY_SPECIAL = {
   "mul": (lambda a, b: a * b, np.multiply), "div": (lambda a, b: a / b, np.divide),
   "maximum": (lambda a, b: a.maximum(b), np.maximum), "minimum": (lambda a, b: a.minimum(b), np.minimum),
   "lt": (lambda a, b: a < b, np.less), "eq": (lambda a, b: a == b, np.equal), "ne": (lambda a, b: a != b, np.not_equal),
+  # false where either side is NaN (they were "not greater", true for NaN)
+  "le": (lambda a, b: a <= b, np.less_equal), "ge": (lambda a, b: a >= b, np.greater_equal),
+  "le_scalar": (lambda a, b: a <= 1.0, lambda a, b: a <= 1.0),
+  "ge_scalar": (lambda a, b: 1.0 >= a, lambda a, b: 1.0 >= a),
   "where": (lambda a, b: (a > 0).where(a, b), lambda a, b: np.where(a > 0, a, b)),
 }
 

@@ -202,6 +202,14 @@ class UOp(metaclass=_UOpCache):
         done[node] = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
     return done[self]
 
+  @cached_property
+  def order_key(self) -> tuple:
+    """A deterministic order of nodes by structure (a sum's terms are sorted by it, so equal sums build the same
+    node). Cached per node: the sources' keys are shared, so a graph that reuses its subexpressions costs its size,
+    not the number of its paths (exponential for a chain of selects over the same values)."""
+    if self.op is Ops.RANGE: return (0, self.arg)
+    return (1, self.op.value, repr(self.arg), tuple(s.order_key for s in self.src))
+
   # ------------------------------------------------------------------ derived properties (tensor level)
   @cached_property
   def shape(self) -> tuple[int, ...] | None:

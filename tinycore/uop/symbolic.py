@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import operator
 import struct
-import weakref
 from typing import Any
 from tinycore.dtype import DType, dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp
@@ -118,22 +117,9 @@ def affine_terms(u: UOp) -> tuple[dict[UOp, int], int]:
   return {u: 1}, 0
 
 
-# each node's order key, computed once: a term's sources are shared (a binary search's index reads the loads of the
-# steps before it), and walking them as a tree is exponential in the depth
-_order_keys: weakref.WeakKeyDictionary[UOp, tuple] = weakref.WeakKeyDictionary()
-
-
-def _order_key(u: UOp) -> tuple:
-  # a deterministic order for terms, so equal sums build the same node
-  if u.op is Ops.RANGE: return (0, u.arg)
-  if (key := _order_keys.get(u)) is None:
-    key = _order_keys[u] = (1, u.op.value, repr(u.arg), tuple(_order_key(s) for s in u.src))
-  return key
-
-
 def build_affine(terms: dict[UOp, int], const: int, dtype: DType) -> UOp:
   out: UOp | None = None
-  for term in sorted(terms, key=_order_key):
+  for term in sorted(terms, key=lambda t: t.order_key):
     coeff = terms[term]
     if coeff == 0: continue
     piece = term if coeff == 1 else UOp(Ops.MUL, dtype, (term, UOp.const(dtype, coeff)))

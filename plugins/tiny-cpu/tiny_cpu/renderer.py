@@ -149,7 +149,9 @@ class CPURenderer(CStyleRenderer):
 
   @staticmethod
   def outer_loop(kernel: LinearKernel) -> UOp | None:
-    return min((r for r in kernel.ranges if r.arg[1] == "loop"), key=lambda r: r.arg[0], default=None)
+    """The outermost output loop past loops that run once (a batch of 1 around a conv's rows)."""
+    loops = sorted((r for r in kernel.ranges if r.arg[1] == "loop"), key=lambda r: r.arg[0])
+    return next((r for r in loops if len(r.src) > 1 or r.src[0].arg > 1), loops[0] if loops else None)
 
   def search_space(self, sink: UOp) -> dict[str, tuple]:
     """What a kernel search may try beyond the tiles: splitting the outer loop across threads or not, and how many
