@@ -326,8 +326,12 @@ def test_matmul_with_a_transposed_operand_tiles_over_its_packed_panel():
   kernel = kernel_of(a @ b.T)                                 # both operands run along k: no contiguous output dim
   assert upcast_sizes(optimize_kernel(kernel, AVX512)) == []  # without packing: one dot product per output
   assert upcast_sizes(optimize_kernel(kernel, PACKING)) == [8, 32]
+  tiled = optimize_kernel(kernel, PACKING)
+  outermost = min((u for u in tiled.toposort() if u.op is Ops.RANGE and u.arg[1] == "loop"), key=lambda r: r.arg[0])
+  assert outermost.src[0].arg == 128 // 32  # the column blocks: each panel is packed once, not once per row block
   source = render_tiled(a @ b.T)
   assert "[256][32] __attribute__((aligned(64)))" in source and "tc_fmaf(" in source
+  assert source.index("panel") < source.index("acc")
   long = Tensor(np.ones((64, 8192), np.float32)).realize()  # a [8192][32] panel exceeds the budget: 16 columns
   assert upcast_sizes(optimize_kernel(kernel_of(long @ long.T), PACKING)) == [8, 16]
   longer = Tensor(np.ones((64, 16384), np.float32)).realize()  # [16384][16] too: no tile

@@ -255,7 +255,9 @@ def apply_tile(sink: UOp, tile: Tile) -> UOp:
   rows = by_id[tile.rows]
   sink = _split_range(sink, rows, tile.row_width, next_id)
   sink = _columns_outside(sink, columns.arg, rows.arg)
-  return _loop_outermost(sink, columns.arg) if tile.panel_outermost else sink
+  # the column-block loop now holds the lower of the two ids (_columns_outside swaps them when it had the higher)
+  column_blocks = min(columns.arg, rows.arg, key=lambda arg: arg[0])
+  return _loop_outermost(sink, column_blocks) if tile.panel_outermost else sink
 
 
 def _loop_outermost(sink: UOp, moved: tuple) -> UOp:
