@@ -485,34 +485,44 @@ def _cut_point(compare: UOp, r: UOp) -> int | None:
 
 def split_at_gates(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
   """An elementwise kernel whose output loops are cut by comparisons of their index with constants (a cat:
-  where(r < 1024, a[r], -0) + where(1024 <= r < 2048, b[r - 1024], -0) + ...; a pad's borders, along the rows and the
-  columns) becomes one loop per piece between the cut points (ranges of kind "part"), each piece's comparisons
-  decided: an element reads only its own piece, in a loop the compiler vectorizes (a copy, for a cat), instead of
-  evaluating every piece's gated load. Every loop but the outermost (which the cores share) is cut, outer loops
-  first; a piece of an outer loop holds its own pieces of the inner ones (fresh part ranges, nested in the order of
-  their ids), at most MAX_PIECES stores in all. Only loops of known size."""
+  where(r < 1024, a[r], -0) + where(1024 <= r < 2048, b[r - 1024], -0) + ...; a stack; a pad's borders, along the
+  rows and the columns) becomes one loop per piece between the cut points (ranges of kind "part"), each piece's
+  comparisons decided: an element reads only its own piece, in a loop the compiler vectorizes (a copy, for a cat),
+  instead of evaluating every piece's gated load. A vectorized gated load reads with a mask, and a masked-off lane
+  at an address outside its buffer costs the CPU a microcode assist: a cat along rows took 80 ms for 16 MB.
+
+  Loops are cut outer first; a piece of a cut loop holds its own copy of every loop inside it (fresh part ranges, in
+  the original order: pieces nest in the order of their ids), so the rows stay outside the columns, and those copies
+  are cut in turn. A loop cut in one piece is cut (into one segment where it has no cut point) in every piece, so no
+  piece keeps an output loop the others' pieces would nest in. At most MAX_PIECES stores in all; only loops of known
+  size. (A threaded renderer splits each piece's first loop across the cores when no output loop is left whole.)"""
   if not target.split_gates: return sink
   nodes = sink.toposort()
   if any(n.op is Ops.REDUCE for n in nodes) or any(n.op is Ops.RANGE and n.arg[1] != "loop" for n in nodes):
     return sink
   outputs = sorted((n for n in nodes if n.op is Ops.RANGE), key=lambda r: r.arg[0])
-  pieces = [u for u in sink.src if u.op is Ops.STORE]
   next_id = outputs[-1].arg[0] + 1 if outputs else 0
-  for r in outputs[1:]:
-    if len(r.src) != 1 or not isinstance(size := _range_size(r), int): continue
-    cuts = {cut for n in nodes if n.op is Ops.CMPLT and n.src[0].dtype is dtypes.index
-            and (cut := _cut_point(n, r)) is not None and 0 < cut < size}
-    bounds = [0, *sorted(cuts), size]
-    if not cuts or len(pieces) * (len(bounds) - 1) > MAX_PIECES: continue
-    cut_pieces: list[UOp] = []
-    for piece in pieces:
-      for lo, hi in zip(bounds, bounds[1:]):
-        part = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, hi - lo),), (next_id, "part"))
-        next_id += 1
-        cut_pieces.append(piece.substitute({r: part + UOp.const(dtypes.index, lo) if lo else part}))
-    pieces = cut_pieces
-  if len(pieces) == len([u for u in sink.src if u.op is Ops.STORE]): return sink
-  split = sink.replace(src=tuple(pieces) + tuple(u for u in sink.src if u.op is not Ops.STORE))
+  stores = [u for u in sink.src if u.op is Ops.STORE]
+  # each piece and its loops (outermost first): the kernel's own loops until a cut replaces them with parts
+  work: list[tuple[UOp, list[UOp]]] = [(store, outputs) for store in stores]
+  for level, r in enumerate(outputs):
+    if not all(len(q.src) == 1 and isinstance(_range_size(q), int) for q in outputs[level:]): continue
+    size = _range_size(r)
+    bounds = [[0, *sorted(_cut_points(piece, loops[level], size)), size] for piece, loops in work]
+    if all(len(b) == 2 for b in bounds) or sum(len(b) - 1 for b in bounds) > MAX_PIECES: continue
+    cut_work: list[tuple[UOp, list[UOp]]] = []
+    for (piece, loops), piece_bounds in zip(work, bounds):
+      for lo, hi in zip(piece_bounds, piece_bounds[1:]):
+        fresh = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, hi - lo if q is loops[level] else
+                                                                         _range_size(q)),), (next_id + i, "part"))
+                 for i, q in enumerate(loops[level:])]
+        next_id += len(fresh)
+        replaced = {q: f for q, f in zip(loops[level + 1:], fresh[1:])}
+        replaced[loops[level]] = fresh[0] + UOp.const(dtypes.index, lo) if lo else fresh[0]
+        cut_work.append((piece.substitute(replaced), loops[:level] + fresh))
+    work = cut_work
+  if len(work) == len(stores) and all(loops is outputs for _, loops in work): return sink
+  split = sink.replace(src=tuple(piece for piece, _ in work) + tuple(u for u in sink.src if u.op is not Ops.STORE))
   split = graph_rewrite(graph_rewrite(split, symbolic), decided_gates)
   # a buffer no piece reads any more stays a parameter: the kernel's call passes every buffer by position
   kept = {u for u in split.toposort() if u.op is Ops.PARAM}
@@ -520,6 +530,12 @@ def split_at_gates(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
   split = split.replace(src=split.src + unread) if unread else split
   # (a Variable used only in a decided gate would vanish from the call's arguments: then the loop stays whole)
   return split if kernel_scalars(split) == kernel_scalars(sink) else sink
+
+
+def _cut_points(piece: UOp, r: UOp, size: int) -> set[int]:
+  """Where comparisons in `piece` of the index with constants change their value along r, strictly inside it."""
+  return {cut for n in piece.toposort() if n.op is Ops.CMPLT and n.src[0].dtype is dtypes.index
+          and (cut := _cut_point(n, r)) is not None and 0 < cut < size}
 
 
 decided_gates = PatternMatcher([

@@ -120,7 +120,7 @@ class CPURenderer(CStyleRenderer):
   def __init__(self, threads: int = 1, target: KernelTarget | None = None):
     self.threads = threads
     self.kernel_target = target or host_target(threads)
-    self._split: UOp | None = None
+    self._split: list[UOp] = []  # the loops split across the threads (see threaded_loops)
 
   def write_source(self, name: str, sink: UOp, kernel: LinearKernel) -> str:
     # the trip count first (the queue runs a tiny kernel on the submitting thread), and no #include to preprocess
@@ -134,22 +134,28 @@ class CPURenderer(CStyleRenderer):
     args = [f"({'' if p.arg in written else 'const '}{self.storage_type(p.dtype)}*)tc_args[{i}]"
             for i, p in enumerate(kernel.params)]
     args += [f"(long long)tc_args[{len(kernel.params) + i}]" for i in range(len(self._scalar_words))]
-    if self._split is not None: args += ["core_id", "core_count"]
+    if self._split: args += ["core_id", "core_count"]
     return (f"void {name}{ENTRY_SUFFIX}(const unsigned long long *tc_args, long long core_id, long long core_count) "
             f"{{ {name}({', '.join(args)}); }}\n")
 
-  def threaded_loop(self, kernel: LinearKernel) -> UOp | None:
-    """The outermost output loop to split across threads, or None for a kernel too small (or too narrow). The kernel
-    opts' "threads" setting (a kernel search's choice) overrides the size rule."""
-    if self.threads < 2: return None
-    outer = self.outer_loop(kernel)
-    if outer is None or outer.src[0].arg < self.threads: return None
-    if (chosen := self.opts.setting("threads")) is not None: return outer if chosen else None
-    return outer if (kernel.iterations() or 0) >= self.parallel_threshold else None
+  def threaded_loops(self, kernel: LinearKernel) -> list[UOp]:
+    """The loops to split across threads: the outermost output loop, or where a kernel's loops were all cut into
+    pieces (a cat along its outer dim: codegen.optimize.split_at_gates) each piece's first loop of at least as many
+    iterations as threads (every thread takes its share of every piece); none for a kernel too small (or too narrow).
+    The kernel opts' "threads" setting (a kernel search's choice) overrides the size rule."""
+    if not (loops := self.shareable_loops(kernel)): return []
+    if (chosen := self.opts.setting("threads")) is not None: return loops if chosen else []
+    return loops if (kernel.iterations() or 0) >= self.parallel_threshold else []
+
+  def shareable_loops(self, kernel: LinearKernel) -> list[UOp]:
+    """The loops threads could split (see threaded_loops), whatever the kernel's size."""
+    if self.threads < 2: return []
+    if (outer := self.outer_loop(kernel)) is not None and outer.src[0].arg >= self.threads: return [outer]
+    return [r for chain in kernel.pieces if (r := next((r for r in chain if r.src[0].arg >= self.threads), None))]
 
   @staticmethod
   def outer_loop(kernel: LinearKernel) -> UOp | None:
-    """The outermost output loop past loops that run once (a batch of 1 around a conv's rows)."""
+    """The outermost output loop past loops that run once (a batch of 1 around a conv's rows); None if none."""
     loops = sorted((r for r in kernel.ranges if r.arg[1] == "loop"), key=lambda r: r.arg[0])
     return next((r for r in loops if len(r.src) > 1 or r.src[0].arg > 1), loops[0] if loops else None)
 
@@ -158,13 +164,12 @@ class CPURenderer(CStyleRenderer):
     vector accumulators a reduction loop keeps in flight (`lane_width`)."""
     kernel = linearize(sink)
     space: dict[str, tuple] = {}
-    if self.threads > 1 and (outer := self.outer_loop(kernel)) is not None and outer.src[0].arg >= self.threads:
-      space["threads"] = (True, False)
+    if self.shareable_loops(kernel): space["threads"] = (True, False)
     if any(u.op is Ops.REDUCE for u in sink.toposort()): space["lanes"] = (1, 2, 4, 8)
     return space
 
   def begin_kernel(self, kernel: LinearKernel) -> None:
-    self._split = self.threaded_loop(kernel)
+    self._split = self.threaded_loops(kernel)
     self._nan_flags: dict[UOp, str] = {}
     self._panels_before: dict[int, list[Panel]] = {}
     for panel in find_panels(kernel, self.kernel_target.panel_bytes):
@@ -175,18 +180,21 @@ class CPURenderer(CStyleRenderer):
     # a threaded kernel runs once per share of its outermost loop (core_id = 0..shares-1), SHARES_PER_THREAD per
     # thread where the loop is long enough: the threads take shares as they finish (tc_parallel), so a thread that
     # starts late or is interrupted is made up for by the others
-    if self._split is None: return (1, 1, 1), (1, 1, 1)
-    return (min(self._split.src[0].arg, self.threads * SHARES_PER_THREAD), 1, 1), (1, 1, 1)
+    if not self._split: return (1, 1, 1), (1, 1, 1)
+    return (min(max(r.src[0].arg for r in self._split), self.threads * SHARES_PER_THREAD), 1, 1), (1, 1, 1)
 
   def extra_params(self) -> list[str]:
-    return ["long long core_id", "long long core_count"] if self._split is not None else []
+    return ["long long core_id", "long long core_count"] if self._split else []
 
   def loop_bounds(self, loop: Loop, lines: list[str], pad: str) -> tuple[str, str]:
-    if loop.range is not self._split: return super().loop_bounds(loop, lines, pad)
+    if loop.range not in self._split: return super().loop_bounds(loop, lines, pad)
     size = self.literal(loop.range.src[0].arg, dtypes.int64)
-    lines.append(f"{pad}long long tc_share = ({size} + core_count - 1) / core_count, tc_start = core_id * tc_share;")
-    lines.append(f"{pad}long long tc_end = tc_start + tc_share < {size} ? tc_start + tc_share : {size};")
-    return "tc_start", "tc_end"
+    # (the pieces' loops are siblings in one scope: each names its share apart)
+    suffix = "" if len(self._split) == 1 else str(loop.range.arg[0])
+    share, start, end = (f"tc_{n}{suffix}" for n in ("share", "start", "end"))
+    lines.append(f"{pad}long long {share} = ({size} + core_count - 1) / core_count, {start} = core_id * {share};")
+    lines.append(f"{pad}long long {end} = {start} + {share} < {size} ? {start} + {share} : {size};")
+    return start, end
 
   def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
     if dtype in (dtypes.float32, dtypes.float16, dtypes.bfloat16) and op in POLYNOMIAL_FUNCTIONS:
