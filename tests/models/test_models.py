@@ -34,8 +34,13 @@ def test_logits_match_transformers(request, fixture):
   directory, ref = reference(request, fixture)
   tokens = np.array([PROMPT, PROMPT[::-1]], np.int64)
   with torch.no_grad(): want = ref(torch.tensor(tokens)).logits.numpy()
-  got = from_pretrained(directory)(Tensor(tokens.astype(np.int32))).numpy()
+  model = from_pretrained(directory)
+  got = model(Tensor(tokens.astype(np.int32))).numpy()
   np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+  # as transformers' logits_to_keep: the head scores only the last positions (a prefill needs one)
+  last = model(Tensor(tokens.astype(np.int32)), 0, logits_to_keep=2).numpy()
+  assert last.shape == (2, 2, want.shape[-1])
+  np.testing.assert_allclose(last, want[:, -2:], atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("fixture", list(CLASSES))

@@ -46,7 +46,7 @@ class Generator:
     return jitted(tokens, start_pos)
 
   def _step(self, tokens: Tensor, start_pos: Any) -> Tensor:
-    return self.model(tokens, start_pos)[:, -1, :].realize()
+    return self.model(tokens, start_pos, logits_to_keep=1)[:, -1, :].realize()
 
   def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
                top_p: float = 1.0, seed: int | None = None,
@@ -61,7 +61,8 @@ class Generator:
     if seed is not None: Tensor.manual_seed(seed)
     rows, common = len(prompts), min(len(p) for p in prompts)
     device = self.model.device
-    logits = self.model(Tensor([list(p[:common]) for p in prompts], dtype=dtypes.int32, device=device), 0)[:, -1, :]
+    prefill = Tensor([list(p[:common]) for p in prompts], dtype=dtypes.int32, device=device)
+    logits = self.model(prefill, 0, logits_to_keep=1)[:, -1, :]  # (the head scores only the last position)
     produced = [0] * rows
     stopped = [False] * rows
     position = common

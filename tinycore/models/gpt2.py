@@ -4,7 +4,7 @@ from typing import Any
 from tinycore.dtype import dtypes
 from tinycore.models.checkpoint import Weights
 from tinycore.models.kv_cache import KVCache, causal_attention
-from tinycore.models.layers import activation, layer_norm
+from tinycore.models.layers import activation, kept_positions, layer_norm
 from tinycore.tensor import Tensor
 
 
@@ -36,7 +36,8 @@ class GPT2Block:
 
 class GPT2:
   """`model(tokens (batch, n) int32, start_pos)` -> logits (batch, n, vocab): the next-token scores after each
-  token, the keys and values of the tokens kept in the blocks' caches from start_pos on."""
+  token, the keys and values of the tokens kept in the blocks' caches from start_pos on. `logits_to_keep=k` (as in
+  transformers) scores only the last k positions (batch, k, vocab): a prompt's prefill needs only its last."""
 
   def __init__(self, config: dict[str, Any], weights: Weights, context: int | None = None):
     dim, heads, layers = config["n_embd"], config["n_head"], config["n_layer"]
@@ -55,9 +56,9 @@ class GPT2:
     self.lm_head = weights.take("lm_head.weight", (self.vocab_size, dim)) if weights.has("lm_head.weight") and \
       not config.get("tie_word_embeddings", True) else self.wte
 
-  def __call__(self, tokens: Tensor, start_pos: Any = 0) -> Tensor:
+  def __call__(self, tokens: Tensor, start_pos: Any = 0, logits_to_keep: int = 0) -> Tensor:
     if tokens.dtype not in (dtypes.int32, dtypes.int64): tokens = tokens.cast(dtypes.int32)
     x = self.wte[tokens] + self.wpe[start_pos:start_pos + tokens.shape[1]]
     for block in self.blocks: x = block(x, start_pos)
-    x = layer_norm(x, self.ln_f, self.eps)
+    x = layer_norm(kept_positions(x, logits_to_keep), self.ln_f, self.eps)
     return x @ self.lm_head.T

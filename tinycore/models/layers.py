@@ -19,6 +19,12 @@ def activation(name: str, model: str) -> Callable[[Tensor], Tensor]:
   return ACTIVATIONS[name]
 
 
+def kept_positions(x: Tensor, logits_to_keep: int) -> Tensor:
+  """The hidden states (batch, n, dim) of the last `logits_to_keep` positions (0: all), before a model's head."""
+  if logits_to_keep < 0: raise ValueError(f"logits_to_keep must be >= 0, got {logits_to_keep}")
+  return x[:, -logits_to_keep:] if 0 < logits_to_keep < x.shape[1] else x
+
+
 def layer_norm(x: Tensor, weight_bias: tuple[Tensor, Tensor], eps: float) -> Tensor:
   return x.layernorm(eps=eps) * weight_bias[0] + weight_bias[1]
 

@@ -7,7 +7,7 @@ from typing import Any
 from tinycore.dtype import dtypes
 from tinycore.models.checkpoint import CheckpointError, Weights
 from tinycore.models.kv_cache import KVCache, causal_attention
-from tinycore.models.layers import activation, embedding, linear, matmul_transposed, rms_norm
+from tinycore.models.layers import activation, embedding, kept_positions, linear, matmul_transposed, rms_norm
 from tinycore.tensor import Tensor
 
 
@@ -86,7 +86,7 @@ class LlamaBlock:
 
 class Llama:
   """`model(tokens (batch, n) int32, start_pos)` -> logits (batch, n, vocab), caching keys and values from
-  start_pos on."""
+  start_pos on; `logits_to_keep=k` (as in transformers) scores only the last k positions (batch, k, vocab)."""
 
   def __init__(self, config: dict[str, Any], weights: Weights, context: int | None = None):
     dim, heads = config["hidden_size"], config["num_attention_heads"]
@@ -112,10 +112,10 @@ class Llama:
     self.cos, self.sin = angles.cos().cast(weights.dtype).contiguous().realize(), \
       angles.sin().cast(weights.dtype).contiguous().realize()
 
-  def __call__(self, tokens: Tensor, start_pos: Any = 0) -> Tensor:
+  def __call__(self, tokens: Tensor, start_pos: Any = 0, logits_to_keep: int = 0) -> Tensor:
     if tokens.dtype not in (dtypes.int32, dtypes.int64): tokens = tokens.cast(dtypes.int32)
     n = tokens.shape[1]
     cos, sin = self.cos[start_pos:start_pos + n], self.sin[start_pos:start_pos + n]
     x = embedding(self.embed, tokens)
     for block in self.blocks: x = block(x, start_pos, cos, sin)
-    return matmul_transposed(rms_norm(x, self.norm, self.eps), self.lm_head)
+    return matmul_transposed(rms_norm(kept_positions(x, logits_to_keep), self.norm, self.eps), self.lm_head)
