@@ -342,6 +342,21 @@ def test_where_of_a_load_under_the_same_gate_is_the_load():
   assert any(u.op is Ops.INDEX and len(u.src) > 2 for u in rewritten.toposort())   # the load keeps its gate
 
 
+def test_a_long_dim_no_tile_width_divides_is_tiled_with_a_ragged_last_block():
+  """x @ w.T over a vocabulary of 50257 (a model's head) has no width dividing its columns: tiled anyway over its
+  packed panel, the last block's loads and stores gated to the size (untiled it read all of w once per row of x)."""
+  rng = np.random.default_rng(5)
+  x, w = rng.standard_normal((24, 96)).astype(np.float32), rng.standard_normal((531, 96)).astype(np.float32)
+  sink = optimize_kernel(kernel_of(Tensor(x).realize() @ Tensor(w).realize().T), PACKING)
+  assert upcast_sizes(sink) == [8, 32]
+  source = CPURenderer(2, PACKING).render("k", sink).source
+  assert "<531ll)" in source and re.search(r"if \(\w+\[ridx\d+\]\[ridx\d+\]\) data0\[", source)  # a gated store
+  np.testing.assert_allclose((Tensor(x) @ Tensor(w).T).numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose((Tensor(x) @ Tensor(w.T.copy())).numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
+  short = optimize_kernel(kernel_of(Tensor(x).realize() @ Tensor(w[:131]).realize().T), PACKING)
+  assert upcast_sizes(short) == []                           # short dims stay untiled (RAGGED_TILE_MIN)
+
+
 def test_matmul_with_a_transposed_operand_tiles_over_its_packed_panel():
   a, b = Tensor(np.ones((64, 256), np.float32)).realize(), Tensor(np.ones((128, 256), np.float32)).realize()
   kernel = kernel_of(a @ b.T)                                 # both operands run along k: no contiguous output dim

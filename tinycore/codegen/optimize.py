@@ -68,10 +68,19 @@ def merge_ranges(sink: UOp) -> UOp:
 
 
 def _split_range(sink: UOp, r: UOp, width: int, new_id: int) -> UOp:
-  """r -> outer * width + inner, with `inner` an upcast range (unrolled into registers by the renderer)."""
-  outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, _range_size(r) // width),), r.arg)
+  """r -> outer * width + inner, with `inner` an upcast range (unrolled into registers by the renderer). A width that
+  does not divide r's size leaves the last block ragged: every load and store whose address reads r is gated to
+  r's size then (a load past it reads 0, a store past it is skipped)."""
+  size = _range_size(r)
+  outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, -(-size // width)),), r.arg)
   inner = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, width),), (new_id, "upcast"))
-  return graph_rewrite(sink.substitute({r: outer * width + inner}), symbolic)
+  index = outer * width + inner
+  split = sink.substitute({r: index})
+  if size % width:
+    inside = index < UOp.const(dtypes.index, size)
+    split = split.substitute({n: n.replace(src=(n.src[0], n.src[1], inside if len(n.src) < 3 else n.src[2] & inside))
+                              for n in split.toposort() if n.op is Ops.INDEX and inner in n.src[1].toposort()})
+  return graph_rewrite(split, symbolic)
 
 
 @attrs.frozen
@@ -211,10 +220,9 @@ def decide_tile(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> Tile | None
   if needs_rows is not None and needs_rows != bool(reused): return None
   # the outermost output loop is the one the cores share: if it is not the strip's, it feeds them already
   cores_fed = outputs[0] is not u_dim and _range_size(outputs[0]) >= target.cores
-  widths = (packed_width,) if packed_width else _column_widths(u_dim, columns) if reused else \
-      strip_widths(_range_size(u_dim), target, cores_fed)
+  widths = _column_widths(u_dim, columns) if reused else strip_widths(_range_size(u_dim), target, cores_fed)
   # a whole narrow row (17 of 32) tiles a matmul, but a strip of column sums is whole vectors or nothing
-  if (width := _width_for(_range_size(u_dim), widths)) is None: return None
+  if (width := packed_width or _width_for(_range_size(u_dim), widths)) is None: return None
   if not reused: return None if target.grid else Tile(u_dim.arg[0], width)  # (a strip: a loop target's)
   if (stacked := _stacked_rows(nodes, coefficients, u_dim, reused[0], target, reduce_ranges)) is not None:
     fold, stack, tile_rows = stacked  # several whole image rows side by side are the tile's columns
@@ -355,6 +363,11 @@ def _column_widths(r: UOp, columns: int) -> tuple[int, ...]:
   return ((size,) if columns // 2 < size < columns else ()) + _halvings(columns)
 
 
+# a dim at least this long that no tile width divides (a vocabulary of 50257) is still tiled over a packed panel, its
+# last block ragged (_split_range gates it): untiled, a model's head x @ w.T read all of w once per row of x
+RAGGED_TILE_MIN = 512
+
+
 def _packed_columns(outputs: list[UOp], coefficients: list[dict[UOp, int]], columns: int, target: KernelTarget,
                     reduce_ranges: set[UOp]) -> tuple[UOp, int] | None:
   """When no load reads an output dim contiguously (x @ w.T: both operands run along k) but the target packs operand
@@ -368,8 +381,9 @@ def _packed_columns(outputs: list[UOp], coefficients: list[dict[UOp, int]], colu
     # the panel of each load reading r spans the reduced dims that load reads (a kernel of two reductions, the
     # gate and up projections of a SwiGLU, has two panels of one reduction each)
     elements = max(prod(_range_size(q) for q in reduce_ranges if c.get(q)) for c in coefficients if c.get(r))
-    width = next((w for w in _halvings(columns) if w >= target.vector_lanes and _range_size(r) % w == 0 and
-                  w * 4 * elements <= target.panel_bytes), None)
+    fitting = [w for w in _halvings(columns) if w >= target.vector_lanes and w * 4 * elements <= target.panel_bytes]
+    width = next((w for w in fitting if _range_size(r) % w == 0), None)
+    if width is None and fitting and _range_size(r) >= RAGGED_TILE_MIN: width = fitting[0]  # (a ragged last block)
     if width is None: continue
     # a tile reuses each load across the other dim: some load reads the rows dim without r, and some reads r without
     # the rows (x @ w.T: x's rows, w's columns); a softmax's rows read both and only a mask beside them: no tile
