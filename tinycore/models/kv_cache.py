@@ -21,7 +21,11 @@ class KVCache:
     if (cache := self.buffers.get(batch)) is None:
       shape = (2, batch, self.kv_heads, self.context, self.head_dim)
       cache = self.buffers[batch] = Tensor.zeros(*shape, dtype=self.dtype, device=self.device).contiguous().realize()
-    cache[:, :, :, start_pos:start_pos + tokens].assign(Tensor.stack(keys, values)).realize()
+    # keys and values assigned apart: as one stack they were one kernel computing both projections for every element
+    # and selecting one (a LLaMA-1B layer's prefill k/v write took 13 ms instead of 2)
+    cache[0, :, :, start_pos:start_pos + tokens].assign(keys)
+    cache[1, :, :, start_pos:start_pos + tokens].assign(values)
+    cache.realize()
     upto = cache[:, :, :, 0:start_pos + tokens]
     return upto[0], upto[1]
 
