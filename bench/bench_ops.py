@@ -1,6 +1,6 @@
 """Common neural-network ops at realistic sizes, family by family: tinycore's time and torch's (CPU) when torch is
 importable, and their ratio. Asserts nothing. Written to find performance cliffs (an op 10x-1000x slower than it
-should be), not to tune kernels: each time is the best of a few runs of the op on inputs already in memory (tinycore:
+should be), not to tune kernels: each time is the best of 10 runs of the op on inputs already in memory (tinycore:
 realize() and a device synchronize, so the kernels ended; torch: the eager call), after one warm-up run (which
 compiles). Reading the result back is not timed: torch's .numpy() is a view, tinycore's a copy.
 
@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 
-def best_seconds(fn: Callable[[], Any], runs: int = 3) -> float:
+def best_seconds(fn: Callable[[], Any], runs: int = 10) -> float:
   fn()
   best = float("inf")
   for _ in range(runs):
