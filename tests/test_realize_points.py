@@ -144,3 +144,16 @@ def test_a_depthwise_convolution_reads_its_input_stored_padded_and_a_full_one_do
   xp, w = np.pad(x.numpy(), ((0, 0), (0, 0), (1, 1), (1, 1))), depthwise.numpy()[:, 0]
   expected = sum(xp[:, :, i:i + 10, j:j + 10] * w[None, :, i, j, None, None] for i in range(3) for j in range(3))
   np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_value_rounded_to_float16_that_a_matmul_reuses_is_stored_rounded_once():
+  rng = np.random.default_rng(6)
+  a, b = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal((48, 40)).astype(np.float32)
+  x, w = Tensor(a).realize(), Tensor(b).realize()
+  out = x.half() @ w.half()
+  rounded = [node for node, why in explain_realize_points([out.uop]) if "16-bit float" in why]
+  assert sorted(node.shape for node in rounded) == [(48, 40), (64, 48)] and all(n.op is Ops.CAST for n in rounded)
+  expected = a.astype(np.float16).astype(np.float32) @ b.astype(np.float16).astype(np.float32)
+  np.testing.assert_allclose(out.float().numpy(), expected, rtol=2e-3, atol=2e-2)
+  # an elementwise rounding is not stored apart, nor a float16 sum's own rounding
+  assert not [n for n, why in explain_realize_points([(x.half() + 1).uop]) if "16-bit float" in why]

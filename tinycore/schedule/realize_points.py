@@ -33,6 +33,7 @@ visited once: the pass costs what lowering every kernel once costs, and no decis
 from __future__ import annotations
 from math import prod
 from typing import Callable
+from tinycore.dtype import dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
@@ -228,6 +229,9 @@ class RealizePoints:
           return "a reduce broadcast along an outer loop would be recomputed for every element"
       if len({id(use.kernel) for use in uses}) > 1: return "a reduce read by two kernels is computed once, in its own"
       return None
+    if op is Ops.CAST and self.rounds_a_reused_operand(node, uses):
+      return ("a value rounded to a 16-bit float that a reduction reads for several outputs (a matmul's operand) is "
+              "stored rounded once, not rounded again at every read")
     if op not in GroupOp.ALU and op not in (Ops.CAST, Ops.BITCAST): return None
     if self.holds_reduce[node] and (op is not Ops.BITCAST or node.dtype.itemsize == node.src[0].dtype.itemsize):
       for use in uses:
@@ -241,6 +245,17 @@ class RealizePoints:
       return f"an elementwise value reading more than {MAX_SHARED_READS} buffers is stored once, not recomputed by " \
              "each kernel that reads it"
     return None
+
+  @staticmethod
+  def rounds_a_reused_operand(cast: UOp, uses: list[Use]) -> bool:
+    """Whether `cast` rounds a wider float to float16 or bfloat16 and some reduction reads it without one of its
+    output loops (each value is read for several outputs: `x.half() @ w.half()` rounded every operand again in the
+    register tile, a software rounding per multiply-add)."""
+    source = cast.src[0].dtype
+    if cast.dtype not in (dtypes.float16, dtypes.bfloat16) or not dtypes.is_float(source) or \
+        source.itemsize <= cast.dtype.itemsize:
+      return False
+    return any(use.enclosing is not None and not use.enclosing[0] <= ranges_in(use.idx) for use in uses)
 
   @staticmethod
   def reads_sliding_window(pad: UOp, use: Use) -> bool:

@@ -228,6 +228,33 @@ def test_bitcast_of_computed_values(rng):
 
 # --- bfloat16: no numpy dtype, so it is checked through float32 and its 16-bit storage
 
+def _same_floats(got: np.ndarray, expected: np.ndarray) -> None:
+  """Bit for bit, NaN for NaN (whatever its payload)."""
+  nan = np.isnan(expected)
+  assert np.array_equal(np.isnan(got), nan), "NaNs differ"
+  bits = {2: np.uint16, 4: np.uint32}[expected.dtype.itemsize]
+  wrong = np.flatnonzero(got[~nan].view(bits) != expected[~nan].view(bits))
+  assert wrong.size == 0, f"{wrong.size} values differ, first {expected[~nan][wrong[:5]]} -> {got[~nan][wrong[:5]]}"
+
+
+def test_float16_conversions_match_numpy_on_every_half_and_rounding_boundary():
+  """Every float16 widens to float32 exactly (denormals, infinities, NaNs, -0); float32 values on and beside every
+  halfway point between neighbouring float16s, and past the largest one, round to nearest even as numpy does."""
+  skip_unless_dtype(dtypes.float16, dtypes.uint16)
+  halves = np.arange(65536, dtype=np.uint16)
+  _same_floats(Tensor(halves).bitcast(dtypes.float16).cast(dtypes.float32).numpy(),
+               halves.view(np.float16).astype(np.float32))
+  positive = halves[:0x7c00].view(np.float16).astype(np.float64)
+  midpoints = ((positive[:-1] + positive[1:]) / 2).astype(np.float32)  # exact: 12 significant bits
+  values = np.concatenate([positive.astype(np.float32), midpoints, np.nextafter(midpoints, np.float32(np.inf)),
+                           np.nextafter(midpoints, np.float32(0)),
+                           np.array([65504, 65519.996, 65520, 65536, 1e10, 2.0 ** -25, 2.0 ** -26, 3 * 2.0 ** -26,
+                                     np.inf, np.nan, 1e-45], np.float32)])
+  values = np.concatenate([values, -values])
+  with np.errstate(over="ignore"): expected = values.astype(np.float16)  # (past 65520: infinity, as meant)
+  _same_floats(Tensor(values).cast(dtypes.float16).numpy(), expected)
+
+
 def test_bfloat16_roundtrip_exact(rng):
   skip_unless_dtype(dtypes.bfloat16)
   x = random_array(rng, SHAPE, "bfloat16")  # float32 values bfloat16 holds exactly
