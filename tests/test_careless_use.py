@@ -131,3 +131,24 @@ def test_division_of_a_possibly_negative_sum_keeps_c_semantics(op, offset, divis
     quotient = _c_quotient(value + offset, divisor)
     want = quotient if op is Ops.IDIV else value + offset - quotient * divisor
     assert got.op is Ops.CONST and got.arg == want, (value, simplified)
+
+
+LISTS = [[1, 2, 3], [1.5, 2], [True, False], [True, 2], [[1, 2], [3, 4]], [2 ** 31, 1], [-2 ** 31 - 1], [],
+         [[0.1] * 3] * 2, [float("nan"), float("inf"), -0.0], (1, 2), [[True]], [300, -5]]
+
+
+@pytest.mark.parametrize("dtype", [None, dtypes.float16, dtypes.float64, dtypes.int8, dtypes.uint8, dtypes.int64,
+                                   dtypes.bool, dtypes.bfloat16])
+def test_a_nested_list_read_by_numpy_gives_what_the_element_walk_gives(monkeypatch, dtype):
+  """Tensor(nested list) reads plain numbers through numpy (a 256 x 1024 list of floats: 470 -> 9 ms); every dtype,
+  shape and value is the one the element-by-element path gives, errors included."""
+  import tinycore.tensor as tensor_module
+  def made(data):
+    try:
+      t = Tensor(data, dtype=dtype)
+      return t.dtype, t.shape, t.numpy().tobytes()
+    except Exception as e: return type(e).__name__
+  with np.errstate(over="ignore"):
+    fast = [made(data) for data in LISTS]
+    monkeypatch.setattr(tensor_module, "_numbers_array", lambda data, dtype: None)
+    assert fast == [made(data) for data in LISTS]
