@@ -168,6 +168,24 @@ def test_a_common_factor_of_dividend_and_divisor_cancels():
   assert out.src[0] is simplify(r0 * 2 + 1)
 
 
+def test_a_division_of_a_sum_whose_low_terms_stay_below_a_coefficient_divides_the_high_terms_alone():
+  """A grouped conv's flat index g * 3136 + y * 56 + x over a group's 100352 (32 channels of 3136): the group is
+  g // 32, computed once per g, not a division of the whole sum per element; its remainder alike."""
+  g, y, x = rng(0, 64), rng(1, 56), rng(2, 56)
+  flat = g * 3136 + y * 56 + x
+  out = simplify(flat // 100352)
+  assert out.op is Ops.IDIV and out.src[0] is g and out.src[1].arg == 32
+  rest = simplify(flat % 100352)
+  assert rest is simplify((g % 32) * 3136 + y * 56 + x)
+  for gv, yv, xv in [(0, 0, 0), (31, 55, 55), (32, 0, 0), (63, 55, 55), (40, 7, 3)]:
+    value = gv * 3136 + yv * 56 + xv
+    bound = {g: gv, y: yv, x: xv}
+    assert simplify(out.substitute({k: UOp.const(dtypes.index, v) for k, v in bound.items()})).arg == value // 100352
+    assert simplify(rest.substitute({k: UOp.const(dtypes.index, v) for k, v in bound.items()})).arg == value % 100352
+  assert simplify((y * 56 + x + 56) // 112) is simplify((y + 1) // 2)  # the constant joins the high part
+  assert simplify((y * 56 + x * 2) // 112).op is Ops.IDIV and simplify((y * 56 + x * 2) // 112).src[1].arg == 56
+
+
 # ---------------------------------------------------------------------------- identities (integers and booleans)
 def test_integer_identities():
   r0 = rng(0, 10)

@@ -169,6 +169,21 @@ def simplify_sum(x: UOp) -> UOp | None:
   return None if rebuilt is x else rebuilt
 
 
+def _factored(terms: dict[UOp, int], const: int, c: int) -> tuple[int, UOp, UOp] | None:
+  """x (terms + const, x >= 0) as a * big + small with 0 <= small < a, a > 1 a divisor of c: (a, big, small). A
+  grouped conv's flat index g * 3136 + y * 56 + x + ... over 100352 (32 channels of 3136 a group) is g // 32 so, not a
+  division of the whole sum per element."""
+  for a in sorted({abs(v) for v in terms.values() if v and c % abs(v) == 0 and abs(v) > 1}, reverse=True):
+    big = {t: v // a for t, v in terms.items() if v % a == 0}
+    small = {t: v for t, v in terms.items() if v % a != 0}
+    if not big or not small: continue
+    lo, hi = _terms_bounds(small, const % a)
+    if lo >= 0 and hi < a and all(t.vmin >= 0 for t in big):
+      dtype = next(iter(terms)).dtype
+      return a, build_affine(big, const // a, dtype), build_affine(small, const % a, dtype)
+  return None
+
+
 def simplify_div(x: UOp, d: UOp) -> UOp | None:
   c = d.arg
   if c <= 0 or x.vmin < 0: return None
@@ -190,6 +205,9 @@ def simplify_div(x: UOp, d: UOp) -> UOp | None:
   if (whole or kq) and lo >= 0:
     return UOp(Ops.ADD, x.dtype, (build_affine(whole, kq, x.dtype),
                                   UOp(Ops.IDIV, x.dtype, (build_affine(rest, kr, x.dtype), d))))
+  if (factored := _factored(terms, const, c)) is not None:  # (a * big + small) // (a * k) is big // k
+    a, big, _ = factored
+    return UOp(Ops.IDIV, x.dtype, (big, UOp.const(x.dtype, c // a)))
   g = math.gcd(c, const, *terms.values())
   if g > 1 and all(t.vmin >= 0 for t in terms):
     return UOp(Ops.IDIV, x.dtype, (build_affine({t: a // g for t, a in terms.items()}, const // g, x.dtype),
@@ -210,6 +228,10 @@ def simplify_mod(x: UOp, d: UOp) -> UOp | None:
   if any(t.vmin < 0 for t in kept): return None
   lo, hi = _terms_bounds(kept, const % c)
   if lo >= 0 and hi < c: return build_affine(kept, const % c, x.dtype)
+  if (factored := _factored(kept, const % c, c)) is not None:  # (a * big + small) % (a * k) is (big % k) * a + small
+    a, big, small = factored
+    return UOp(Ops.ADD, x.dtype, (UOp(Ops.MUL, x.dtype, (UOp(Ops.MOD, x.dtype, (big, UOp.const(x.dtype, c // a))),
+                                                         UOp.const(x.dtype, a))), small))
   if kept != terms or const % c != const:
     return UOp(Ops.MOD, x.dtype, (build_affine(kept, const % c, x.dtype), d))
   return None
