@@ -1314,6 +1314,33 @@ def _activation(name: str, alpha: float | None = None, beta: float | None = None
   raise NotImplementedError(f"recurrent activation {name!r} is not supported")
 
 
+def _recurrent_cell(kind: str, gx, h, c, rd, rb, f, peephole, clip, linear_before_reset, input_forget):
+  """One step of an LSTM, GRU or RNN cell: (h, c) from the step's input projection gx and the state."""
+  if kind == "LSTM":
+    g = gx + h.matmul(rd.transpose(0, 1)) + rb
+    i, o, fg, cc = g.chunk(4, dim=-1)
+    if peephole is not None:
+      pi, po, pf = peephole.chunk(3)
+      i, fg = i + pi * c, fg + pf * c
+    if clip: i, o, fg, cc = (t_.clip(-clip, clip) for t_ in (i, o, fg, cc))
+    i, fg, cc = f[0](i), f[0](fg), f[1](cc)
+    if input_forget: fg = 1 - i
+    c_new = fg * c + i * cc
+    if peephole is not None: o = o + po * c_new
+    if clip: o = o.clip(-clip, clip)
+    return f[0](o) * f[2](c_new), c_new
+  if kind == "GRU":
+    wz, wr, wh = gx.chunk(3, dim=-1)
+    rz, rr, rh = rd.chunk(3, dim=0)
+    bz, br, bh = rb.chunk(3)
+    z = f[0](_clip(wz + h.matmul(rz.transpose(0, 1)) + bz, clip))
+    rg = f[0](_clip(wr + h.matmul(rr.transpose(0, 1)) + br, clip))
+    if linear_before_reset: hh = f[1](_clip(wh + rg * (h.matmul(rh.transpose(0, 1)) + bh), clip))
+    else: hh = f[1](_clip(wh + (rg * h).matmul(rh.transpose(0, 1)) + bh, clip))
+    return (1 - z) * hh + z * h, c
+  return f[0](_clip(gx + h.matmul(rd.transpose(0, 1)) + rb, clip)), c
+
+
 def _recurrent(kind: str, x, w, r, b, sequence_lens, initial_h, initial_c, p, activation_alpha, activation_beta,
                activations, clip, direction, hidden_size, layout, linear_before_reset, input_forget, ctx):
   if layout: x = x.transpose(0, 1)
@@ -1342,31 +1369,8 @@ def _recurrent(kind: str, x, w, r, b, sequence_lens, initial_h, initial_c, p, ac
     outs: list[Tensor | None] = [None] * seq
     steps = range(seq - 1, -1, -1) if reverse else range(seq)
     for t in steps:
-      gx = xw[t]
-      if kind == "LSTM":
-        g = gx + h.matmul(rd.transpose(0, 1)) + rb
-        i, o, fg, cc = g.chunk(4, dim=-1)
-        if p is not None:
-          pi, po, pf = p[d].chunk(3)
-          i, fg = i + pi * c, fg + pf * c
-        if clip: i, o, fg, cc = (t_.clip(-clip, clip) for t_ in (i, o, fg, cc))
-        i, fg, cc = f[0](i), f[0](fg), f[1](cc)
-        if input_forget: fg = 1 - i
-        c_new = fg * c + i * cc
-        if p is not None: o = o + po * c_new
-        if clip: o = o.clip(-clip, clip)
-        h_new = f[0](o) * f[2](c_new)
-      elif kind == "GRU":
-        wz, wr, wh = gx.chunk(3, dim=-1)
-        rz, rr, rh = rd.chunk(3, dim=0)
-        bz, br, bh = rb.chunk(3)
-        z = f[0](_clip(wz + h.matmul(rz.transpose(0, 1)) + bz, clip))
-        rg = f[0](_clip(wr + h.matmul(rr.transpose(0, 1)) + br, clip))
-        if linear_before_reset: hh = f[1](_clip(wh + rg * (h.matmul(rh.transpose(0, 1)) + bh), clip))
-        else: hh = f[1](_clip(wh + (rg * h).matmul(rh.transpose(0, 1)) + bh, clip))
-        h_new, c_new = (1 - z) * hh + z * h, c
-      else:
-        h_new, c_new = f[0](_clip(gx + h.matmul(rd.transpose(0, 1)) + rb, clip)), c
+      h_new, c_new = _recurrent_cell(kind, xw[t], h, c, rd, rb, f, p[d] if p is not None else None, clip,
+                                     linear_before_reset, input_forget)
       if lens is not None:  # a batch entry past its length keeps its state and outputs zeros
         alive = Tensor([t < n for n in lens], device=x.device).reshape(batch, 1)
         h, c = alive.where(h_new, h), alive.where(c_new, c)
