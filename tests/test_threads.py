@@ -53,6 +53,35 @@ def test_threads_realizing_at_once_agree_with_numpy(devices, run_scenario):
   assert "all threads agree with numpy" in result.stdout
 
 
+HOST_COPIES_SCRIPT = r"""
+import threading
+import numpy as np
+from tinycore import Tensor
+
+failures = []
+
+def work(i):
+  rng = np.random.default_rng(i)
+  for step in range(40):
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    if not np.allclose(got := (Tensor(x, device="SIM") + 1).numpy(), x + 1): failures.append(f"thread {i} step {step}: {got}")
+
+threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print("\n".join(failures) or "every copy read back its own data")
+"""
+
+
+@needs_sim
+def test_host_copies_of_a_private_memory_device_from_many_threads(run_scenario):
+  # SIM's copy-in/out run on its copy queue: each waits for its own submission, not for whichever finishes next (it
+  # once read a bounce buffer before its copy ran, or freed one a queued copy still read: zeros, or a heap crash)
+  result = run_scenario(HOST_COPIES_SCRIPT)
+  assert result.returncode == 0, f"exit status {result.returncode}:\n{result.stdout}\n{result.stderr[-3000:]}"
+  assert "every copy read back its own data" in result.stdout
+
+
 def test_uop_hash_consing_gives_one_node_across_threads():
   # two threads building the same graph at once must get the very same nodes (equality is identity)
   import threading

@@ -63,6 +63,9 @@ class Allocator(Generic[Handle]):
 
   # whether `_copyin` has finished with its source when it returns (a copy then needs no synchronize after it)
   synchronous_copyin: bool = False
+  # a lock the host's copies (`_copyin`, `_copyout`) hold, or None: every queue device (HCQDevice) sets the runtime
+  # lock, since its host copies go through the queues (and often one bounce buffer) that other threads submit to
+  host_copy_lock: Any = None
 
   def __init__(self, device: Any = None):
     self.device = device  # the Compiled that owns this allocator (may be None in tests)

@@ -1,5 +1,6 @@
 """Buffer: a lazily allocated region of device memory, with views that share a base."""
 from __future__ import annotations
+import contextlib
 import weakref
 from typing import Any
 import tinycore.profiler as profiler
@@ -158,7 +159,8 @@ class Buffer:
     mv = memoryview(mv).cast("B") if memoryview(mv).nbytes else memoryview(b"")
     if mv.nbytes != self.nbytes: raise ValueError(f"copyin of {mv.nbytes} bytes into {self!r} of {self.nbytes} bytes")
     start = profiler.clock_ns() if profiler.enabled else 0
-    if self.nbytes: self.allocator._copyin(self._buf, mv)
+    if self.nbytes:
+      with self.host_copy_lock(): self.allocator._copyin(self._buf, mv)
     if start: self.record_host_copy("copyin", start)
     return self
 
@@ -167,9 +169,14 @@ class Buffer:
     mv = memoryview(mv).cast("B") if memoryview(mv).nbytes else memoryview(bytearray(0))
     if mv.nbytes != self.nbytes: raise ValueError(f"copyout of {self!r} ({self.nbytes} bytes) into {mv.nbytes} bytes")
     start = profiler.clock_ns() if profiler.enabled else 0
-    if self.nbytes: self.allocator._copyout(mv, self._buf)
+    if self.nbytes:
+      with self.host_copy_lock(): self.allocator._copyout(mv, self._buf)
     if start: self.record_host_copy("copyout", start)
     return mv
+
+  def host_copy_lock(self) -> Any:
+    """What a host copy of this buffer holds: its allocator's `host_copy_lock` (a queue device's runtime lock)."""
+    return self.allocator.host_copy_lock or contextlib.nullcontext()
 
   def record_host_copy(self, direction: str, start_ns: int) -> None:
     """Profiling: a copyin or copyout the host waited for, on this device's copy track. Only for memory the host

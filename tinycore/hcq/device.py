@@ -11,6 +11,7 @@ from tinycore.device.registry import Device
 from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
                                    Value, Variable)
 from tinycore.hcq.in_flight import release_finished
+from tinycore.hcq.lock import runtime_lock
 from tinycore.hcq.signal import Signal, signal_pool
 
 
@@ -158,15 +159,17 @@ class HCQDevice(Compiled):
   devices the queues address (see `device_address`). `has_copy_queue` says whether a DMA queue exists (copies go to
   the allocator otherwise); `host_devs` are the host device kinds whose memory the queues address in place (others
   are staged through a ring in the core's host memory). The core's host kind (`HOST_DEVICE`, where the ring lives) is
-  always addressed in place, listed or not. `timeline` is written by the device at the end of each batch with the
-  batch's epoch; `epoch` is the last one the host submitted. `timestamp_period_ns` is the length of one unit of
-  the device clock that Timestamp commands write (1: nanoseconds).
+  always addressed in place, listed or not. The allocator's host copies (`_copyin`, `_copyout`) are called with the
+  runtime lock held, one thread at a time, as submissions are. `timeline` is written by the device at the end of
+  each batch with the batch's epoch; `epoch` is the last one the host submitted. `timestamp_period_ns` is the length
+  of one unit of the device clock that Timestamp commands write (1: nanoseconds).
   """
   host_devs: frozenset[str] = frozenset({HOST_DEVICE})
   timestamp_period_ns: float = 1.0  # nanoseconds per unit of what a Timestamp command writes (the profiler reads it)
 
   def __init__(self, device: str, allocator: Any, renderer: Any = None, compiler: Any = None, runtime: Any = None):
     super().__init__(device, allocator, renderer, compiler, runtime)
+    allocator.host_copy_lock = runtime_lock  # host copies share the queues: one thread at a time
     self.queues: dict[str, HWQueue] = {}
     self.timeline: Signal = signal_pool.new(f"{device} timeline")
     self.epoch = 0

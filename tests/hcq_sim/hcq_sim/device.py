@@ -79,6 +79,7 @@ class SimQueue(HWQueue):
     super().__init__(device, kind)
     self.pending: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
     self.submitted = self.finished = 0
+    self._submitting = threading.Lock()  # a submission's number is its place in `pending`: threads count in turn
     self._functions: dict[int, Any] = {}
     self.thread = threading.Thread(target=self._run, name=f"{device.device} {kind}", daemon=True)
     self.thread.start()
@@ -105,10 +106,13 @@ class SimQueue(HWQueue):
   def barrier(self, out: CommandWriter, command: Barrier) -> None:
     self._record(out, BARRIER, [])
 
-  def submit(self, encoded: Encoded, values: dict[Any, int]) -> None:
-    if not encoded.blob: return
-    self.submitted += 1
-    self.pending.put(bytes(encoded.patched(values)))
+  def submit(self, encoded: Encoded, values: dict[Any, int]) -> int:
+    """Queues a command buffer; returns its number: it has run once `finished` reaches that number."""
+    with self._submitting:
+      if not encoded.blob: return self.submitted
+      self.submitted += 1
+      self.pending.put(bytes(encoded.patched(values)))
+      return self.submitted
 
   def _run(self) -> None:
     while (blob := self.pending.get()) is not None:
@@ -152,11 +156,11 @@ class SimDevice(HCQDevice):
     self.queues = {"compute": SimQueue(self, "compute"), "copy": SimQueue(self, "copy")}
 
   def run_copy_now(self, dst: int, src: int, nbytes: int) -> None:
-    """A copy on the copy queue, waited for (how the host reaches this device's memory)."""
+    """A copy on the copy queue, waited for (how the host reaches this device's memory). Another thread's copy may
+    finish first: this waits for its own submission's number, not for one more finished buffer."""
     wait_for_queues()
     queue_ = self.queues["copy"]
-    done = queue_.finished + 1
-    queue_.submit(queue_.encode([Copy(dst, src, nbytes)]), {})
+    done = queue_.submit(queue_.encode([Copy(dst, src, nbytes)]), {})
     start = time.perf_counter()
     while queue_.finished < done:
       if time.perf_counter() - start > self.wait_timeout_ms / 1000: raise RuntimeError(f"{self.device}: copy timed out")
