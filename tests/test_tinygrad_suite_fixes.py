@@ -166,3 +166,32 @@ def test_adam_under_a_half_default_float_keeps_float32_moments():
       (x * x).sum().backward()
       opt.step()
   np.testing.assert_allclose(x.numpy(), x0 - 1e10 * np.sign(x0), rtol=1e-4)
+
+
+def test_softmax_gradient_has_no_residue_from_its_max_shift():
+  # the max a softmax subtracts cancels: its gradient is left out (not one that sums to ~1e-7), so d sum(softmax)
+  # is 0 to float rounding of the softmax itself, as torch's (tinygrad's test_softmax, grad_atol 1e-7)
+  torch = pytest.importorskip("torch")
+  x = np.random.default_rng(3).uniform(-2, 2, (45, 65)).astype(np.float32)
+  for fn, torch_fn in ((Tensor.softmax, torch.softmax), (Tensor.log_softmax, torch.log_softmax)):
+    xt = torch.tensor(x, requires_grad=True)
+    want = torch.autograd.grad((torch_fn(xt, 1) * torch.arange(65.0)).sum(), xt)[0].numpy()
+    t = Tensor(x)
+    got = (fn(t, 1) * Tensor.arange(65).float()).sum().gradient(t)[0].numpy()
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)  # (terms up to ~70 cancel)
+    xt = torch.tensor(x, requires_grad=True)
+    want = torch.autograd.grad(torch_fn(xt, 1).sum(), xt)[0].numpy()
+    np.testing.assert_allclose(fn(t, 1).sum().gradient(t)[0].numpy(), want, atol=1e-7, rtol=1e-3)
+  t = Tensor(x)
+  e = np.exp(x - x.max(1, keepdims=True))
+  np.testing.assert_allclose(t.logsumexp(1).sum().gradient(t)[0].numpy(), e / e.sum(1, keepdims=True), atol=1e-7)
+
+
+def test_bitwise_op_with_an_int_that_is_a_bit_pattern_of_the_dtype():
+  # int32 | 0xFFFFFFFF sets every bit (-1, as tinygrad); a value wider than the dtype still raises
+  assert (Tensor([0], dtype=dtypes.int32) | 0xFFFFFFFF).item() == -1
+  assert (Tensor([0x7F], dtype=dtypes.int8) & 0xF0).item() == 0x70
+  assert (0xFFFF ^ Tensor([1], dtype=dtypes.int16)).item() == -2
+  np.testing.assert_equal((Tensor(np.array([1, -1], np.int64)) & 0xFFFFFFFFFFFFFFFF).numpy(), [1, -1])
+  with pytest.raises(OverflowError, match="int32"): Tensor([0], dtype=dtypes.int32) | (1 << 32)
+  with pytest.raises(OverflowError, match="int32"): Tensor([0], dtype=dtypes.int32) + 0xFFFFFFFF

@@ -1137,15 +1137,22 @@ class Tensor(TensorOps, metaclass=TensorType):
     if dtypes.is_float(self.dtype): raise DTypeError(f"{name} needs integer or bool tensors, got {self.dtype}")
     if isinstance(x, float) or (isinstance(x, Tensor) and dtypes.is_float(x.dtype)):
       raise DTypeError(f"{name} needs an integer or bool operand, got {x.dtype if isinstance(x, Tensor) else x!r}")
+  def _bit_pattern(self, x: Any) -> Any:
+    """A Python int operand of a bitwise op on a signed int tensor, read as a bit pattern of the dtype's width when
+    it is one (`int32 | 0xFFFFFFFF` sets every bit: -1, as in tinygrad); any other value is left to the usual rule."""
+    if type(x) is int and dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype):
+      bits = 8 * self.dtype.itemsize
+      if dtypes.max(self.dtype) < x < 1 << bits: return x - (1 << bits)
+    return x
   def bitwise_and(self, x, reverse: bool = False) -> Tensor:
     self._check_bitwise("&", x)
-    return self._binary(Ops.AND, x, reverse)
+    return self._binary(Ops.AND, self._bit_pattern(x), reverse)
   def bitwise_or(self, x, reverse: bool = False) -> Tensor:
     self._check_bitwise("|", x)
-    return self._binary(Ops.OR, x, reverse)
+    return self._binary(Ops.OR, self._bit_pattern(x), reverse)
   def bitwise_xor(self, x, reverse: bool = False) -> Tensor:
     self._check_bitwise("^", x)
-    return self._binary(Ops.XOR, x, reverse)
+    return self._binary(Ops.XOR, self._bit_pattern(x), reverse)
   def bitwise_not(self) -> Tensor:
     self._check_bitwise("~")
     if self.dtype is dtypes.bool: return self.logical_not()
@@ -1305,7 +1312,7 @@ class Tensor(TensorOps, metaclass=TensorType):
     """The max over axis (keepdim), by which exp-sums shift their inputs; 0 where that axis is empty (the sum of no
     exps is 0 whatever the shift) or the max is infinite (-inf - -inf would be NaN)."""
     if any(self.shape[a] == 0 for a in self._axes(axis)): return self.sum(axis, keepdim=True)
-    peak = self.max(axis, keepdim=True)
+    peak = self.max(axis, keepdim=True).detach()  # (the shift cancels: no gradient, not one that sums to ~0)
     return peak.isinf().where(0, peak)
 
   def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
@@ -1320,14 +1327,14 @@ class Tensor(TensorOps, metaclass=TensorType):
   def softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
     """exp(x) / sum(exp(x)) over `axis`, computed in `dtype` when given (ints and bools in float)."""
     x = self._softmax_input(dtype)
-    shifted = x - x.max(axis, keepdim=True) if x.numel() else x
+    shifted = x - x.max(axis, keepdim=True).detach() if x.numel() else x  # (the shift cancels: no gradient of its own)
     e = shifted.exp()
     return e / e.sum(axis, keepdim=True)
 
   def log_softmax(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
     """x - logsumexp(x) over `axis`, computed in `dtype` when given (ints and bools in float)."""
     x = self._softmax_input(dtype)
-    shifted = x - x.max(axis, keepdim=True) if x.numel() else x
+    shifted = x - x.max(axis, keepdim=True).detach() if x.numel() else x
     return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
   # ------------------------------------------------------------------ linear algebra
