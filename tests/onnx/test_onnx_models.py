@@ -7,6 +7,7 @@ import torch
 import onnx
 from tinycore import Tensor, TinyJit
 from tinycore.nn.onnx import OnnxError, OnnxRunner
+from tinycore.uop.ops import Ops
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -146,3 +147,40 @@ def test_errors_name_the_operator_node_opset_and_attribute(tmp_path):
   with pytest.raises(OnnxError, match="junk.onnx"): OnnxRunner(tmp_path / "junk.onnx")
   np.testing.assert_array_equal(runner({"i0": np.array([[-1, 2, -3], [4, -5, 6]], np.float32)})["out"].numpy(),
                                 [[0, 2, 0], [4, 0, 6]])
+
+
+class ConvsOfEveryRank(torch.nn.Module):
+  def __init__(self):
+    super().__init__()
+    self.c1, self.c2, self.c3 = torch.nn.Conv1d(4, 6, 3, padding=1), torch.nn.Conv2d(4, 8, 3), torch.nn.Conv3d(2, 3, 2)
+    self.grouped = torch.nn.Conv2d(8, 8, 3, padding=1, groups=4)
+
+  def forward(self, x1, x2, x3):
+    y2 = self.c2(x2)
+    return self.c1(x1), self.grouped(y2) + self.c2(x2.flip(-1)).flip(-1), self.c3(x3)  # c2's weight read twice
+
+
+def test_conv_weights_are_stored_output_channels_innermost_on_the_first_run():
+  # same values and shapes through a permute; a grouped conv's weight stays as it is; a jitted runner replays
+  torch.manual_seed(0)
+  model = ConvsOfEveryRank().eval()
+  rng = np.random.default_rng(3)
+  xs = [rng.standard_normal(s).astype(np.float32) for s in ((2, 4, 9), (2, 4, 7, 6), (1, 2, 4, 5, 3))]
+  data = export(model, tuple(torch.from_numpy(x) for x in xs), ["x1", "x2", "x3"], ["y1", "y2", "y3"])
+  runner = OnnxRunner(data)
+  weight_names = {node.inputs[1]: node.attrs.get("group", 1) for node in runner._graphs[id(runner.graph)]
+                  if node.op_type == "Conv"}
+  assert sorted(runner._relaid_weights) == sorted(n for n, g in weight_names.items() if g == 1)
+  step = TinyJit(lambda a, b, c: [t.realize() for t in runner({"x1": a, "x2": b, "x3": c}).values()])
+  for _ in range(4):
+    xs = [rng.standard_normal(x.shape).astype(np.float32) for x in xs]
+    with torch.no_grad(): refs = [r.numpy() for r in model(*(torch.from_numpy(x) for x in xs))]
+    for got, ref in zip(step(*(Tensor(x) for x in xs)), refs): np.testing.assert_allclose(got.numpy(), ref, atol=1e-5)
+  for name, group in weight_names.items():
+    weight, original = runner.initializers[name], onnx.numpy_helper.to_array(
+      next(i for i in runner.graph.initializer if i.name == name))
+    np.testing.assert_array_equal(weight.numpy(), original)
+    if group != 1: assert weight.uop.op is not Ops.PERMUTE
+    else:  # a permute of the stored (*kernel, I, O) tensor
+      assert weight.uop.op is Ops.PERMUTE
+      assert weight.uop.src[0].shape == (*original.shape[2:], original.shape[1], original.shape[0])
