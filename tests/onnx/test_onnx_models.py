@@ -1,6 +1,7 @@
 """Models exported by torch.onnx.export in the test, run by OnnxRunner and compared with torch and onnxruntime; the
 runner's own behaviour (errors, lazy initializers from external data, TinyJit)."""
 import io
+import pathlib
 import numpy as np
 import pytest
 import torch
@@ -20,9 +21,11 @@ def export(model: torch.nn.Module, args: tuple, names: list[str], outputs: list[
   return buffer.getvalue()
 
 
-def compare(data: bytes, feeds: dict[str, np.ndarray], torch_out: list[np.ndarray], atol: float = 1e-4) -> None:
+def compare(data: bytes | pathlib.Path, feeds: dict[str, np.ndarray], torch_out: list[np.ndarray],
+            atol: float = 1e-4) -> None:
   ours = OnnxRunner(data)(feeds)
-  theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+  model = str(data) if isinstance(data, pathlib.Path) else data
+  theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
   for got, ref_ort, ref_torch in zip(ours.values(), theirs, torch_out):
     got = got.numpy()
     np.testing.assert_allclose(got, ref_torch, atol=atol, rtol=1e-4)
@@ -184,3 +187,25 @@ def test_conv_weights_are_stored_output_channels_innermost_on_the_first_run():
     else:  # a permute of the stored (*kernel, I, O) tensor
       assert weight.uop.op is Ops.PERMUTE
       assert weight.uop.src[0].shape == (*original.shape[2:], original.shape[1], original.shape[0])
+
+
+def test_models_from_torchs_default_dynamo_exporter(tmp_path):
+  # torch.onnx.export's default since torch 2.9 (torch.export + onnxscript): other patterns than the TorchScript
+  # exporter's (opset 18+, decomposed ops, value names from the graph)
+  pytest.importorskip("onnxscript")
+  torch.manual_seed(0)
+  cnn = SmallCNN().eval()
+  encoder = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
+                                        2).eval()
+  rng = np.random.default_rng(4)
+  for name, model, x in (("cnn", cnn, rng.standard_normal((2, 3, 20, 20))),
+                         ("encoder", encoder, rng.standard_normal((2, 7, 32))),
+                         ("gru", torch.nn.GRU(8, 16, batch_first=True).eval(), rng.standard_normal((3, 5, 8)))):
+    x = torch.from_numpy(x.astype(np.float32))
+    model.eval()
+    path = tmp_path / f"{name}.onnx"
+    torch.onnx.export(model, (x,), path, dynamo=True)  # (its weights may go to an external file beside it)
+    with torch.no_grad(): ref = model(x)
+    refs = [r.numpy() for r in (ref if isinstance(ref, tuple) else (ref,))]
+    feeds = {onnx.load(path, load_external_data=False).graph.input[0].name: x.numpy()}
+    compare(path, feeds, refs)
