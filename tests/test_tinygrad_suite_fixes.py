@@ -166,3 +166,24 @@ def test_adam_under_a_half_default_float_keeps_float32_moments():
       (x * x).sum().backward()
       opt.step()
   np.testing.assert_allclose(x.numpy(), x0 - 1e10 * np.sign(x0), rtol=1e-4)
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])  # a queue device (a command batch) and a host-called one
+def test_global_counters_count_ops_and_memory(device):
+  # tinygrad's GlobalCounters.global_ops / global_mem (scripts print GFLOPS from them) were missing
+  from tinycore import GlobalCounters
+  rng = np.random.default_rng(2)
+  a0, b0 = rng.standard_normal((16, 8)).astype(np.float32), rng.standard_normal((8, 4)).astype(np.float32)
+  a, b = Tensor(a0, device=device).realize(), Tensor(b0, device=device).realize()
+  GlobalCounters.reset()
+  out = (a @ b).realize()
+  np.testing.assert_allclose(out.numpy(), a0 @ b0, rtol=1e-5)
+  assert GlobalCounters.global_ops == 2 * 16 * 8 * 4  # a multiply and an add per term
+  assert GlobalCounters.global_mem == a0.nbytes + b0.nbytes + 16 * 4 * 4
+  jitted, c = TinyJit(lambda x, y: (x * y + 1).realize()), Tensor(a0 * 2, device=device).realize()
+  for _ in range(3):
+    GlobalCounters.reset()
+    np.testing.assert_allclose(jitted(a, c).numpy(), a0 * a0 * 2 + 1, rtol=1e-6)
+    assert (GlobalCounters.global_ops, GlobalCounters.global_mem) == (2 * a0.size, 3 * a0.nbytes)
+  GlobalCounters.reset()
+  assert (GlobalCounters.global_ops, GlobalCounters.global_mem) == (0, 0)
