@@ -187,3 +187,38 @@ def test_global_counters_count_ops_and_memory(device):
     assert (GlobalCounters.global_ops, GlobalCounters.global_mem) == (2 * a0.size, 3 * a0.nbytes)
   GlobalCounters.reset()
   assert (GlobalCounters.global_ops, GlobalCounters.global_mem) == (0, 0)
+
+
+@pytest.mark.parametrize("param_device", ["PYTHON", ("CPU:0", "CPU:1")])
+def test_optimizer_state_moved_to_another_device(param_device):
+  # offloading Adam's moments or SGD's velocity with to_("CPU") raised "operands are on different devices"
+  x0 = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32)
+  def train(make_optimizer, offload):
+    param = Tensor(x0.copy(), device=param_device) if isinstance(param_device, str) else \
+      Tensor(x0.copy()).shard(param_device, axis=1)
+    opt, device_before = make_optimizer([param]), param.device
+    if offload:
+      for state in [*getattr(opt, "m", []), *getattr(opt, "v", []), *getattr(opt, "velocity", [])]: state.to_("CPU")
+    with Context(TRAINING=1):
+      for _ in range(3):
+        opt.zero_grad()
+        (param * param).sum().backward()
+        opt.step()
+    assert param.device == device_before
+    return param.numpy(), opt
+  adam_values, adam = train(lambda ps: Adam(ps, lr=0.1), offload=True)
+  assert adam.m[0].device == "CPU" and adam.v[0].device == "CPU"
+  sgd_values, sgd = train(lambda ps: SGD(ps, lr=0.1, momentum=0.9), offload=True)
+  assert sgd.velocity[0].device == "CPU"
+  np.testing.assert_allclose(adam_values, train(lambda ps: Adam(ps, lr=0.1), offload=False)[0], rtol=1e-6)
+  np.testing.assert_allclose(train(lambda ps: LAMB(ps, lr=0.1), offload=True)[0],
+                             train(lambda ps: LAMB(ps, lr=0.1), offload=False)[0], rtol=1e-6)
+  x, velocity = x0.copy(), np.zeros_like(x0)
+  for _ in range(3): velocity = 0.9 * velocity + 2 * x; x = x - 0.1 * velocity
+  np.testing.assert_allclose(sgd_values, x, rtol=1e-5)
+  import torch
+  torch_param = torch.tensor(x0.copy(), requires_grad=True)
+  torch_adam = torch.optim.Adam([torch_param], lr=0.1)
+  for _ in range(3):
+    torch_adam.zero_grad(); (torch_param * torch_param).sum().backward(); torch_adam.step()
+  np.testing.assert_allclose(adam_values, torch_param.detach().numpy(), rtol=1e-5, atol=1e-5)
