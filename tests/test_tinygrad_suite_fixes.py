@@ -222,3 +222,33 @@ def test_optimizer_state_moved_to_another_device(param_device):
   for _ in range(3):
     torch_adam.zero_grad(); (torch_param * torch_param).sum().backward(); torch_adam.step()
   np.testing.assert_allclose(adam_values, torch_param.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+SEARCHED_SUM_SCRIPT = """
+import json
+import numpy as np
+from tinycore import Context, Tensor
+from tinycore.engine import search
+search.MIN_SEARCHED_SECONDS = 0.0
+x = Tensor(np.linspace(-1, 1, 3000, dtype=np.float32).reshape(60, 50)).realize()
+with Context(BEAM=1): value = (x.exp() * 2).sum(0).numpy()
+print(json.dumps({"searches": len(search.reports), "first": float(value[0])}))
+"""
+
+
+def test_ignore_beam_cache_searches_again(tmp_path):
+  # tinygrad's IGNORE_BEAM_CACHE setting (Context(IGNORE_BEAM_CACHE=1) raised KeyError): a process searches again
+  # although the disk cache holds the kernel's choice
+  import json, os, subprocess, sys  # noqa: E401
+  from tinycore.helpers import IGNORE_BEAM_CACHE
+  def run(ignore_cache: str) -> dict:
+    env = {**os.environ, "TINYCORE_CACHE_DIR": str(tmp_path / "cache"), "IGNORE_BEAM_CACHE": ignore_cache}
+    out = subprocess.run([sys.executable, "-c", SEARCHED_SUM_SCRIPT], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+  runs = [run("0"), run("1"), run("0")]
+  assert [r["searches"] for r in runs] == [1, 1, 0]
+  expected = 2 * np.exp(np.linspace(-1, 1, 3000, dtype=np.float32).reshape(60, 50)[:, 0]).sum()
+  for r in runs: assert r["first"] == pytest.approx(expected, rel=1e-5)
+  with Context(IGNORE_BEAM_CACHE=1): assert IGNORE_BEAM_CACHE.value == 1
