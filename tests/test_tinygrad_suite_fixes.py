@@ -1,4 +1,8 @@
 """Bugs found by running tinygrad's own test files against tinycore, each checked against numpy."""
+import json
+import os
+import subprocess
+import sys
 import numpy as np
 import pytest
 from tinycore import Tensor, Context, TinyJit, dtypes
@@ -195,3 +199,88 @@ def test_bitwise_op_with_an_int_that_is_a_bit_pattern_of_the_dtype():
   np.testing.assert_equal((Tensor(np.array([1, -1], np.int64)) & 0xFFFFFFFFFFFFFFFF).numpy(), [1, -1])
   with pytest.raises(OverflowError, match="int32"): Tensor([0], dtype=dtypes.int32) | (1 << 32)
   with pytest.raises(OverflowError, match="int32"): Tensor([0], dtype=dtypes.int32) + 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])  # a queue device (a command batch) and a host-called one
+def test_global_counters_count_ops_and_memory(device):
+  # tinygrad's GlobalCounters.global_ops / global_mem (scripts print GFLOPS from them) were missing
+  from tinycore import GlobalCounters
+  rng = np.random.default_rng(2)
+  a0, b0 = rng.standard_normal((16, 8)).astype(np.float32), rng.standard_normal((8, 4)).astype(np.float32)
+  a, b = Tensor(a0, device=device).realize(), Tensor(b0, device=device).realize()
+  GlobalCounters.reset()
+  out = (a @ b).realize()
+  np.testing.assert_allclose(out.numpy(), a0 @ b0, rtol=1e-5)
+  assert GlobalCounters.global_ops == 2 * 16 * 8 * 4  # a multiply and an add per term
+  assert GlobalCounters.global_mem == a0.nbytes + b0.nbytes + 16 * 4 * 4
+  jitted, c = TinyJit(lambda x, y: (x * y + 1).realize()), Tensor(a0 * 2, device=device).realize()
+  for _ in range(3):
+    GlobalCounters.reset()
+    np.testing.assert_allclose(jitted(a, c).numpy(), a0 * a0 * 2 + 1, rtol=1e-6)
+    assert (GlobalCounters.global_ops, GlobalCounters.global_mem) == (2 * a0.size, 3 * a0.nbytes)
+  GlobalCounters.reset()
+  assert (GlobalCounters.global_ops, GlobalCounters.global_mem) == (0, 0)
+
+
+@pytest.mark.parametrize("param_device", ["PYTHON", ("CPU:0", "CPU:1")])
+def test_optimizer_state_moved_to_another_device(param_device):
+  # offloading Adam's moments or SGD's velocity with to_("CPU") raised "operands are on different devices"
+  x0 = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32)
+  def train(make_optimizer, offload):
+    param = Tensor(x0.copy(), device=param_device) if isinstance(param_device, str) else \
+      Tensor(x0.copy()).shard(param_device, axis=1)
+    opt, device_before = make_optimizer([param]), param.device
+    if offload:
+      for state in [*getattr(opt, "m", []), *getattr(opt, "v", []), *getattr(opt, "velocity", [])]: state.to_("CPU")
+    with Context(TRAINING=1):
+      for _ in range(3):
+        opt.zero_grad()
+        (param * param).sum().backward()
+        opt.step()
+    assert param.device == device_before
+    return param.numpy(), opt
+  adam_values, adam = train(lambda ps: Adam(ps, lr=0.1), offload=True)
+  assert adam.m[0].device == "CPU" and adam.v[0].device == "CPU"
+  sgd_values, sgd = train(lambda ps: SGD(ps, lr=0.1, momentum=0.9), offload=True)
+  assert sgd.velocity[0].device == "CPU"
+  np.testing.assert_allclose(adam_values, train(lambda ps: Adam(ps, lr=0.1), offload=False)[0], rtol=1e-6)
+  np.testing.assert_allclose(train(lambda ps: LAMB(ps, lr=0.1), offload=True)[0],
+                             train(lambda ps: LAMB(ps, lr=0.1), offload=False)[0], rtol=1e-6)
+  x, velocity = x0.copy(), np.zeros_like(x0)
+  for _ in range(3): velocity = 0.9 * velocity + 2 * x; x = x - 0.1 * velocity
+  np.testing.assert_allclose(sgd_values, x, rtol=1e-5)
+  import torch
+  torch_param = torch.tensor(x0.copy(), requires_grad=True)
+  torch_adam = torch.optim.Adam([torch_param], lr=0.1)
+  for _ in range(3):
+    torch_adam.zero_grad(); (torch_param * torch_param).sum().backward(); torch_adam.step()
+  np.testing.assert_allclose(adam_values, torch_param.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+SEARCHED_SUM_SCRIPT = """
+import json
+import numpy as np
+from tinycore import Context, Tensor
+from tinycore.engine import search
+search.MIN_SEARCHED_SECONDS = 0.0
+x = Tensor(np.linspace(-1, 1, 3000, dtype=np.float32).reshape(60, 50)).realize()
+with Context(BEAM=1): value = (x.exp() * 2).sum(0).numpy()
+print(json.dumps({"searches": len(search.reports), "first": float(value[0])}))
+"""
+
+
+def test_ignore_beam_cache_searches_again(tmp_path):
+  # tinygrad's IGNORE_BEAM_CACHE setting (Context(IGNORE_BEAM_CACHE=1) raised KeyError): a process searches again
+  # although the disk cache holds the kernel's choice
+  from tinycore.helpers import IGNORE_BEAM_CACHE
+  def run(ignore_cache: str) -> dict:
+    env = {**os.environ, "TINYCORE_CACHE_DIR": str(tmp_path / "cache"), "IGNORE_BEAM_CACHE": ignore_cache}
+    out = subprocess.run([sys.executable, "-c", SEARCHED_SUM_SCRIPT], capture_output=True, text=True, env=env,
+                         timeout=600, check=False)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+  runs = [run("0"), run("1"), run("0")]
+  assert [r["searches"] for r in runs] == [1, 1, 0]
+  expected = 2 * np.exp(np.linspace(-1, 1, 3000, dtype=np.float32).reshape(60, 50)[:, 0]).sum()
+  for r in runs: assert r["first"] == pytest.approx(expected, rel=1e-5)
+  with Context(IGNORE_BEAM_CACHE=1): assert IGNORE_BEAM_CACHE.value == 1

@@ -81,6 +81,8 @@ DEBUG = ContextVar("DEBUG", 0)
 # (tinycore.engine.search); JITBEAM=N does it only for the kernels TinyJit captures
 BEAM = ContextVar("BEAM", 0)
 JITBEAM = ContextVar("JITBEAM", 0)
+# IGNORE_BEAM_CACHE=1: a kernel is searched again even where this process or the disk cache already has its choice
+IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)
 # tinygrad's other kernel-tuning and optimizer knobs, accepted so code and tests written for tinygrad run (`with
 # Context(NOOPT=1):`): tinycore has no tensor cores or image dtypes; its kernels are shaped by the device's
 # KernelTarget (and BEAM), so these change nothing here

@@ -51,15 +51,20 @@ class _MemoryCountersView(type):
 
 class GlobalCounters(metaclass=_MemoryCountersView):
   """Process-wide counters, as in tinygrad: `kernel_count` counts executed calls (kernels and copies, once per
-  device lane; a queue batch counts the kernels and copies in it), `copy_count` the copies the host ran, `mem_used`
-  the bytes of device memory buffers hold now and `mem_peak` the most they held since the last `reset()`."""
+  device lane; a queue batch counts the kernels and copies in it), `copy_count` the copies the host ran,
+  `global_ops` the arithmetic operations the kernels ran (`tinycore.codegen.estimates`), `global_mem` the bytes of
+  the buffers the kernels and copies touched, `mem_used` the bytes of device memory buffers hold now and
+  `mem_peak` the most they held since the last `reset()`."""
   kernel_count: int = 0
   copy_count: int = 0
+  global_ops: int = 0
+  global_mem: int = 0
   time_sum_s: float = 0.0
 
   @staticmethod
   def reset() -> None:
-    GlobalCounters.kernel_count = GlobalCounters.copy_count = 0
+    GlobalCounters.kernel_count = GlobalCounters.copy_count = GlobalCounters.global_ops = 0
+    GlobalCounters.global_mem = 0
     GlobalCounters.time_sum_s = 0.0
     MemoryCounters.reset_peak()
 
@@ -101,7 +106,10 @@ class BatchStep:
     batch = self.batch
     get_buffer, word = binding.buffer, binding.word
     batch.run([get_buffer(b) for b in self.buffers], dict(zip(batch.scalar_names, [word(s) for s in self.scalars])))
-    if count: GlobalCounters.kernel_count += batch.commands
+    if count:
+      GlobalCounters.kernel_count += batch.commands
+      GlobalCounters.global_ops += batch.estimated_ops
+      GlobalCounters.global_mem += batch.bytes_touched
 
 
 class CopyStep:
@@ -120,6 +128,7 @@ class CopyStep:
     if count:
       GlobalCounters.copy_count += 1
       GlobalCounters.kernel_count += 1
+      GlobalCounters.global_mem += dst.nbytes
 
 
 class CollectiveStep:
@@ -141,12 +150,13 @@ class CollectiveStep:
 
 class KernelStep:
   """A kernel of a device without queues, called by the host."""
-  __slots__ = ("kernel", "sink", "buffers", "scalars", "device")
+  __slots__ = ("kernel", "sink", "buffers", "scalars", "device", "estimated_ops")
 
   def __init__(self, call: UOp):
     self.sink, self.buffers, self.scalars = call.src[0], call_buffers(call), call_scalars(call)
     self.device = self.buffers[0].device
     self.kernel: CompiledKernel = compile_kernel(self.device, self.sink)
+    self.estimated_ops = estimated_ops(self.sink)
 
   def run(self, binding: Binding, count: bool, wait: bool = False) -> None:
     buffers = [binding.buffer(b) for b in self.buffers]
@@ -157,6 +167,8 @@ class KernelStep:
     if count:
       if elapsed: GlobalCounters.time_sum_s += elapsed
       GlobalCounters.kernel_count += 1
+      GlobalCounters.global_ops += self.estimated_ops
+      GlobalCounters.global_mem += sum(b.nbytes for b in buffers)
 
 
 Step = BatchStep | CopyStep | CollectiveStep | KernelStep

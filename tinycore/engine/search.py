@@ -38,6 +38,7 @@ from tinycore.device.buffer import Buffer
 from tinycore.device.compiled import read_signed_entry, write_signed_entry
 from tinycore.device.kernels import RenderedSource, compile_threads
 from tinycore.device.registry import Device
+from tinycore.helpers import IGNORE_BEAM_CACHE
 
 SEARCH_ROUNDS = 3
 TIMED_RUNS = 3
@@ -85,9 +86,10 @@ def search_linear(linear: UOp, width: int, binding: Any, runner: CallRunner) -> 
 
 def searched_opts(call: UOp, width: int, binding: Any, runner: CallRunner) -> KernelOpts | None:
   """The opts for the kernel of `call`: from this process's searches, the disk cache, or a search now. None where
-  the device cannot time kernels."""
+  the device cannot time kernels. IGNORE_BEAM_CACHE searches anew (and stores the new choice)."""
   sink, device = call.src[0], call_buffers(call)[0].device
-  if (hit := searched.get((device, sink, width))) is not None: return hit
+  use_cache = not IGNORE_BEAM_CACHE
+  if use_cache and (hit := searched.get((device, sink, width))) is not None: return hit
   dev = Device[device]
   if not dev.times_kernels:
     if device not in _skipped_devices:
@@ -98,7 +100,8 @@ def searched_opts(call: UOp, width: int, binding: Any, runner: CallRunner) -> Ke
   prepared = prepared_kernel(sink, target)
   rules = decide_opts(prepared, target)
   key = cache_key(device, sink.replace(arg=rules), width)
-  if (stored := read_signed_entry("searched", key)) is not None and (opts := decode_opts(stored)) is not None:
+  stored = read_signed_entry("searched", key) if use_cache else None
+  if stored is not None and (opts := decode_opts(stored)) is not None:
     searched[(device, sink, width)] = opts
     return opts
   report = KernelSearch(call, binding, runner, prepared, rules).run(width)

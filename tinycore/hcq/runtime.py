@@ -197,6 +197,9 @@ class CompiledBatch:
     self.devices: list[HCQDevice] = list(dict.fromkeys(item.queue[0] for item in placed))
     self.queues: list[Queue] = list(dict.fromkeys(item.queue for item in placed))
     self.commands = len(placed)
+    # what one run adds to GlobalCounters.global_ops and global_mem
+    self.estimated_ops = sum(estimated_ops(call.src[0]) for call in calls if call.src[0].op is Ops.SINK)
+    self.bytes_touched = sum(access.end - access.start for item in placed for access in item.accesses)
     ordering = order_commands(placed)
     self.last_seq = ordering.last_seq
     # one signal per queue for each of a few sets, so a batch can be in flight more than once

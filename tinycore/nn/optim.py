@@ -105,9 +105,10 @@ class SGD(Optimizer):
       lr = self.lr.to(t.device)
       g = g + self.weight_decay * t.detach() if self.weight_decay else g
       if self.classic: g = g * lr
-      if self.momentum:
-        self.velocity[i].assign(self.momentum * self.velocity[i] + g)
-        g = g + self.momentum * self.velocity[i] if self.nesterov else self.velocity[i]
+      if self.momentum:  # the velocity may live on another device (offloaded): it is updated there
+        velocity = self.velocity[i]
+        velocity.assign(self.momentum * velocity + g.to(velocity.device))
+        g = g + self.momentum * velocity.to(t.device) if self.nesterov else velocity.to(t.device)
       t.assign((t.detach() - (g if self.classic else lr * g)).cast(t.dtype))
     return self.velocity
 
@@ -133,11 +134,14 @@ class LAMB(Optimizer):
     self.b1_t.assign(self.b1_t * self.b1)
     self.b2_t.assign(self.b2_t * self.b2)
     for t, g, m, v in zip(self.params, grads, self.m, self.v):
-      lr, b1_t, b2_t = self.lr.to(t.device), self.b1_t.to(t.device), self.b2_t.to(t.device)
+      # the moments may live on another device than the parameter (offloaded): they are updated there
+      b1_t, b2_t = self.b1_t.to(m.device), self.b2_t.to(m.device)
       if self.l2 and self.weight_decay: g = g + self.weight_decay * t.detach()
+      g = g.to(m.device)
       m.assign(self.b1 * m + (1 - self.b1) * g)
-      v.assign(self.b2 * v + (1 - self.b2) * g.square())
-      update = (m / (1 - b1_t)) / ((v / (1 - b2_t)).sqrt() + self.eps)
+      v.assign(self.b2 * v + (1 - self.b2) * g.to(v.device).square())
+      update = ((m / (1 - b1_t)) / ((v.to(m.device) / (1 - b2_t)).sqrt() + self.eps)).to(t.device)
+      lr = self.lr.to(t.device)
       if not self.l2 and self.weight_decay: update = update + self.weight_decay * t.detach()
       if not self.adam:
         r1, r2 = t.detach().square().sum().sqrt(), update.square().sum().sqrt()
