@@ -284,3 +284,16 @@ def test_ignore_beam_cache_searches_again(tmp_path):
   expected = 2 * np.exp(np.linspace(-1, 1, 3000, dtype=np.float32).reshape(60, 50)[:, 0]).sum()
   for r in runs: assert r["first"] == pytest.approx(expected, rel=1e-5)
   with Context(IGNORE_BEAM_CACHE=1): assert IGNORE_BEAM_CACHE.value == 1
+
+
+def test_global_ops_count_an_index_read_as_the_gather_it_runs_as():
+  # X[idx] is a one-hot sum over X's rows in the graph, and one read per element once compiled (tinygrad's
+  # test_index_mnist bounds the ops): 512 x 784 picks, not 512 x 784 x 60000 compares
+  from tinycore import GlobalCounters
+  rng = np.random.default_rng(0)
+  x0, idx0 = rng.standard_normal((6000, 784)).astype(np.float32), rng.integers(0, 6000, 512).astype(np.int32)
+  x, idx = Tensor(x0).realize(), Tensor(idx0).realize()
+  GlobalCounters.reset()
+  picked = x[idx].realize()
+  assert GlobalCounters.global_ops <= 2 * 512 * 784
+  np.testing.assert_array_equal(picked.numpy(), x0[idx0])

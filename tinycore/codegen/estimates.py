@@ -3,7 +3,9 @@
 Each ALU op counts once per iteration of the loops (RANGEs) it sits in; a REDUCE counts one combining op per
 iteration of its value's loops, and the loops it closes do not multiply what uses its result. Index arithmetic
 (what feeds an INDEX's offset or gate) is address computation, not work, and is left out. A loop of symbolic size
-counts at its largest value.
+counts at its largest value. A sum that picks one element by an index (t[idx]: a one-hot compare over a range) is
+counted as the gather the code generator makes of it (`codegen.optimize.gathers`), one read, not a compare per
+element of the range.
 """
 from __future__ import annotations
 from tinycore.caches import BoundedCache
@@ -31,7 +33,9 @@ def address_nodes(nodes: list[UOp]) -> set[UOp]:
 def estimated_ops(kernel: UOp) -> int:
   """The arithmetic operations one run of the kernel SINK performs (see the module docstring); cached by kernel."""
   if (known := estimates.get(kernel)) is not None: return known
-  nodes = list(kernel.toposort())
+  from tinycore.codegen.optimize import gathers
+  from tinycore.uop.pattern import graph_rewrite
+  nodes = list(graph_rewrite(kernel, gathers).toposort())
   address = address_nodes(nodes)
   open_loops: dict[UOp, frozenset[UOp]] = {}
   total = 0
