@@ -190,6 +190,18 @@ class TestPoolingAndResampling:
 
   def test_interpolate_to_an_empty_size(self):
     assert Tensor(np.ones((1, 1, 3, 4), np.float32)).interpolate((0, 5)).shape == (1, 1, 0, 5)
+    assert Tensor(np.ones((1, 1, 3, 4), np.uint8)).interpolate((0, 5)).shape == (1, 1, 0, 5)
+
+  @pytest.mark.parametrize("shape, size", [((2, 3, 64, 64), (10, 10)), ((1, 3, 17, 23), (40, 50)),
+                                           ((2, 4, 30, 31), (31, 30))])
+  def test_uint8_bilinear_equals_torchs(self, shape, size):
+    # torch resamples uint8 images in fixed point (tinygrad's TestOpsUint8.test_interpolate_bilinear): every element
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(1).integers(0, 256, shape).astype(np.uint8)
+    for align in (False, True):
+      want = torch.nn.functional.interpolate(torch.from_numpy(x), size=size, mode="bilinear", align_corners=align)
+      np.testing.assert_array_equal(Tensor(x).interpolate(size, mode="linear", align_corners=align).numpy(),
+                                    want.numpy())
 
 
 class TestSoftplusAndLogits:

@@ -140,8 +140,14 @@ class TensorNN:
       raise ShapeError(f"{mode} interpolates {INTERPOLATE_MODES[mode]} dims, size has {len(size)}")
     if align_corners and "nearest" in mode: raise ArgumentError("align_corners needs a linear interpolate mode")
     nearest = "nearest" in mode
+    axes = range(self.ndim - len(size), self.ndim)
+    if self.dtype is dtypes.uint8 and not nearest:
+      # images: torch's uint8 resampling, one dim at a time from the last, each pass rounded to uint8 in fixed point
+      x = self
+      for axis, new in reversed(list(zip(axes, size))): x = x._linear_uint8_pass(axis, new, align_corners)
+      return x
     x = self if nearest or dtypes.is_float(self.dtype) else self.float()
-    for axis, new in zip(range(self.ndim - len(size), self.ndim), size):
+    for axis, new in zip(axes, size):
       if nearest and (picked := x._nearest_by_movement(axis, new, mode)) is not None:
         x = picked
         continue
@@ -171,6 +177,33 @@ class TensorNN:
     elif old == new: out = moved
     else: return None
     return out.transpose(axis, -1)
+
+  def _linear_uint8_pass(self: Tensor, axis: int, new: int, align_corners: bool) -> Tensor:
+    """Linear resampling of uint8 `axis` to `new` as torch's uint8 kernels compute it (equal to theirs on every
+    element): each output's two weights, computed on the host, scaled to integers of `bits` fractional bits (as many
+    as keep the largest weight under 2^15), the weighted sum of the two inputs rounded half up and clamped to
+    0..255."""
+    from tinycore.tensor import Tensor
+    old = self.shape[axis]
+    lows, highs, weights = [], [], []
+    for i in range(new):
+      if align_corners: source = i * ((old - 1) / (new - 1)) if new > 1 else 0.0
+      else: source = max((i + 0.5) * (old / new) - 0.5, 0.0)
+      low = min(int(math.floor(source)), old - 1)
+      lows.append(low)
+      highs.append(min(low + 1, old - 1))
+      weights.append(source - low)
+    largest = max([1.0 - w for w in weights] + weights, default=1.0)
+    bits = next((b for b in range(22) if int(0.5 + largest * (1 << (b + 1))) >= 1 << 15), 22)
+    scaled = [(math.floor((1.0 - w) * (1 << bits) + 0.5), math.floor(w * (1 << bits) + 0.5)) for w in weights]
+    rows = self.transpose(axis, -1).cast(dtypes.int32).unsqueeze(-2)  # (..., 1, old)
+    inputs = Tensor.arange(old, device=self.device, dtype=dtypes.int32)
+    total = Tensor.full((new,), 1 << (bits - 1), device=self.device, dtype=dtypes.int32) if bits else 0
+    for picks, factors in ((lows, [a for a, _ in scaled]), (highs, [b for _, b in scaled])):
+      chosen = Tensor(picks, device=self.device, dtype=dtypes.int32).reshape(new, 1) == inputs
+      factor = Tensor(factors, device=self.device, dtype=dtypes.int32)
+      total = chosen.where(rows, 0).sum(-1, dtype=dtypes.int32) * factor + total
+    return (total // (1 << bits)).clip(0, 255).cast(dtypes.uint8).transpose(axis, -1)
 
   def _resample_sources(self: Tensor, old: int, new: int, mode: str,
                         align_corners: bool) -> list[tuple[Tensor, Tensor | None]]:

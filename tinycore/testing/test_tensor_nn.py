@@ -219,6 +219,34 @@ def test_interpolate_named_modes_and_ints(rng):
     Tensor(x).interpolate((5, 6), mode="cubic")
 
 
+def _linear_uint8(x: np.ndarray, size: tuple, align_corners: bool) -> np.ndarray:
+  """torch's uint8 bilinear: a pass per dim from the last, weights in fixed point, each pass rounded to uint8."""
+  for axis, new in reversed(list(zip(range(x.ndim - len(size), x.ndim), size))):
+    old = x.shape[axis]
+    i = np.arange(new, dtype=np.float64)
+    source = i * ((old - 1) / (new - 1) if new > 1 else 0.0) if align_corners else \
+        np.maximum((i + 0.5) * (old / new) - 0.5, 0.0)
+    low = np.minimum(np.floor(source).astype(np.int64), old - 1)
+    high, frac = np.minimum(low + 1, old - 1), source - low
+    largest = max(frac.max(initial=0.0), (1 - frac).max(initial=0.0))
+    bits = next((b for b in range(22) if int(0.5 + largest * (1 << (b + 1))) >= 1 << 15), 22)
+    w0, w1 = np.floor((1 - frac) * (1 << bits) + 0.5).astype(np.int64), np.floor(frac * (1 << bits) + 0.5).astype(np.int64)
+    rows = np.moveaxis(x.astype(np.int64), axis, -1)
+    total = rows[..., low] * w0 + rows[..., high] * w1 + (1 << (bits - 1))
+    x = np.moveaxis(np.clip(total >> bits, 0, 255).astype(np.uint8), -1, axis)
+  return x
+
+
+@pytest.mark.parametrize("shape, size", [((2, 3, 16, 16), (5, 7)), ((1, 2, 5, 6), (11, 13)), ((1, 1, 4, 9), (4, 3))])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_interpolate_uint8_as_torch_resamples_images(rng, shape, size, align_corners):
+  # uint8 images resample as torch's uint8 kernels do (fixed-point weights, each dim's pass rounded), element for
+  # element (tests/test_math_conformance.py compares with torch itself)
+  x = rng.integers(0, 256, shape).astype(np.uint8)
+  assert_equal(Tensor(x).interpolate(size, mode="bilinear", align_corners=align_corners),
+               _linear_uint8(x, size, align_corners), dtype=dtypes.uint8)
+
+
 def test_interpolate_gradient(rng):
   x = random_array(rng, (1, 3, 4), "float32")
   check_gradient(rng, lambda t: t.interpolate((2, 6)), lambda a: _interpolate(a, (2, 6), "linear"), [x])
