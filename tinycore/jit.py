@@ -80,7 +80,7 @@ def _variable_values(args: tuple, kwargs: dict, inputs: list[Tensor] = ()) -> di
   """The bound Variables among the arguments and in the symbolic shapes of the input tensors, by name: the values a
   replay patches into the kernels."""
   binds = [a for a in [*args, *kwargs.values()] if isinstance(a, UOp) and a.op is Ops.BIND]
-  binds += shape_binds(n for t in inputs for n in t.uop.toposort())
+  binds += shape_binds(n for t in inputs if t.uop.op is not Ops.BUFFER for n in t.uop.toposort())  # (a buffer: none)
   values: dict[str, int] = {}
   for bind in binds:
     var, value = bind.unbind()
@@ -203,7 +203,7 @@ class TinyJit(Generic[ReturnType]):
     # each random draw of the function starts where the counter is now: fresh numbers on every replay
     draws = {random_draw_name(i): Tensor._next_random_start(count) for i, count in enumerate(self.random_draws)}
     self.plan.run([self.plan.unaliased(buffer_of(b)) for t in inputs for b in _input_buffers(t.uop)], var_vals | draws)
-    fresh = iter([Tensor(_rebind_shapes(u, var_vals)) for u in self.output_uops])
+    fresh = iter([Tensor(_rebind_shapes(u, var_vals) if var_vals else u) for u in self.output_uops])
     if isinstance(self.ret, (tuple, list)): return type(self.ret)(next(fresh) for _ in self.ret)
     return next(fresh) if self.outputs else None
 
