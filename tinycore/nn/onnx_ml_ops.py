@@ -132,7 +132,8 @@ def scaler(x, offset=None, scale=None):
 
 @register("Normalizer", domain=ML)
 def normalizer(x, norm="MAX", ctx=None):
-  """Each row divided by its largest magnitude (MAX), its sum of magnitudes (L1) or its Euclidean length (L2)."""
+  """Each row divided by its largest magnitude (MAX), its sum of magnitudes (L1) or its Euclidean length (L2), as
+  sklearn's Normalizer and onnx's reference implementation do (onnxruntime's MAX divides by the largest value)."""
   x = _features(x)
   if norm == "MAX": length = x.abs().max(1, keepdim=True)
   elif norm == "L1": length = x.abs().sum(1, keepdim=True)
