@@ -133,12 +133,14 @@ class Node:
   __slots__ = ("op_type", "domain", "name", "inputs", "outputs", "attrs", "handler", "opset", "takes_ctx")
 
   def __init__(self, proto: Any, opsets: dict[str, int], device: str, index: int):
-    from tinycore.nn.onnx_ops import lookup
+    from tinycore.nn.onnx_ops import lookup, refusal
     self.op_type, self.domain = proto.op_type, proto.domain or "ai.onnx"
     self.name = proto.name or f"#{index}"
     self.inputs, self.outputs = list(proto.input), list(proto.output)
     self.opset = opsets.get(self.domain, opsets.get("", 1) if self.domain == "ai.onnx" else 1)
     where = self.where
+    reason = refusal(self.domain, self.op_type, {attr.name for attr in proto.attribute})
+    if reason is not None: raise OnnxError(f"{where}: {reason}")
     self.handler = lookup(self.domain, self.op_type) or FunctionOp.of(proto, self.domain, self.opset, where)
     if self.handler is None:
       raise OnnxError(f"{where}: operator {self.domain}.{self.op_type} is not supported")

@@ -31,6 +31,23 @@ def lookup(domain: str, op_type: str) -> Callable | None:
   return OPS.get((domain, op_type))
 
 
+# operators, or forms of them, that tinycore cannot run (string or map values: it has neither), refused when a model
+# loads: (domain, op_type) -> a function of the node's attribute names that gives the reason, or None to accept it
+REFUSALS: dict[tuple[str, str], Callable[[set[str]], str | None]] = {}
+
+
+def refuse(name: str, reason: Callable[[set[str]], str | None], domain: str = "ai.onnx") -> None:
+  """Refuse `name` nodes when a model loads wherever `reason(attribute names)` gives a message (say why, and what
+  the user can do instead)."""
+  REFUSALS[(domain, name)] = reason
+
+
+def refusal(domain: str, op_type: str, attribute_names: set[str]) -> str | None:
+  """Why a node of this operator with these attributes cannot run, or None."""
+  reason = REFUSALS.get(("ai.onnx" if domain == "" else domain, op_type))
+  return None if reason is None else reason(attribute_names)
+
+
 def onnx_type(code: int) -> DType:
   from tinycore.nn.onnx import onnx_dtype
   return onnx_dtype(code, "Cast")
@@ -404,7 +421,7 @@ def nonzero(x):
 
 @register("Compress")
 def compress(x, condition, axis=None, ctx=None):
-  keep = [i for i, c in enumerate(_flatten_list(ctx.value(condition))) if c]
+  keep = [i for i, c in enumerate(flatten_list(ctx.value(condition))) if c]
   if axis is None: x, axis = x.reshape(-1), 0
   axis = positive_axis(axis, x.ndim)
   keep = [i for i in keep if i < x.shape[axis]]
@@ -412,8 +429,9 @@ def compress(x, condition, axis=None, ctx=None):
   return x[(slice(None),) * axis + (Tensor(keep, dtype=dtypes.int64, device=x.device),)]
 
 
-def _flatten_list(v: Any) -> list:
-  return [x for e in v for x in _flatten_list(e)] if isinstance(v, list) else [v]
+def flatten_list(v: Any) -> list:
+  """A nested list's values in order (a host value of any rank as one flat list)."""
+  return [x for e in v for x in flatten_list(e)] if isinstance(v, list) else [v]
 
 
 def _rows_before(rows: Tensor) -> Tensor:
@@ -1024,8 +1042,8 @@ def resize(x, roi=None, scales=None, sizes=None, antialias=0, axes=None, coordin
            cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
            mode="nearest", nearest_mode="round_prefer_floor", ctx=None):
   ax = [positive_axis(a, x.ndim) for a in axes] if axes is not None else list(range(x.ndim))
-  roi_values = [float(v) for v in _flatten_list(ctx.value(roi))] if roi is not None and roi.numel() else []
-  scale_values = [float(v) for v in _flatten_list(ctx.value(scales))] if scales is not None and scales.numel() else None
+  roi_values = [float(v) for v in flatten_list(ctx.value(roi))] if roi is not None and roi.numel() else []
+  scale_values = [float(v) for v in flatten_list(ctx.value(scales))] if scales is not None and scales.numel() else None
   size_values = ctx.ints(sizes) if sizes is not None and sizes.numel() else None
   if size_values is not None:
     if keep_aspect_ratio_policy != "stretch":
@@ -1047,7 +1065,7 @@ def resize(x, roi=None, scales=None, sizes=None, antialias=0, axes=None, coordin
 
 @register("Upsample")
 def upsample(x, scales_=None, mode="nearest", scales=None, ctx=None):
-  values = [float(v) for v in _flatten_list(ctx.value(scales_))] if scales_ is not None else scales
+  values = [float(v) for v in flatten_list(ctx.value(scales_))] if scales_ is not None else scales
   sizes = [int(math.floor(s * f)) for s, f in zip(x.shape, values)]
   out = x
   for a in range(x.ndim):
@@ -1553,94 +1571,6 @@ def tfidf_vectorizer(x, max_gram_length, max_skip_count, min_gram_length, mode, 
   return out.reshape(width) if x.ndim == 1 else out
 
 
-# ---------------------------------------------------------------------------------------------------- ai.onnx.ml
-ML = "ai.onnx.ml"
-
-
-@register("Binarizer", domain=ML)
-def binarizer(x, threshold=0.0): return (x > threshold).cast(x.dtype)
-
-
-@register("ArrayFeatureExtractor", domain=ML)
-def array_feature_extractor(x, indices):
-  """x's last axis picked at indices (a 1-d x is one row)."""
-  picked = x[..., indices.reshape(-1).cast(dtypes.int64)]
-  return picked.reshape(1, -1) if x.ndim == 1 else picked
-
-
-def _attribute_list(value: Any, ctx: Any) -> list | None:
-  """A tensor attribute's values as a flat list (its host value, or read from the device)."""
-  if value is None: return None
-  t, host = value
-  return _flatten_list(host if host is not None else ctx.value(t))
-
-
-def _tree_depth(true_ids: list[int], false_ids: list[int], true_leafs: list[int], false_leafs: list[int],
-                roots: list[int]) -> int:
-  """The most decisions from a root to a leaf (host arithmetic on the tree's attributes)."""
-  depth, frontier = 0, [r for r in roots]
-  while frontier:
-    depth += 1
-    frontier = [child for node in frontier for child, leaf in ((true_ids[node], true_leafs[node]),
-                                                                (false_ids[node], false_leafs[node])) if not leaf]
-    if depth > len(true_ids) + 1: raise ValueError("the tree ensemble's nodes form a cycle")
-  return depth
-
-
-@register("TreeEnsemble", domain=ML)
-def tree_ensemble(x, nodes_splits, nodes_featureids, nodes_modes, nodes_truenodeids, nodes_falsenodeids,
-                  nodes_trueleafs, nodes_falseleafs, leaf_targetids, leaf_weights, tree_roots, aggregate_function=1,
-                  post_transform=0, n_targets=None, nodes_hitrates=None, nodes_missing_value_tracks_true=None,
-                  membership_values=None, ctx=None):
-  """ai.onnx.ml 5's tree ensemble: every sample walks every tree at once, one decision per step (gathers from the
-  node tables), for as many steps as the deepest tree; the leaves' weights summed (averaged, min, max) per target."""
-  if post_transform != 0: raise ctx.error(f"post_transform {post_transform} is not supported (only NONE)")
-  splits, modes = _attribute_list(nodes_splits, ctx), [int(m) for m in _attribute_list(nodes_modes, ctx)]
-  weights = _attribute_list(leaf_weights, ctx)
-  members = _attribute_list(membership_values, ctx) or []
-  tracks = list(nodes_missing_value_tracks_true or [0] * len(modes))
-  sets, current = [], []
-  for v in members:  # the members of each MEMBER node, in node order, each set ended by a NaN
-    if v != v: sets.append(current); current = []
-    else: current.append(v)
-  widest = max((len(m) for m in sets), default=1) or 1
-  member_rows, it = [], iter(sets)
-  for mode in modes:
-    row = next(it) if mode == 6 else []
-    member_rows.append(row + [math.nan] * (widest - len(row)))
-  dev, dtype = x.device, x.dtype
-  def table(values: list, kind: DType) -> Tensor: return Tensor(values, dtype=kind, device=dev)
-  feature, split = table(nodes_featureids, dtypes.int64), table(splits, dtype)
-  mode_t, track_t = table(modes, dtypes.int64), table(tracks, dtypes.bool)
-  true_id, false_id = table(nodes_truenodeids, dtypes.int64), table(nodes_falsenodeids, dtypes.int64)
-  true_leaf, false_leaf = table(nodes_trueleafs, dtypes.bool), table(nodes_falseleafs, dtypes.bool)
-  member_t = table(member_rows, dtype)
-  n, trees = x.shape[0], len(tree_roots)
-  node = table(tree_roots, dtypes.int64).reshape(1, trees).expand(n, trees)
-  is_leaf = table([bool(nodes_trueleafs[r] and nodes_falseleafs[r] and nodes_truenodeids[r] == nodes_falsenodeids[r])
-                   for r in tree_roots], dtypes.bool).reshape(1, trees).expand(n, trees)
-  if any(is_leaf.tolist()[0]): node = is_leaf.where(true_id[node], node)
-  for _ in range(_tree_depth(nodes_truenodeids, nodes_falsenodeids, nodes_trueleafs, nodes_falseleafs, tree_roots)):
-    value = x.gather(1, feature[node])
-    s, m = split[node], mode_t[node]
-    decided = [value <= s, value < s, value >= s, value > s, value == s, value != s,
-               (value.unsqueeze(-1) == member_t[node]).any(-1)]
-    go_true = decided[6]
-    for code in range(5, -1, -1): go_true = (m == code).where(decided[code], go_true)
-    go_true = go_true | (value.isnan() & track_t[node])
-    next_node = go_true.where(true_id[node], false_id[node])
-    next_leaf = go_true.where(true_leaf[node], false_leaf[node])
-    node, is_leaf = is_leaf.where(node, next_node), is_leaf | next_leaf
-  targets = n_targets or (max(leaf_targetids) + 1)
-  hit = table(leaf_targetids, dtypes.int64)[node].unsqueeze(-1) == Tensor.arange(targets, device=dev)
-  w = table(weights, dtype)[node].unsqueeze(-1)  # (n, trees, 1)
-  if aggregate_function in (0, 1):
-    total = hit.where(w, 0).sum(1)
-    return (total / trees if aggregate_function == 0 else total).cast(dtype)
-  if aggregate_function == 2: return hit.where(w, math.inf).min(1).cast(dtype)
-  return hit.where(w, -math.inf).max(1).cast(dtype)
-
-
 # ---------------------------------------------------------------------------------------------------- sequences
 # A sequence value is a Python list of Tensors, an empty optional is None; a handler returning one sequence returns
 # it inside a list (its one output).
@@ -1797,4 +1727,4 @@ def softmax_cross_entropy_loss(scores, labels, weights=None, ignore_index=None, 
 
 
 # operators in modules of their own register into OPS when imported
-from tinycore.nn import onnx_signal_ops, onnx_vision_ops  # noqa: E402,F401
+from tinycore.nn import onnx_ml_ops, onnx_signal_ops, onnx_vision_ops  # noqa: E402,F401
