@@ -1,0 +1,15 @@
+import sys as _sys, importlib as _importlib
+from tinycore import *  # noqa
+from tinycore import Tensor, Device, dtypes, TinyJit, Context, Variable, GlobalCounters  # noqa: F401
+from tinycore.uop.ops import UOp  # noqa: F401
+from tinycore import nn  # noqa: F401
+
+# tinygrad's module names that have a tinycore module of the same role
+_SAME_ROLE = {"nn": "tinycore.nn", "nn.state": "tinycore.nn.state",
+              "device": "tinycore.device.registry", "uop": "tinycore.uop", "uop.ops": "tinycore.uop.ops",
+              "engine": "tinycore.engine"}
+for _name, _target in _SAME_ROLE.items(): _sys.modules[f"tinygrad.{_name}"] = _importlib.import_module(_target)
+from tinygrad._internals import partly_internal_module as _partly_internal_module  # noqa: E402
+import tinycore.jit as _tinycore_jit, tinycore.nn.optim as _tinycore_optim  # noqa: E402,E401
+_sys.modules["tinygrad.nn.optim"] = _partly_internal_module("tinygrad.nn.optim", _tinycore_optim)  # no Muon
+_sys.modules["tinygrad.engine.jit"] = _partly_internal_module("tinygrad.engine.jit", _tinycore_jit)

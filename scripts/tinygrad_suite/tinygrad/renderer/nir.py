@@ -1,0 +1,1 @@
+class NIRRenderer: pass
