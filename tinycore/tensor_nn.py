@@ -198,11 +198,10 @@ class TensorNN:
     scaled = [(math.floor((1.0 - w) * (1 << bits) + 0.5), math.floor(w * (1 << bits) + 0.5)) for w in weights]
     rows = self.transpose(axis, -1).cast(dtypes.int32).unsqueeze(-2)  # (..., 1, old)
     inputs = Tensor.arange(old, device=self.device, dtype=dtypes.int32)
-    total = Tensor.full((new,), 1 << (bits - 1), device=self.device, dtype=dtypes.int32) if bits else 0
-    for picks, factors in ((lows, [a for a, _ in scaled]), (highs, [b for _, b in scaled])):
+    def weighted(picks: list[int], factors: list[int]) -> Tensor:
       chosen = Tensor(picks, device=self.device, dtype=dtypes.int32).reshape(new, 1) == inputs
-      factor = Tensor(factors, device=self.device, dtype=dtypes.int32)
-      total = chosen.where(rows, 0).sum(-1, dtype=dtypes.int32) * factor + total
+      return chosen.where(rows, 0).sum(-1, dtype=dtypes.int32) * Tensor(factors, device=self.device, dtype=dtypes.int32)
+    total = weighted(lows, [a for a, _ in scaled]) + weighted(highs, [b for _, b in scaled]) + (1 << (bits - 1))
     return (total // (1 << bits)).clip(0, 255).cast(dtypes.uint8).transpose(axis, -1)
 
   def _resample_sources(self: Tensor, old: int, new: int, mode: str,

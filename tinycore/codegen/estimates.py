@@ -9,6 +9,8 @@ element of the range.
 """
 from __future__ import annotations
 from tinycore.caches import BoundedCache
+from tinycore.codegen.optimize import gathers
+from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.ops import GroupOp, Ops, UOp, prod
 
 MAX_CACHED_ESTIMATES = 4096
@@ -33,8 +35,6 @@ def address_nodes(nodes: list[UOp]) -> set[UOp]:
 def estimated_ops(kernel: UOp) -> int:
   """The arithmetic operations one run of the kernel SINK performs (see the module docstring); cached by kernel."""
   if (known := estimates.get(kernel)) is not None: return known
-  from tinycore.codegen.optimize import gathers
-  from tinycore.uop.pattern import graph_rewrite
   nodes = list(graph_rewrite(kernel, gathers).toposort())
   address = address_nodes(nodes)
   open_loops: dict[UOp, frozenset[UOp]] = {}

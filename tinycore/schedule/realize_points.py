@@ -268,8 +268,6 @@ class RealizePoints:
     if use.enclosing is None or not any(before > 0 and after > 0 for before, after in pad.arg): return False
     window = prod(max_int(r.src[0]) for r in use.enclosing[1])
     outputs = prod(max_int(r.src[0]) for r in use.kernel.loops.output_ranges)
-    import os
-    if os.environ.get('XPAD'): return 2 * outputs >= max_numel(pad.shape)
     return window <= MAX_WINDOW and 2 * outputs >= max_numel(pad.shape)
 
   def check_hazards(self, node: UOp, uses) -> None:
