@@ -2,8 +2,11 @@
 random weights, exported here by torch.onnx.export: nothing is downloaded) at batch 1 and 16, 224x224 images.
 
 tinycore runs the model through `OnnxRunner` inside `TinyJit` (the replayed kernels, synchronized); onnxruntime runs
-its CPUExecutionProvider with its default threads (all cores). The two alternate run by run, so a load that comes and
-goes on a shared machine falls on both alike; the table has the median and the fastest run of each.
+its CPUExecutionProvider with its default threads (all cores). The two alternate in blocks of runs, so a load that
+comes and goes on a shared machine falls on both alike. Each block starts after a pause and an uncounted run:
+onnxruntime's threads spin for tens of milliseconds after its run returns, and took a core from the tinycore runs
+that followed at once (ResNet-18 at batch 1: 23 ms alone, 66 ms run by run, 38 / 30 / 26 / 24 ms for the first four
+runs after one of onnxruntime's). The table has the median and the fastest counted run of each.
 
     python bench/bench_onnx.py [--batches 1,16] [--repeat 10] [--profile]
 """
@@ -84,15 +87,19 @@ def make_onnxruntime(data: bytes, x: np.ndarray) -> tuple[Callable[[], None], np
   return run, out
 
 
-def interleaved(runs: list[Callable[[], None]], repeat: int) -> list[list[float]]:
-  """Seconds of each run, `repeat` times, the runs alternating: a load that comes and goes on a shared machine falls
-  on all of them alike."""
+def interleaved(runs: list[Callable[[], None]], repeat: int, block: int = 4, pause: float = 0.2) -> list[list[float]]:
+  """Seconds of each run, `repeat` times, the runs alternating in blocks of `block` runs: a load that comes and goes
+  on a shared machine falls on all of them alike. A block starts after `pause` seconds and one uncounted run (the
+  previous block's threads may still spin on the cores)."""
   times: list[list[float]] = [[] for _ in runs]
-  for _ in range(repeat):
+  while len(times[0]) < repeat:
     for run, samples in zip(runs, times):
-      start = time.perf_counter()
+      time.sleep(pause)
       run()
-      samples.append(time.perf_counter() - start)
+      for _ in range(min(block - 1, repeat - len(samples))):
+        start = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - start)
   return times
 
 
@@ -119,7 +126,7 @@ def main() -> None:
   args = parser.parse_args()
   model = resnet18()
   print(f"ResNet-18 (224x224, random weights) on {os.cpu_count()} cores; ms per run, median (fastest) of "
-        f"{args.repeat}, tinycore and onnxruntime alternating")
+        f"{args.repeat}, tinycore and onnxruntime alternating in blocks")
   print(f"{'batch':>5} | {'tinycore':>15} | {'onnxruntime':>15} | {'ratio':>11} | tinycore's first call")
   print("------|-----------------|-----------------|-------------|---------------------")
   for batch in (int(b) for b in args.batches.split(",")):

@@ -85,14 +85,16 @@ from tiny_cpu.compiler import CPUCompiler, Standby
 from tiny_cpu.device import load_shared_object
 def run(lib, x):
   f = load_shared_object(lib).answer; f.argtypes, f.restype = [ctypes.c_int], ctypes.c_int; return f(x)
+def say(*words):  # one write per line: the parent's and the child's lines never interleave
+  os.write(1, (" ".join(map(str, words)) + "\\n").encode())
 c = CPUCompiler()
-print("parent", run(c.compile("int answer(int x) { return x + 1; }"), 1), flush=True)
+say("parent", run(c.compile("int answer(int x) { return x + 1; }"), 1))
 pid = os.fork()
 if pid == 0:
-  print("child", run(c.compile("int answer(int x) { return x + 2; }"), 1), flush=True)
+  say("child", run(c.compile("int answer(int x) { return x + 2; }"), 1))
   os._exit(0)
-print("parent again", run(c.compile("int answer(int x) { return x + 3; }"), 1), flush=True)
-print("child exit", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+say("parent again", run(c.compile("int answer(int x) { return x + 3; }"), 1))
+say("child exit", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 """
   result = run_scenario(script, timeout=120, env={"TINYCORE_COMPILE_TIMEOUT": "30"})
   assert result.returncode == 0, result.stderr

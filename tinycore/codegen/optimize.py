@@ -734,13 +734,55 @@ def split_wrapped_loop(sink: UOp) -> UOp:
   return graph_rewrite(sink.substitute({r: outer * c + inner}), symbolic)
 
 
+def split_blocked_loops(sink: UOp) -> tuple[UOp, set[int]]:
+  """Each output loop of a reduction kernel whose addresses read it as blocks, `r // c` and `r % c` for a constant c
+  that divides its size (a weight stored as (O/32, I, kh, kw, 32) and read as (O, I, kh, kw)), as two loops: the
+  blocks `r // c`, then at once inside it the offsets `r % c`. Every address becomes affine in the two, so a
+  register tile can take the offsets as its columns and read each block's panel as the contiguous memory it is.
+  The largest such c of each loop is taken; the other loops keep their order. Returns the kernel and the ids of
+  the offsets' loops."""
+  nodes = sink.toposort()
+  if not any(n.op is Ops.REDUCE for n in nodes): return sink, set()
+  by_divisor: dict[UOp, dict[int, set[Ops]]] = {}
+  for n in nodes:
+    if n.op in (Ops.IDIV, Ops.MOD) and n.dtype is dtypes.index and n.src[0].op is Ops.RANGE and \
+        n.src[0].arg[1] == "loop" and n.src[1].op is Ops.CONST:
+      by_divisor.setdefault(n.src[0], {}).setdefault(n.src[1].arg, set()).add(n.op)
+  offsets: set[int] = set()
+  # the highest id first: a split renumbers only the loops after it, so the loops still to split keep their nodes
+  for r, divisors in sorted(by_divisor.items(), key=lambda item: -item[0].arg[0]):
+    if len(r.src) != 1 or not isinstance(size := _range_size(r), int): continue
+    blocks = [c for c, ops in divisors.items() if len(ops) == 2 and 1 < c < size and size % c == 0]
+    if not blocks: continue
+    c = max(blocks)
+    # the offsets' loop takes the id after r's: every later range moves up one, so the nesting order is kept
+    later = {n: n.replace(arg=(n.arg[0] + 1, *n.arg[1:])) for n in sink.toposort()
+             if n.op is Ops.RANGE and n.arg[0] > r.arg[0]}
+    outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // c),), r.arg)
+    inner = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, c),), (r.arg[0] + 1, "loop"))
+    sink = graph_rewrite(sink.substitute({**later, r: outer * c + inner}), symbolic)
+    offsets = {i + 1 for i in offsets} | {r.arg[0] + 1}
+  return sink, offsets
+
+
+def blocked_columns(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
+  """The kernel with its blocked loops split (`split_blocked_loops`) when the register tile the rules pick then
+  takes a block's offsets as its columns (one contiguous panel per block, read in place), or when only the split
+  kernel gets a tile with rows; as it was otherwise (a tile over other dims would loop over the blocks once more)."""
+  split, offsets = split_blocked_loops(sink)
+  if not offsets or (tile := decide_tile(split, target)) is None: return sink
+  if tile.columns in offsets: return split
+  unsplit = decide_tile(sink, target)
+  return split if tile.rows is not None and (unsplit is None or unsplit.rows is None) else sink
+
+
 def prepared_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
   """The rewrites every kernel gets before its choices (they keep semantics and are never worse): gathers read
   directly, gated loads and float minimums simplified, contiguous loops merged, a wrapped inner loop split in two,
-  elementwise loops split at gates."""
+  a blocked output loop split into its blocks and offsets for a tile, elementwise loops split at gates."""
   if target.gathers: sink = graph_rewrite(sink, gathers)
   sink = graph_rewrite(graph_rewrite(sink, gated_loads), float_minimums)
-  return split_at_gates(split_wrapped_loop(merge_ranges(sink)), target)
+  return split_at_gates(blocked_columns(split_wrapped_loop(merge_ranges(sink)), target), target)
 
 
 def decide_opts(prepared: UOp, target: KernelTarget = DEFAULT_TARGET) -> KernelOpts:
