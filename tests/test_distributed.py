@@ -316,3 +316,33 @@ def test_tinycore_devices_lists_collective_backends(mirror_plugin):
   assert row.kind == "collective" and row.status == "ok (not launched here)" and row.distribution == "tiny-mirror"
   assert row.capabilities == {"library": "mirror 1.0"}
   assert "COLLECTIVE BACKEND" in format_table([row], "COLLECTIVE BACKEND")
+
+
+def test_a_job_of_one_rank_runs_no_collective(mirror_plugin, monkeypatch):
+  # with one rank every collective is its input: nothing is exchanged, no CALL is scheduled, and the gradients of a
+  # data-parallel step are left as they are (a script launched with `mpiexec -n 1` pays nothing for them)
+  monkeypatch.setenv("TINYCORE_DIST_BACKEND", "MIRROR")
+  monkeypatch.setitem(mirror_collective.SETTINGS, "world_size", 1)
+  distributed.init()
+  try:
+    backend = mirror_collective.OPENED[-1]
+    before = dict(backend.calls)  # (init's own exchanges)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for op in ("sum", "max", "min", "mean"):
+      np.testing.assert_array_equal(distributed.all_reduce(Tensor(x), op).numpy(), x)
+    mean = distributed.all_reduce(Tensor(np.arange(5, dtype=np.int32)), "mean")
+    assert mean.dtype is dtypes.float32 and mean.tolist() == [0, 1, 2, 3, 4]
+    np.testing.assert_array_equal(distributed.all_gather(Tensor(x), axis=1).numpy(), x)
+    assert distributed.all_gather(Tensor(3.0)).tolist() == [3.0]
+    np.testing.assert_array_equal(distributed.broadcast(Tensor(x)).numpy(), x)
+    assert not collective_calls((Tensor(x) + 1).contiguous().schedule_linear())
+    assert not collective_calls(distributed.all_reduce(Tensor(x) + 1).contiguous().schedule_linear())
+    w = Tensor(x, requires_grad=True)
+    (w * w).sum().backward()
+    grad = w.grad
+    distributed.all_reduce_gradients([w])
+    assert w.grad is grad
+    np.testing.assert_array_equal(w.grad.numpy(), 2 * x)
+    with pytest.raises(ArgumentError, match="all_reduce op"): distributed.all_reduce_gradients([w], op="prod")
+    assert backend.calls == before
+  finally: distributed.shutdown()

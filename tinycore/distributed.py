@@ -129,6 +129,8 @@ def _collective(t: Tensor, kind: str, **fields) -> Tensor:
   for device in t.device if isinstance(t.device, tuple) else (t.device,):
     if not Device.spec_for(device).compute:
       raise ArgumentError(f"{kind} of a tensor on {device}, which runs no kernels: move it to a compute device first")
+  if world_size() == 1:  # a job of one rank: every collective is its input (all_gather's with the ranks' axis)
+    return Tensor(t.uop.reshape((1, *t.shape)) if kind == "all_gather" else t.uop)
   arg = Collective(kind, world_size(), tuple(t.shape), **fields)
   return Tensor(UOp(Ops.COLLECTIVE, t.dtype, (t.uop,), arg))
 
@@ -195,7 +197,10 @@ def all_reduce_gradients(params: Iterable[Tensor], op: str = "mean") -> None:
   """Each parameter's `.grad` replaced by its all_reduce over the ranks (lazy; "mean" by default, as DDP averages).
   The gradients of one device and dtype travel as one buffer (one collective), then are read back as views: each
   gradient's kernel stores it straight into its slice of that buffer (no copy; a cat of the gradients would compute
-  them inside its copy kernel, without their matmuls' loop shapes: 8 ms instead of 0.1 for the digits MLP)."""
+  them inside its copy kernel, without their matmuls' loop shapes: 8 ms instead of 0.1 for the digits MLP). In a
+  job of one rank every gradient is its own sum and mean: nothing changes."""
+  if op not in REDUCE_OPS: raise ArgumentError(f"all_reduce op must be one of {', '.join(REDUCE_OPS)}, got {op!r}")
+  if world_size() == 1: return
   buckets: dict[tuple, list[Tensor]] = {}
   for p in params:
     if p.grad is not None: buckets.setdefault((p.grad.device, p.grad.dtype), []).append(p)
