@@ -612,6 +612,23 @@ def test_a_wrapped_inner_loop_is_split_into_two_affine_loops():
                                 np.repeat(data[:, None, :], 3, axis=1).reshape(12, 24))
 
 
+def test_a_sort_stage_reads_its_partners_at_affine_addresses():
+  """A bitonic stage pairs element i with i ^ 8 (or, mirrored, its mirror in a block of 16): the loop of 1024 is split
+  while it wraps (64 x 2 x 8), the loop of 2 is written out (each store once, the partner's remainder resolved), and
+  a mirror's (16 * i + 1023 * j + 15) % 1024 is 16 * i - j + 15: no remainder or quotient is left per element (a
+  sort of (256, 1024): 23 -> 12 ms)."""
+  from tinycore.codegen.optimize import prepared_kernel
+  from tinycore.tensor_sort import _partner
+  keys = Tensor(np.random.default_rng(5).integers(0, 1 << 40, (4, 1024))).realize()
+  for half, mirrored in ((8, False), (8, True), (1, False), (256, True)):
+    stage = (keys < _partner(keys, half, mirrored)).where(keys, _partner(keys, half, mirrored))
+    kernel = prepared_kernel(kernel_of(stage.contiguous()), PACKING)
+    assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in kernel.toposort()), (half, mirrored)
+  data = np.random.default_rng(6).standard_normal((8, 1000)).astype(np.float32)
+  np.testing.assert_array_equal(Tensor(data).sort(1)[0].numpy(), np.sort(data, 1))
+  np.testing.assert_array_equal(Tensor(data).argsort(1, descending=True).numpy(), np.argsort(-data, 1, kind="stable"))
+
+
 # ---------------------------------------------------------------------------------------------------- a ResNet's convs
 def test_late_resnet_convs_tile_rows_of_a_7_or_14_wide_image():
   # 14 and 7 are no multiple of 4: the rows of the tile are 7 of them (its largest divisor up to 8), beside a packed

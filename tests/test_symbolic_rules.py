@@ -186,6 +186,20 @@ def test_a_division_of_a_sum_whose_low_terms_stay_below_a_coefficient_divides_th
   assert simplify((y * 56 + x * 2) // 112).op is Ops.IDIV and simplify((y * 56 + x * 2) // 112).src[1].arg == 56
 
 
+def test_a_remainder_whose_coefficients_are_small_negative_residues_is_the_sum_itself():
+  """A flip inside a merged loop: (16 * i + 1023 * j + 15) % 1024 over i < 64, j < 16 is 16 * i - j + 15, which
+  stays within [0, 1024): no remainder per element (a sort's mirrored stage)."""
+  i, j = rng(0, 64), rng(1, 16)
+  out = simplify((i * 16 + j * 1023 + 15) % 1024)
+  assert out is simplify(i * 16 - j + 15)
+  for iv, jv in [(0, 0), (0, 15), (63, 0), (63, 15), (5, 7)]:
+    bound = {i: UOp.const(dtypes.index, iv), j: UOp.const(dtypes.index, jv)}
+    assert simplify(out.substitute(bound)).arg == (iv * 16 + jv * 1023 + 15) % 1024
+  # where the balanced sum would leave [0, c) the remainder stays
+  k = rng(2, 32)
+  assert simplify((k * 1023 + 15) % 1024).op is Ops.MOD
+
+
 # ---------------------------------------------------------------------------- identities (integers and booleans)
 def test_integer_identities():
   r0 = rng(0, 10)

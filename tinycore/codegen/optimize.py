@@ -719,7 +719,44 @@ def split_wrapped_loop(sink: UOp) -> UOp:
   """The innermost output loop, when an address wraps it around a constant that divides its size (a repeat's or a
   tile's `r % 1024` in a loop of 2048), as two loops: `r // c` outside and `r % c` inside, so the inner loop's
   addresses are affine (a plain copy the compiler vectorizes) instead of a remainder per element. The largest such
-  constant is taken."""
+  constant is taken, and the new inner loop is split again while it wraps (a sort stage's pairs 8 apart: 1024 ->
+  64 x 16 -> 64 x 2 x 8)."""
+  for _ in range(MAX_WRAP_SPLITS):
+    split = _split_wrapped_once(sink)
+    if split is sink: break
+    sink = split
+  return sink
+
+
+MAX_WRAP_SPLITS = 4
+UNROLLED_WRAP_MOST = 4  # a loop of at most this many iterations inside a remainder is written out (unroll_wrapping)
+
+
+def unroll_wrapping(sink: UOp) -> UOp:
+  """An elementwise kernel's short output loop (at most UNROLLED_WRAP_MOST iterations) that some address wraps around
+  a constant (a sort stage's partner, `(i + 1016 * half_bit + 8) % 1024`, or a flip's) is written out: each store
+  once per iteration, with the loop's value a constant in it, so the remainders resolve against the other loops'
+  bounds and the addresses become affine (the inner loop vectorizes instead of computing a remainder per element).
+  Kept only when it leaves fewer remainders and quotients than there were."""
+  nodes = sink.toposort()
+  if any(n.op is Ops.REDUCE for n in nodes) or any(n.op is Ops.RANGE and n.arg[1] != "loop" for n in nodes):
+    return sink
+  wrapped = {r for n in nodes if n.op in (Ops.IDIV, Ops.MOD) and n.dtype is dtypes.index
+             for r in n.src[0].toposort() if r.op is Ops.RANGE}
+  stores = [u for u in sink.src if u.op is Ops.STORE]
+  for r in sorted(wrapped, key=lambda r: r.arg[0]):
+    if len(r.src) != 1 or not isinstance(size := _range_size(r), int) or size > UNROLLED_WRAP_MOST: continue
+    if len(stores) * size > MAX_PIECES: break
+    stores = [store.substitute({r: UOp.const(dtypes.index, i)}) if r in store.toposort() else store
+              for store in stores for i in (range(size) if r in store.toposort() else (0,))]
+  if len(stores) == sum(u.op is Ops.STORE for u in sink.src): return sink
+  unrolled = graph_rewrite(sink.replace(src=tuple(stores) + tuple(u for u in sink.src if u.op is not Ops.STORE)),
+                           symbolic)
+  if _divmod_count(unrolled) >= _divmod_count(sink) or kernel_scalars(unrolled) != kernel_scalars(sink): return sink
+  return unrolled
+
+
+def _split_wrapped_once(sink: UOp) -> UOp:
   nodes = sink.toposort()
   outputs = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "loop"), key=lambda r: r.arg[0])
   if not outputs or len((r := outputs[-1]).src) != 1 or not isinstance(size := _range_size(r), int): return sink
@@ -778,11 +815,13 @@ def blocked_columns(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
 
 def prepared_kernel(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
   """The rewrites every kernel gets before its choices (they keep semantics and are never worse): gathers read
-  directly, gated loads and float minimums simplified, contiguous loops merged, a wrapped inner loop split in two,
-  a blocked output loop split into its blocks and offsets for a tile, elementwise loops split at gates."""
+  directly, gated loads and float minimums simplified, contiguous loops merged, a wrapped inner loop split in two
+  and a short wrapped loop written out, a blocked output loop split into its blocks and offsets for a tile,
+  elementwise loops split at gates."""
   if target.gathers: sink = graph_rewrite(sink, gathers)
   sink = graph_rewrite(graph_rewrite(sink, gated_loads), float_minimums)
-  return split_at_gates(blocked_columns(split_wrapped_loop(merge_ranges(sink)), target), target)
+  sink = unroll_wrapping(split_wrapped_loop(merge_ranges(sink)))
+  return split_at_gates(blocked_columns(sink, target), target)
 
 
 def decide_opts(prepared: UOp, target: KernelTarget = DEFAULT_TARGET) -> KernelOpts:

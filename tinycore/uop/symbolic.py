@@ -228,6 +228,13 @@ def simplify_mod(x: UOp, d: UOp) -> UOp | None:
   if any(t.vmin < 0 for t in kept): return None
   lo, hi = _terms_bounds(kept, const % c)
   if lo >= 0 and hi < c: return build_affine(kept, const % c, x.dtype)
+  # a coefficient above c/2 is one below 0: (16 * i + 1023 * j + 15) % 1024 is 16 * i - j + 15 (a flip's index in a
+  # merged loop) where that stays within [0, c)
+  balanced = {t: a - c if 2 * a > c else a for t, a in kept.items()}
+  if balanced != kept:
+    for k in (const % c, const % c - c):
+      lo, hi = _terms_bounds(balanced, k)
+      if lo >= 0 and hi < c: return build_affine(balanced, k, x.dtype)
   if (factored := _factored(kept, const % c, c)) is not None:  # (a * big + small) % (a * k) is (big % k) * a + small
     a, big, small = factored
     return UOp(Ops.ADD, x.dtype, (UOp(Ops.MUL, x.dtype, (UOp(Ops.MOD, x.dtype, (big, UOp.const(x.dtype, c // a))),
