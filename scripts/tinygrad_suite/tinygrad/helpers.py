@@ -25,3 +25,4 @@ def mv_address(mv): return ctypes.addressof(ctypes.c_char.from_buffer(mv))
 from tinycore.helpers import ContextVar as _ContextVar
 for _name in ("USE_ATOMICS", "SPEC", "CHECK_OOB"):
   if _name not in _ContextVar.registry: _ContextVar(_name, 0)
+  globals()[_name] = _ContextVar.registry[_name]
