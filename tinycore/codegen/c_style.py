@@ -499,18 +499,11 @@ class CStyleRenderer:
     apart in the output), as they are or through an epilogue (a bias, a residual, a relu), are first copied into a
     contiguous staging array, which the block then reads (a conv with its epilogue ran 2.5x slower unstaged)."""
     if not self.staging_barrier or not self._upcast: return
-    pad, inner = "  " * depth, self._upcast[-1]
+    inner = self._upcast[-1]
     for u in items:
       if not (isinstance(u, UOp) and u.op is Ops.STORE) or affine_terms(u.src[0].src[1])[0].get(inner) == 1: continue
       for x in u.src[1].toposort():
-        if x.op is not Ops.REDUCE or x not in self._vector or x in self._staged: continue
-        stage = self._staged[x] = self._fresh("stage")
-        lines.append(f"{pad}{self.value_type(x.dtype)} {stage}{self._array_dims};")
-        self._open_upcast_loops(lines, depth)
-        lines.append("  " * (depth + len(self._upcast)) + f"{stage}{self._array_index} = {self._name(x)};")
-        lines.append(pad + "}" * len(self._upcast))
-        lines.append(pad + self.staging_barrier.format(name=stage))
-        self._names[x] = stage
+        if x.op is Ops.REDUCE and x in self._vector and x not in self._staged: self._stage(x, lines, depth)
 
   def _stage_finished_tiles(self, loop: Loop, later: list, lines: list[str], depth: int) -> None:
     """A register tile's accumulators, complete after their reduction `loop`, are copied into a staging array (read
@@ -519,15 +512,19 @@ class CStyleRenderer:
     finished = [x for x in loop.reduces if x in self._vector]
     if not (self.staging_barrier and finished and
             any(isinstance(e, Loop) and any(x in self._vector for x in e.reduces) for e in later)): return
+    for x in finished: self._stage(x, lines, depth)
+
+  def _stage(self, x: UOp, lines: list[str], depth: int) -> None:
+    """Copy the accumulators of the vector REDUCE `x` into a fresh staging array, kept by the barrier, and read `x`
+    from it from now on."""
     pad = "  " * depth
-    for x in finished:
-      stage = self._fresh("stage")
-      lines.append(f"{pad}{self.value_type(x.dtype)} {stage}{self._array_dims};")
-      self._open_upcast_loops(lines, depth)
-      lines.append("  " * (depth + len(self._upcast)) + f"{stage}{self._array_index} = {self._name(x)};")
-      lines.append(pad + "}" * len(self._upcast))
-      lines.append(pad + self.staging_barrier.format(name=stage))
-      self._names[x] = stage
+    stage = self._staged[x] = self._fresh("stage")
+    lines.append(f"{pad}{self.value_type(x.dtype)} {stage}{self._array_dims};")
+    self._open_upcast_loops(lines, depth)
+    lines.append("  " * (depth + len(self._upcast)) + f"{stage}{self._array_index} = {self._name(x)};")
+    lines.append(pad + "}" * len(self._upcast))
+    lines.append(pad + self.staging_barrier.format(name=stage))
+    self._names[x] = stage
 
   def order_vector_block(self, items: list, upcast: list[UOp]) -> list:
     """The statements of one unrolled block (UOps and AccUpdates, in a valid order) in the order to write them; a
