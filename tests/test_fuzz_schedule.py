@@ -244,6 +244,18 @@ def test_a_kernel_cut_at_its_gates_keeps_every_buffer_parameter():
   np.testing.assert_allclose(program.t.numpy(), program.ref, rtol=1e-4, atol=1e-4, err_msg=str(steps))
 
 
+def test_a_written_out_loop_keeps_every_buffer_parameter():
+  """Seed 840566340, program 15 (times zero twice, reshape, expand, pad, shrink, where, pad, sub): a loop of 3 inside
+  a remainder, written out (unroll_wrapping), decided the gate of a load multiplied by zero, and that buffer was
+  read no more; its parameter must stay (as a cut at the gates keeps it) or the later buffers are read one off."""
+  rng = random.Random(840566340)
+  for index in range(16):
+    program = Program(rng, tuple(rng.randrange(1, 7) for _ in range(rng.randrange(1, 4))))
+    steps = [program.step() for _ in range(rng.randrange(2, 12))]
+    rng.random()  # (the draw that decides the assign in test_random_programs_match_numpy)
+  np.testing.assert_allclose(program.t.numpy(), program.ref, rtol=1e-4, atol=1e-4, err_msg=str(steps))
+
+
 @pytest.mark.parametrize("cols", [2, 5])
 def test_minimum_of_a_padded_cat_keeps_signed_zeros(cols):
   """Seed 704359956, program 13: a kernel cut at the gates of a padded cat had min(pad's 0.0, -0.0) in a piece of

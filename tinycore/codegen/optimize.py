@@ -537,13 +537,17 @@ def split_at_gates(sink: UOp, target: KernelTarget = DEFAULT_TARGET) -> UOp:
     work = cut_work
   if len(work) == len(stores) and all(loops is outputs for _, loops in work): return sink
   split = sink.replace(src=tuple(piece for piece, _ in work) + tuple(u for u in sink.src if u.op is not Ops.STORE))
-  split = graph_rewrite(graph_rewrite(split, symbolic), decided_gates)
-  # a buffer no piece reads any more stays a parameter: the kernel's call passes every buffer by position
-  kept = {u for u in split.toposort() if u.op is Ops.PARAM}
-  unread = tuple(sorted((u for u in nodes if u.op is Ops.PARAM and u not in kept), key=lambda u: u.arg))
-  split = split.replace(src=split.src + unread) if unread else split
+  split = keeping_parameters(graph_rewrite(graph_rewrite(split, symbolic), decided_gates), nodes)
   # (a Variable used only in a decided gate would vanish from the call's arguments: then the loop stays whole)
   return split if kernel_scalars(split) == kernel_scalars(sink) else sink
+
+
+def keeping_parameters(rewritten: UOp, nodes: list[UOp]) -> UOp:
+  """`rewritten` with every buffer parameter of the kernel it came from (`nodes`) that it no longer reads appended
+  to its SINK: the kernel's call passes every buffer by position."""
+  kept = {u for u in rewritten.toposort() if u.op is Ops.PARAM}
+  unread = tuple(sorted((u for u in nodes if u.op is Ops.PARAM and u not in kept), key=lambda u: u.arg))
+  return rewritten.replace(src=rewritten.src + unread) if unread else rewritten
 
 
 def _cut_points(piece: UOp, r: UOp, size: int) -> set[int]:
@@ -753,7 +757,7 @@ def unroll_wrapping(sink: UOp) -> UOp:
   unrolled = graph_rewrite(sink.replace(src=tuple(stores) + tuple(u for u in sink.src if u.op is not Ops.STORE)),
                            symbolic)
   if _divmod_count(unrolled) >= _divmod_count(sink) or kernel_scalars(unrolled) != kernel_scalars(sink): return sink
-  return unrolled
+  return keeping_parameters(unrolled, nodes)  # (a load multiplied by a zero that became a constant is gone)
 
 
 def _split_wrapped_once(sink: UOp) -> UOp:
