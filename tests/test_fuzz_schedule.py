@@ -232,15 +232,21 @@ def test_random_programs_match_numpy():
       pytest.fail(f"program {index} of seed {seed} (TINYCORE_FUZZ_SEED={seed}): steps {steps}\n{error}")
 
 
+def replayed_program(seed: int, index: int) -> tuple[Program, list[str]]:
+  """Program `index` of `seed` as test_random_programs_match_numpy draws it (its steps; no assign), and its steps."""
+  rng = random.Random(seed)
+  for _ in range(index + 1):
+    program = Program(rng, tuple(rng.randrange(1, 7) for _ in range(rng.randrange(1, 4))))
+    steps = [program.step() for _ in range(rng.randrange(2, 12))]
+    rng.random()  # (the draw that decides the assign in test_random_programs_match_numpy)
+  return program, steps
+
+
 def test_a_kernel_cut_at_its_gates_keeps_every_buffer_parameter():
   """Seed 357380630, program 154 (pad, shrink, cat, pad, assign into a view): cut at its gates (the CPU's
   split_at_gates) the kernel's last piece no longer read one input; the parameter must stay, or every later buffer
   is passed one position off (the output was wrong where a piece read the next buffer)."""
-  rng = random.Random(357380630)
-  for index in range(155):
-    program = Program(rng, tuple(rng.randrange(1, 7) for _ in range(rng.randrange(1, 4))))
-    steps = [program.step() for _ in range(rng.randrange(2, 12))]
-    rng.random()  # (the draw that decides the assign in test_random_programs_match_numpy)
+  program, steps = replayed_program(357380630, 154)
   np.testing.assert_allclose(program.t.numpy(), program.ref, rtol=1e-4, atol=1e-4, err_msg=str(steps))
 
 
@@ -248,11 +254,7 @@ def test_a_written_out_loop_keeps_every_buffer_parameter():
   """Seed 840566340, program 15 (times zero twice, reshape, expand, pad, shrink, where, pad, sub): a loop of 3 inside
   a remainder, written out (unroll_wrapping), decided the gate of a load multiplied by zero, and that buffer was
   read no more; its parameter must stay (as a cut at the gates keeps it) or the later buffers are read one off."""
-  rng = random.Random(840566340)
-  for index in range(16):
-    program = Program(rng, tuple(rng.randrange(1, 7) for _ in range(rng.randrange(1, 4))))
-    steps = [program.step() for _ in range(rng.randrange(2, 12))]
-    rng.random()  # (the draw that decides the assign in test_random_programs_match_numpy)
+  program, steps = replayed_program(840566340, 15)
   np.testing.assert_allclose(program.t.numpy(), program.ref, rtol=1e-4, atol=1e-4, err_msg=str(steps))
 
 

@@ -123,6 +123,10 @@ def _check_tensor(t: Tensor, name: str) -> None:
   if not isinstance(t, Tensor): raise TypeError(f"{name} takes a Tensor, got {type(t).__name__}")
 
 
+def _check_reduce_op(op: str) -> None:
+  if op not in REDUCE_OPS: raise ArgumentError(f"all_reduce op must be one of {', '.join(REDUCE_OPS)}, got {op!r}")
+
+
 def _collective(t: Tensor, kind: str, **fields) -> Tensor:
   if any(has_symbolic_arg(n) for n in t.uop.toposort()):
     raise ArgumentError(f"{kind} of a tensor of symbolic shape {t.shape}: collectives take concrete shapes")
@@ -139,7 +143,7 @@ def all_reduce(t: Tensor, op: str = "sum") -> Tensor:
   """Every rank's `t` combined elementwise with `op` ("sum", "mean", "max" or "min"), on every rank (lazy). A mean
   is the sum divided by the world size (integers are summed in int64 and averaged in float32, as Tensor.mean)."""
   _check_tensor(t, "all_reduce")
-  if op not in REDUCE_OPS: raise ArgumentError(f"all_reduce op must be one of {', '.join(REDUCE_OPS)}, got {op!r}")
+  _check_reduce_op(op)
   if t.dtype is dtypes.bool and op in ("sum", "mean"):
     raise DTypeError(f"all_reduce {op} of bools: cast to an integer dtype first (max is any, min is all)")
   if op != "mean": return _reduced(t, op)
@@ -199,7 +203,7 @@ def all_reduce_gradients(params: Iterable[Tensor], op: str = "mean") -> None:
   gradient's kernel stores it straight into its slice of that buffer (no copy; a cat of the gradients would compute
   them inside its copy kernel, without their matmuls' loop shapes: 8 ms instead of 0.1 for the digits MLP). In a
   job of one rank every gradient is its own sum and mean: nothing changes."""
-  if op not in REDUCE_OPS: raise ArgumentError(f"all_reduce op must be one of {', '.join(REDUCE_OPS)}, got {op!r}")
+  _check_reduce_op(op)
   if world_size() == 1: return
   buckets: dict[tuple, list[Tensor]] = {}
   for p in params:

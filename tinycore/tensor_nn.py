@@ -201,7 +201,7 @@ class TensorNN:
     def weighted(picks: list[int], factors: list[int]) -> Tensor:
       chosen = Tensor(picks, device=self.device, dtype=dtypes.int32).reshape(new, 1) == inputs
       return chosen.where(rows, 0).sum(-1, dtype=dtypes.int32) * Tensor(factors, device=self.device, dtype=dtypes.int32)
-    total = weighted(lows, [a for a, _ in scaled]) + weighted(highs, [b for _, b in scaled]) + (1 << (bits - 1))
+    total = weighted(lows, [a for a, _ in scaled]) + weighted(highs, [b for _, b in scaled]) + (1 << bits >> 1)
     return (total // (1 << bits)).clip(0, 255).cast(dtypes.uint8).transpose(axis, -1)
 
   def _resample_sources(self: Tensor, old: int, new: int, mode: str,

@@ -454,7 +454,7 @@ class CStyleRenderer:
     self._block_of: dict[Any, int] = {}
     self._current_block: int | None = None
     self._arrays: dict[UOp, str] = {}
-    self._staged: dict[UOp, str] = {}
+    self._staged: set[UOp] = set()  # vector REDUCEs read from a staging array
     if not kernel.upcast: return
     def assign(body: list) -> None:
       for segment in self._segments(body):
@@ -518,7 +518,8 @@ class CStyleRenderer:
     """Copy the accumulators of the vector REDUCE `x` into a fresh staging array, kept by the barrier, and read `x`
     from it from now on."""
     pad = "  " * depth
-    stage = self._staged[x] = self._fresh("stage")
+    self._staged.add(x)
+    stage = self._fresh("stage")
     lines.append(f"{pad}{self.value_type(x.dtype)} {stage}{self._array_dims};")
     self._open_upcast_loops(lines, depth)
     lines.append("  " * (depth + len(self._upcast)) + f"{stage}{self._array_index} = {self._name(x)};")

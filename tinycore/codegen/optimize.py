@@ -751,8 +751,11 @@ def unroll_wrapping(sink: UOp) -> UOp:
   for r in sorted(wrapped, key=lambda r: r.arg[0]):
     if len(r.src) != 1 or not isinstance(size := _range_size(r), int) or size > UNROLLED_WRAP_MOST: continue
     if len(stores) * size > MAX_PIECES: break
-    stores = [store.substitute({r: UOp.const(dtypes.index, i)}) if r in store.toposort() else store
-              for store in stores for i in (range(size) if r in store.toposort() else (0,))]
+    written: list[UOp] = []
+    for store in stores:
+      if r in store.toposort(): written.extend(store.substitute({r: UOp.const(dtypes.index, i)}) for i in range(size))
+      else: written.append(store)
+    stores = written
   if len(stores) == sum(u.op is Ops.STORE for u in sink.src): return sink
   unrolled = graph_rewrite(sink.replace(src=tuple(stores) + tuple(u for u in sink.src if u.op is not Ops.STORE)),
                            symbolic)
