@@ -166,14 +166,14 @@ def main() -> None:
     if kind == "allreduce": allreduce_worker(int(rest[0]))
     else: train_worker(rest[0], int(rest[1]), int(rest[2]))
     return
-  for processes in (int(p) for p in args.processes.split(",")):
+  for processes in (int(p) for p in args.processes.split(",") if p):
     print_allreduce(processes, launch(processes, "allreduce", str(args.most_mib * 1024)), "shared memory")
   if args.tcp: print_allreduce(2, launch(2, "allreduce", str(args.most_mib * 1024), tcp=True), "TCP")
-  for model_kind in args.models.split(","):
+  for model_kind in (m for m in args.models.split(",") if m):
     print(f"\ntraining step (train_digits {model_kind}, Adam, TinyJit, global batch {args.batch}; median of "
           f"{args.steps}, slowest process)")
     print(f"{'processes':>9} {'gradient allreduce':>19} {'ms/step':>8} {'images/s':>9}")
-    for processes in (int(p) for p in args.train_processes.split(",")):
+    for processes in (int(p) for p in args.train_processes.split(",") if p):
       for row in launch(processes, "train", model_kind, str(args.batch), str(args.steps)):
         print(f"{processes:>9} {'yes' if row['allreduce'] else 'no':>19} {row['step'] * 1e3:8.2f} "
               f"{args.batch / row['step']:9.0f}")

@@ -16,7 +16,7 @@ Each call, in this order:
 from __future__ import annotations
 import struct
 import zlib
-from typing import Any
+from typing import Any, NamedTuple
 from tinycore.dtype import DType, dtypes
 from tinycore.uop.collective import Collective
 from tinycore.device.buffer import Buffer
@@ -76,6 +76,7 @@ MAGIC = 0x74696E79636F7265  # "tinycore"
 SHOWN_DIMS = HEADER_WORDS - 7
 NUMBER_OFFSET = 8  # the collective's number: the second word
 MAX_HEADERS = 1024  # packed headers kept (one per distinct collective a program runs)
+NUMBER_WORD = struct.Struct("<q")
 # what a header says a process is doing (the first three are its collectives)
 KIND_CODES = {"all_reduce": 1, "all_gather": 2, "broadcast": 3, "barrier": 4, "exit": 5, "start": 6}
 KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
@@ -133,6 +134,14 @@ def inline_bytes(world_size: int) -> int:
   return max(0, min(MOST_INLINE_BYTES, room - room % 8))
 
 
+class PreparedCollective(NamedTuple):
+  """A collective's header (its number word 0), whether its payload rides in the header records, and if so where
+  each rank's piece starts in the records and where it lands in the result."""
+  header: bytes
+  inline: bool
+  pieces: tuple[tuple[int, int], ...]
+
+
 class CollectiveGroup:
   """The started backend of this process, its watch, and the number of collectives run so far."""
 
@@ -146,6 +155,7 @@ class CollectiveGroup:
     self.records = memoryview(bytearray(self.record_bytes * self.world_size))
     self.staging: dict[str, memoryview] = {}
     self.headers: dict[tuple, bytes] = {}
+    self.prepared_steps: dict[tuple, PreparedCollective] = {}
     self.previous_excepthook: Any = None  # the fault handling's (tinycore.device.collective_faults)
     self.exception_hook: Any = None
 
@@ -153,19 +163,23 @@ class CollectiveGroup:
                payload: memoryview | None = None) -> memoryview:
     """Every rank's record for this step, one backend all_gather (the barrier): each a header (raises
     CollectiveMismatch when they differ) and, when given, this rank's small payload after it."""
+    return self.exchange_header(self.header(kind, detail, dtype, shape), payload)
+
+  def exchange_header(self, header: bytes, payload: memoryview | None) -> memoryview:
+    """`exchange` of a packed header (its number word is filled in here)."""
     self.number += 1
-    mine = self.header(kind, detail, dtype, shape)
-    send = self.record_send
+    send, size = self.record_send, self.record_bytes
+    mine = header[:NUMBER_OFFSET] + NUMBER_WORD.pack(self.number) + header[NUMBER_OFFSET + 8:]
     send[:HEADER_BYTES] = mine
-    struct.pack_into("<q", send, NUMBER_OFFSET, self.number)
     if payload is not None: send[HEADER_BYTES:HEADER_BYTES + payload.nbytes] = payload
-    self.watch.entering(lambda: f"{describe_header(struct.unpack_from(HEADER_FORMAT, send))}, exchanging headers")
+    self.watch.entering(lambda: f"{describe_header(struct.unpack(HEADER_FORMAT, mine))}, exchanging headers")
     try: self.backend.all_gather(send, self.records, dtypes.uint8)
     finally: self.watch.left()
-    size, received, header = self.record_bytes, self.records.tobytes(), send[:HEADER_BYTES].tobytes()
-    if any(received[i * size:i * size + HEADER_BYTES] != header for i in range(self.world_size)):
-      raise CollectiveMismatch(mismatch_message([struct.unpack_from(HEADER_FORMAT, received, i * size)
-                                                 for i in range(self.world_size)]))
+    received = self.records.tobytes()
+    for start in range(0, size * self.world_size, size):
+      if received[start:start + HEADER_BYTES] != mine:
+        raise CollectiveMismatch(mismatch_message([struct.unpack_from(HEADER_FORMAT, received, i * size)
+                                                   for i in range(self.world_size)]))
     return self.records
 
   def header(self, kind: str, detail: int, dtype: DType | None, shape: tuple[int, ...]) -> bytes:
@@ -182,30 +196,40 @@ class CollectiveGroup:
     if held is None or held.nbytes < nbytes: held = self.staging[role] = memoryview(bytearray(nbytes))
     return held[:nbytes]
 
+  def prepared(self, collective: Collective, dtype: DType, nbytes: int) -> PreparedCollective:
+    """What running this collective on `nbytes` of `dtype` needs besides the buffers, worked out once."""
+    key = (collective, dtype, nbytes)
+    if (found := self.prepared_steps.get(key)) is None:
+      # (a gathered all_reduce's header says all_reduce: ranks that disagree on its size are named as the user wrote
+      # it)
+      kind = "all_reduce" if collective.reduce_op is not None else collective.kind
+      detail = collective.root if kind == "broadcast" else REDUCE_CODES.get(collective.reduce_op or "", 0)
+      inline = collective.kind != "all_reduce" and 0 < nbytes <= self.inline_bytes
+      ranks = range(self.world_size) if collective.kind == "all_gather" else (collective.root,)
+      header = self.header(kind, detail, dtype, collective.shape)
+      # where each rank's inline payload starts in the records, and where it goes in the destination
+      pieces = tuple((rank * self.record_bytes + HEADER_BYTES, i * nbytes) for i, rank in enumerate(ranks))
+      if len(self.prepared_steps) >= MAX_HEADERS: self.prepared_steps.clear()
+      found = self.prepared_steps[key] = PreparedCollective(header, inline, pieces)
+    return found
+
   def run(self, collective: Collective, dst: Buffer, src: Buffer) -> None:
     """Run one collective: the header exchange (with the payload in it when it is a small all_gather or
     broadcast), then the payload from src into dst (see the module docstring)."""
-    # (a gathered all_reduce's header says all_reduce: ranks that disagree on its size are named as the user wrote it)
-    kind = "all_reduce" if collective.reduce_op is not None else collective.kind
-    detail = collective.root if kind == "broadcast" else REDUCE_CODES.get(collective.reduce_op or "", 0)
-    inline = collective.kind != "all_reduce" and 0 < src.nbytes <= self.inline_bytes
-    payload = self.host_view(src, "send", read=True)[0] if inline else None
-    records = self.exchange(kind, detail, src.dtype, collective.shape, payload)
-    if inline: self.unpack_inline(collective, dst, records, src.nbytes)
-    elif src.nbytes:
+    nbytes = src.nbytes
+    step = self.prepared(collective, src.dtype, nbytes)
+    if step.inline:
+      records = self.exchange_header(step.header, self.host_view(src, "send", read=True)[0])
+      recv, staged = self.host_view(dst, "recv", read=False)
+      for start, at in step.pieces: recv[at:at + nbytes] = records[start:start + nbytes]
+      if staged: dst.copyin(recv)
+      return
+    self.exchange_header(step.header, None)
+    if nbytes:
       number = self.number
       self.watch.entering(lambda: f"{collective.describe()} {src.dtype.name} (collective #{number})")
       try: self.move_payload(collective, dst, src)
       finally: self.watch.left()
-
-  def unpack_inline(self, collective: Collective, dst: Buffer, records: memoryview, nbytes: int) -> None:
-    """dst := the payloads that rode in the records: every rank's in rank order, or the root's."""
-    recv, staged = self.host_view(dst, "recv", read=False)
-    ranks = range(self.world_size) if collective.kind == "all_gather" else (collective.root,)
-    for i, rank in enumerate(ranks):
-      start = rank * self.record_bytes + HEADER_BYTES
-      recv[i * nbytes:(i + 1) * nbytes] = records[start:start + nbytes]
-    if staged: dst.copyin(recv)
 
   def move_payload(self, collective: Collective, dst: Buffer, src: Buffer) -> None:
     backend = self.backend
