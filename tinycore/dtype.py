@@ -80,6 +80,11 @@ class dtypes(metaclass=DTypesNamespace):
   uint32 = DType(6, 4, "uint32", "I", "uint32")
   int64 = DType(7, 8, "int64", "q", "int64")
   uint64 = DType(8, 8, "uint64", "Q", "uint64")
+  # 8-bit floats (tinygrad's, as ml_dtypes and ONNX define them): stored as bytes, computed in float (Float8Format)
+  fp8e4m3 = DType(9, 1, "fp8e4m3", None, None)
+  fp8e4m3fnuz = DType(9, 1, "fp8e4m3fnuz", None, None)
+  fp8e5m2 = DType(10, 1, "fp8e5m2", None, None)
+  fp8e5m2fnuz = DType(10, 1, "fp8e5m2fnuz", None, None)
   float16 = DType(11, 2, "float16", "e", "float16")
   bfloat16 = DType(12, 2, "bfloat16", None, None)
   float32 = DType(13, 4, "float32", "f", "float32")
@@ -161,29 +166,42 @@ class dtypes(metaclass=DTypesNamespace):
     return FLOAT_BITS[dtype.name]
 
 
+FP8S = (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
 ALL = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
-       dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
-FLOATS = frozenset({dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64})
+       dtypes.uint64, *FP8S, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+FLOATS = frozenset({*FP8S, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64})
+# floats computed in float and rounded back to their own precision after every op (no arithmetic of their own)
+NARROW_FLOATS = frozenset({*FP8S, dtypes.float16, dtypes.bfloat16})
+# dtypes numpy has no type for: the host reads and writes them as float32 (a cast on the device)
+HOST_FLOAT32 = frozenset({*FP8S, dtypes.bfloat16})
 UNSIGNED = frozenset({dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
 INTS = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64}) | UNSIGNED
-FLOAT_BITS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}
+FLOAT_BITS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52), "fp8e4m3": (4, 3),
+              "fp8e5m2": (5, 2), "fp8e4m3fnuz": (4, 3), "fp8e5m2fnuz": (5, 2)}
 # tinygrad's groups of dtypes, as tuples on the namespace (dtypes.floats, dtypes.ints, ...)
-dtypes.floats = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+dtypes.fp8_ocp = (dtypes.fp8e4m3, dtypes.fp8e5m2)
+dtypes.fp8_fnuz = (dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
+dtypes.fp8s = FP8S
+dtypes.floats = (*FP8S, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 dtypes.ints = dtypes.uints + dtypes.sints
 dtypes.all = dtypes.floats + dtypes.ints + (dtypes.bool,)
 DTYPES_BY_NAME = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16,
                   "uint16": dtypes.uint16, "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64,
-                  "uint64": dtypes.uint64, "float16": dtypes.float16, "bfloat16": dtypes.bfloat16,
-                  "float32": dtypes.float32, "float64": dtypes.float64}
+                  "uint64": dtypes.uint64, **{d.name: d for d in FP8S}, "float16": dtypes.float16,
+                  "bfloat16": dtypes.bfloat16, "float32": dtypes.float32, "float64": dtypes.float64}
+# the 8-bit floats' names in ml_dtypes, torch and tinygrad's DType.name ("float8_e4m3fn" is ONNX's e4m3)
+dtypes.float8_e4m3 = dtypes.float8_e4m3fn = dtypes.fp8e4m3
+dtypes.float8_e5m2, dtypes.float8_e4m3fnuz, dtypes.float8_e5m2fnuz = dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz
 
 # each type promotes to these (tinygrad's lattice); the least upper bound of a set is their cheapest common ancestor
 PROMOTION_LATTICE: dict[DType, list[DType]] = {
   dtypes.bool: [dtypes.int8, dtypes.uint8], dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32],
-  dtypes.int32: [dtypes.int64], dtypes.int64: [dtypes.float16, dtypes.bfloat16],
+  dtypes.int32: [dtypes.int64], dtypes.int64: [*FP8S, dtypes.float16, dtypes.bfloat16],
   dtypes.uint8: [dtypes.int16, dtypes.uint16], dtypes.uint16: [dtypes.int32, dtypes.uint32],
-  dtypes.uint32: [dtypes.int64, dtypes.uint64], dtypes.uint64: [dtypes.float16, dtypes.bfloat16],
+  dtypes.uint32: [dtypes.int64, dtypes.uint64], dtypes.uint64: [*FP8S, dtypes.float16, dtypes.bfloat16],
+  **{d: [dtypes.float16, dtypes.bfloat16] for d in FP8S},
   dtypes.float16: [dtypes.float32], dtypes.bfloat16: [dtypes.float32], dtypes.float32: [dtypes.float64],
 }
 
@@ -230,9 +248,9 @@ def to_dtype(x: DType | str) -> DType:
 
 
 def to_np_dtype(d: DType):
-  """The numpy dtype with the same bytes (bfloat16 has none and is exposed as uint16 storage)."""
+  """The numpy dtype with the same bytes (bfloat16 and the 8-bit floats have none: cast to float32 first)."""
   import numpy as np
-  if d is dtypes.bfloat16: raise TypeError("bfloat16 has no numpy dtype; cast to float32 first")
+  if d in HOST_FLOAT32: raise TypeError(f"{d.name} has no numpy dtype; cast to float32 first")
   return np.dtype(d.np_name)
 
 
@@ -241,3 +259,68 @@ def from_np_dtype(npdt) -> DType:
   name = np.dtype(npdt).name
   if name not in DTYPES_BY_NAME: raise TypeError(f"numpy dtype {name} is not supported by tinycore")
   return DTYPES_BY_NAME[name]
+
+
+# ---------------------------------------------------------------------------- 8-bit floats
+@attrs.frozen
+class Float8Format:
+  """An 8-bit float: sign, `exponent_bits`, `mantissa_bits`, exponent `bias`; `max_code` is the largest finite
+  value's byte. `kind` says what the all-ones patterns mean: "fn" (e4m3: no infinity, S.1111.111 is NaN), "ieee"
+  (e5m2: exponent all ones is infinity or NaN, as IEEE) or "fnuz" (no infinity, no negative zero, 0x80 is NaN).
+  The NaN a conversion makes keeps its sign in the OCP formats (S.1111111).
+
+  Converting to one rounds to nearest even and saturates: a finite value beyond the largest becomes the largest of
+  its sign (ml_dtypes' and tinygrad's behaviour, and ONNX's default `saturate=1`); infinity becomes infinity in e5m2
+  and NaN in the others; NaN becomes NaN (S.1111.111 in the OCP formats, 0x80 in fnuz)."""
+  exponent_bits: int
+  mantissa_bits: int
+  bias: int
+  max_code: int
+  kind: str
+
+  @property
+  def nan_code(self) -> int: return 0x80 if self.kind == "fnuz" else 0x7F
+
+
+FP8_FORMATS: dict[DType, Float8Format] = {
+  dtypes.fp8e4m3: Float8Format(4, 3, 7, 0x7E, "fn"), dtypes.fp8e5m2: Float8Format(5, 2, 15, 0x7B, "ieee"),
+  dtypes.fp8e4m3fnuz: Float8Format(4, 3, 8, 0x7F, "fnuz"), dtypes.fp8e5m2fnuz: Float8Format(5, 2, 16, 0x7F, "fnuz")}
+
+
+def fp8_to_float(code: int, dtype: DType) -> float:
+  """The value of an 8-bit float's byte."""
+  f = FP8_FORMATS[dtype]
+  code &= 0xFF
+  sign, exponent, mantissa = code >> 7, (code >> f.mantissa_bits) & ((1 << f.exponent_bits) - 1), \
+    code & ((1 << f.mantissa_bits) - 1)
+  if f.kind == "fnuz" and code == 0x80: return math.nan
+  if f.kind == "fn" and code & 0x7F == 0x7F: return math.nan
+  if f.kind == "ieee" and exponent == (1 << f.exponent_bits) - 1:
+    return math.nan if mantissa else (-math.inf if sign else math.inf)
+  if exponent == 0: value = math.ldexp(mantissa, 1 - f.bias - f.mantissa_bits)
+  else: value = math.ldexp((1 << f.mantissa_bits) + mantissa, exponent - f.bias - f.mantissa_bits)
+  return -value if sign else value
+
+
+def float_to_fp8(x: float, dtype: DType) -> int:
+  """The byte of the 8-bit float nearest x (ties to even; saturating: see Float8Format)."""
+  f = FP8_FORMATS[dtype]
+  x = float(x)
+  sign = 0x80 if math.copysign(1.0, x) < 0 else 0
+  if math.isnan(x): return f.nan_code if f.kind == "fnuz" else sign | f.nan_code
+  if math.isinf(x): return sign | 0x7C if f.kind == "ieee" else f.nan_code
+  magnitude = abs(x)
+  exponent = math.frexp(magnitude)[1] - 1 if magnitude else -1 << 20  # magnitude in [2**exponent, 2**(exponent + 1))
+  # the step between neighbours at this magnitude (the subnormal step below the smallest normal)
+  step_exponent = max(exponent, 1 - f.bias) - f.mantissa_bits
+  steps = round(math.ldexp(magnitude, -step_exponent))  # exact scaling; round() ties to even
+  if exponent < 1 - f.bias: code = steps  # subnormal (a round up to 2**mantissa_bits is the smallest normal's byte)
+  else: code = ((exponent + f.bias) << f.mantissa_bits) + steps - (1 << f.mantissa_bits)
+  code = min(code, f.max_code)
+  if f.kind == "fnuz" and code == 0: return 0
+  return code | sign
+
+
+def round_to_fp8(x: float, dtype: DType) -> float:
+  """x rounded to the 8-bit float `dtype` (tinygrad's truncate for fp8)."""
+  return fp8_to_float(float_to_fp8(x, dtype), dtype)

@@ -9,7 +9,7 @@ Stores: `AFTER(dest, STORE(view, value))` passes the upstream gradient to `value
 from __future__ import annotations
 import math
 from typing import Any
-from tinycore.dtype import dtypes
+from tinycore.dtype import NARROW_FLOATS, dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.uop.pattern import PatternMatcher, UPat
 
@@ -39,7 +39,7 @@ def _zeros(like: UOp) -> UOp: return full_like(like, 0)
 def _reduce_sum(x: UOp, axes: tuple[int, ...]) -> UOp:
   """Sum over axes, keeping them as size 1; 16-bit floats accumulate in float32."""
   if not axes: return x
-  acc = dtypes.float32 if x.dtype in (dtypes.float16, dtypes.bfloat16) else x.dtype
+  acc = dtypes.float32 if x.dtype in NARROW_FLOATS else x.dtype
   return UOp(Ops.REDUCE_AXIS, acc, (x.cast(acc),), (Ops.ADD, axes)).cast(x.dtype)
 
 

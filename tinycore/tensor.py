@@ -7,7 +7,8 @@ import math
 import pathlib
 import sys
 from typing import Any, Callable, Sequence
-from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype, to_np_dtype, from_np_dtype
+from tinycore.dtype import (HOST_FLOAT32, NARROW_FLOATS, DType, dtypes, least_upper_dtype, least_upper_float, to_dtype,
+                            to_np_dtype, from_np_dtype)
 from tinycore.uop.ops import Ops, UOp, Variable, prod, simplify_size
 from tinycore.uop.symbolic_shapes import (check_shape_expr, evaluate, evaluate_shape, max_int, max_numel, min_int,
                                             view_in_buffer)
@@ -95,7 +96,7 @@ def _numbers_array(data: Sequence, dtype: DType | None) -> Any:
     target = dtypes.int_for(low) if dtypes.int_for(low) is not dtypes.default_int else dtypes.int_for(high)
   else: return None
   if dtype is not None and dtype is not target:
-    same_kind = (dtypes.is_float(dtype) and dtype is not dtypes.bfloat16 and kind == "f") or (
+    same_kind = (dtypes.is_float(dtype) and dtype not in HOST_FLOAT32 and kind == "f") or (
       dtypes.is_int(dtype) and kind == "i" and dtypes.min(dtype) <= low and high <= dtypes.max(dtype))
     if not same_kind: return None
     target = dtype
@@ -242,7 +243,7 @@ class Tensor(TensorOps, metaclass=TensorType):
     target = dtype or (dtypes.from_py(flat) if flat else dtypes.default_float)
     _check_int_convertible(flat, target)
     # build the bytes in the inferred dtype's host form, then cast on the device (casts run on the target)
-    host_dtype = target if target is not dtypes.bfloat16 else dtypes.float32
+    host_dtype = target if target not in HOST_FLOAT32 else dtypes.float32
     values = [dtypes.as_const(v, host_dtype) if not dtypes.is_float(host_dtype) else float(v) for v in flat]
     arr = np.array(values, dtype=to_np_dtype(host_dtype)).reshape(shape)
     uop = Tensor._from_numpy(arr, device)
@@ -462,7 +463,8 @@ class Tensor(TensorOps, metaclass=TensorType):
       raise DTypeError(f"rand needs a float dtype, got {dtype} (rand_like of an int tensor: pass dtype=)")
     bits = Tensor._random_bits(prod(shape), device)
     # as many random bits as the dtype's significand holds, so the cast is exact and 1.0 is never reached
-    precision = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float64: 32}.get(dtype, 24)
+    precision = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float64: 32, dtypes.fp8e4m3: 4, dtypes.fp8e4m3fnuz: 4,
+                 dtypes.fp8e5m2: 3, dtypes.fp8e5m2fnuz: 3}.get(dtype, 24)
     compute = dtypes.float64 if precision > 24 else dtypes.float32
     values = (bits >> (32 - precision)).cast(compute) * (1.0 / (1 << precision))
     return Tensor(values.reshape(shape).cast(dtype).uop, **kwargs)
@@ -585,7 +587,7 @@ class Tensor(TensorOps, metaclass=TensorType):
     """A numpy array with this tensor's values (one copy: read straight from a host-visible buffer)."""
     import numpy as np
     if isinstance(self.device, tuple): return self.to(self.device[0]).numpy()  # gathered
-    if self.dtype is dtypes.bfloat16:
+    if self.dtype in HOST_FLOAT32:
       readable = self if Device[self.device].can_compute else self.to(Device.host_compute_device())
       return readable.cast(dtypes.float32).numpy()
     shape = self._concrete_shape()
@@ -602,7 +604,7 @@ class Tensor(TensorOps, metaclass=TensorType):
     return self.numpy().reshape(()).item()
   def data(self) -> memoryview:
     """The values as a memoryview in this dtype's struct format and this shape, as tinygrad (raw bytes for a dtype
-    without a format: bfloat16; and float16 before Python 3.12, whose memoryview cannot cast to "e")."""
+    without a format: bfloat16, the 8-bit floats; and float16 before Python 3.12, whose memoryview cannot cast to "e")."""
     raw = self._data().cast("B")
     if self.dtype.fmt is None or (self.dtype.fmt == "e" and sys.version_info < (3, 12)): return raw
     shape = self._concrete_shape()
@@ -1245,7 +1247,7 @@ class Tensor(TensorOps, metaclass=TensorType):
   def sum(self, axis=None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
     acc = to_dtype(dtype) if dtype is not None else Tensor._sum_dtype(self.dtype)
     out = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
-    return out.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else out
+    return out.cast(self.dtype) if dtype is None and self.dtype in NARROW_FLOATS else out
 
   def prod(self, axis=None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
     """The product over `axis`, in this tensor's dtype unless `dtype` is given (tinygrad does not widen ints; the

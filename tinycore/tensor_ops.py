@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 from typing import TYPE_CHECKING, Any, Sequence
-from tinycore.dtype import DType, dtypes
+from tinycore.dtype import NARROW_FLOATS, DType, dtypes
 from tinycore.errors import ArgumentError, DTypeError, FormulaError, ShapeError
 from tinycore.uop.ops import Ops, identity_element
 from tinycore.tensor_math import TensorMath
@@ -146,7 +146,7 @@ class TensorOps(TensorMath, TensorNN):
     """The running sum along axis (ints accumulate as sum does; half floats come back in their dtype)."""
     acc = type(self)._sum_dtype(self.dtype)
     out = self.cast(acc)._cumulative(Ops.ADD, axis)
-    return out.cast(self.dtype) if self.dtype in (dtypes.float16, dtypes.bfloat16) else out
+    return out.cast(self.dtype) if self.dtype in NARROW_FLOATS else out
 
   def cumprod(self: Tensor, axis: int = 0) -> Tensor:
     """The running product along axis, in self's dtype as prod (ints wrap; bools: the running logical and)."""

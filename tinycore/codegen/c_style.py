@@ -2,16 +2,17 @@
 
 Subclasses for other C dialects (OpenCL C, CUDA C) override the type names, the function signature, the math
 function names and how loops over the outermost dims map to work-items; the statement structure is shared.
-float16 and bfloat16 are stored as 16-bit words and computed in float, rounded back after every op, so results
-match numpy's per-op float16 rounding on any compiler (float has 24 >= 2*11+2 bits, so rounding an op's result to
-float and then to 16 bits equals rounding it once); casts from double go through round-to-odd for the same reason.
+float16 and bfloat16 are stored as 16-bit words (the 8-bit floats as bytes) and computed in float, rounded back after
+every op, so results match numpy's per-op float16 rounding on any compiler (float has 24 >= 2*11+2 bits, so rounding
+an op's result to float and then to 16 bits equals rounding it once); casts from double go through round-to-odd for
+the same reason.
 """
 from __future__ import annotations
 import copy
 import math
 from typing import Any
 import attrs
-from tinycore.dtype import DType, dtypes, ALL
+from tinycore.dtype import ALL, FP8_FORMATS, FP8S, NARROW_FLOATS, DType, dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
 from tinycore.codegen.linearize import AccUpdate, LinearKernel, Loop, linearize, value_sources
 from tinycore.codegen.optimize import DEFAULT_TARGET, GRID_TARGET, NO_OPTS, KernelOpts, KernelTarget, opts_of
@@ -67,6 +68,55 @@ static inline float tc_float_round_odd(double d) {
 """
 
 
+# float bits <-> float in plain C (an OpenCL or CUDA renderer names its own: as_uint, __float_as_uint, ...)
+C_FLOAT_BITS = r"""
+static inline unsigned int tc_bits_of(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4); return u; }
+static inline float tc_float_of(unsigned int u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
+"""
+
+
+def fp8_helpers(dtype: DType, qualifier: str, rint: str = "rintf") -> str:
+  """C-family source of an 8-bit float's conversions (`tc_<name>_to_float`, `tc_float_to_<name>`, `tc_round_<name>`),
+  written with `tc_bits_of` / `tc_float_of` (the dialect's float bit casts) and its `rint` (ties to even).
+
+  To float: a normal byte's exponent and mantissa moved into float position, a subnormal one its mantissa times the
+  step, then the format's NaN and infinity patterns. From float, rounding to nearest even and saturating as
+  `tinycore.dtype.Float8Format` says: a magnitude below the smallest normal counts subnormal steps with rint; a
+  normal one is rebiased and rounded on its bits (a carry rounds into the next exponent), then clamped to the
+  largest finite byte."""
+  f, name = FP8_FORMATS[dtype], dtype.name
+  e_mask, m_mask, shift = (1 << f.exponent_bits) - 1, (1 << f.mantissa_bits) - 1, 23 - f.mantissa_bits
+  subnormal_step = 2.0 ** (1 - f.bias - f.mantissa_bits)
+  min_normal_bits = (128 - f.bias) << 23  # the float bits of 2**(1 - bias)
+  specials = {"fn": "if ((c & 0x7f) == 0x7f) return tc_float_of(0x7fc00000u);",
+              "ieee": f"if (e == {e_mask}u) return tc_float_of(sign | (m ? 0x7fc00000u : 0x7f800000u));",
+              "fnuz": "if (c == 0x80) return tc_float_of(0x7fc00000u);"}[f.kind]
+  nan = "0x80" if f.kind == "fnuz" else "(sign | 0x7fu)"
+  infinity = "(sign | 0x7cu)" if f.kind == "ieee" else nan
+  result = "(code ? code | sign : 0u)" if f.kind == "fnuz" else "(code | sign)"
+  return f"""
+{qualifier} float tc_{name}_to_float(unsigned char c) {{
+  unsigned int sign = (unsigned int)(c & 0x80) << 24, e = (c >> {f.mantissa_bits}) & {e_mask}u, m = c & {m_mask}u;
+  {specials}
+  float magnitude = e ? tc_float_of(((e + {127 - f.bias}u) << 23) | (m << {shift})) : (float)m * {subnormal_step!r}f;
+  return tc_float_of(tc_bits_of(magnitude) | sign);
+}}
+{qualifier} unsigned char tc_float_to_{name}(float x) {{
+  unsigned int bits = tc_bits_of(x), sign = (bits >> 24) & 0x80u, magnitude = bits & 0x7fffffffu, code;
+  if (magnitude > 0x7f800000u) return (unsigned char){nan};
+  if (magnitude == 0x7f800000u) return (unsigned char){infinity};
+  if (magnitude < {min_normal_bits}u) code = (unsigned int){rint}(tc_float_of(magnitude) * {1 / subnormal_step!r}f);
+  else {{
+    unsigned int rebased = magnitude - {(127 - f.bias) << 23}u;
+    code = (rebased + {(1 << (shift - 1)) - 1}u + ((rebased >> {shift}) & 1u)) >> {shift};
+  }}
+  if (code > {f.max_code}u) code = {f.max_code}u;
+  return (unsigned char){result};
+}}
+{qualifier} float tc_round_{name}(float x) {{ return tc_{name}_to_float(tc_float_to_{name}(x)); }}
+"""
+
+
 UNSIGNED_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
 
@@ -95,17 +145,22 @@ class CStyleRenderer:
   buffer_qualifier = ""             # e.g. "__global" in OpenCL
   restrict = "restrict"
   index_type = "long long"
-  float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f", dtypes.bfloat16: "f"}
+  float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f", dtypes.bfloat16: "f",
+                  **{d: "f" for d in FP8S}}
   type_names: dict[DType, str] = {
     dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
     dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
     dtypes.uint64: "unsigned long long", dtypes.float32: "float", dtypes.float64: "double",
-    dtypes.float16: "float", dtypes.bfloat16: "float"}   # 16-bit floats compute in float
-  storage_names: dict[DType, str] = {dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short"}
+    dtypes.float16: "float", dtypes.bfloat16: "float", **{d: "float" for d in FP8S}}  # narrow floats compute in float
+  storage_names: dict[DType, str] = {dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short",
+                                     **{d: "unsigned char" for d in FP8S}}
   math_functions = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc",
                     Ops.POW: "pow"}
   prelude = "#include <math.h>\n"
   half_helpers = HALF_HELPERS       # the float16/bfloat16 conversion functions, emitted when a kernel uses them
+  float_bits_helpers = C_FLOAT_BITS  # tc_bits_of / tc_float_of, which the 8-bit float conversions use
+  helper_qualifier = "static inline"
+  rint_function = "rintf"
   # bytes of row buffers one kernel may declare for values a reduction loop computes and a later loop reuses
   # (codegen.reuse; they live on the stack of the thread running the kernel); 0 computes such values twice
   scratch_bytes = 0
@@ -149,26 +204,29 @@ class CStyleRenderer:
     if dtype is not dtypes.float64: name += "f"
     return f"{name}({', '.join(args)})"
 
-  def round_16bit(self, expr: str, dtype: DType) -> str:
+  def round_narrow(self, expr: str, dtype: DType) -> str:
+    """A value computed in float rounded to a narrow float dtype (others: as it is)."""
     if dtype is dtypes.float16: return f"tc_round_half({expr})"
     if dtype is dtypes.bfloat16: return f"tc_round_bf16({expr})"
+    if dtype in FP8S: return f"tc_round_{dtype.name}({expr})"
     return expr
 
   def bitcast(self, expr: str, src: DType, dst: DType) -> str:
-    """Reinterpret bits; 16-bit floats go through their storage form."""
-    if src in (dtypes.float16, dtypes.bfloat16):
-      expr = f"tc_float_to_{'half' if src is dtypes.float16 else 'bf16'}({expr})"
+    """Reinterpret bits; narrow floats go through their storage form."""
+    if src in NARROW_FLOATS: expr = self.store_value(expr, src)
     src_type = self.storage_type(src)
-    if dst in (dtypes.float16, dtypes.bfloat16):
-      word = f"({{ {src_type} tc_in = {expr}; unsigned short tc_out; __builtin_memcpy(&tc_out, &tc_in, 2); tc_out; }})"
-      return f"tc_{'half' if dst is dtypes.float16 else 'bf16'}_to_float({word})"
+    if dst in NARROW_FLOATS:
+      word_type = self.storage_type(dst)
+      word = (f"({{ {src_type} tc_in = {expr}; {word_type} tc_out; __builtin_memcpy(&tc_out, &tc_in, {dst.itemsize}); "
+              "tc_out; })")
+      return self.load_word(word, dst)
     dst_type = self.storage_type(dst)
     return (f"({{ {src_type} tc_in = {expr}; {dst_type} tc_out; "
             "__builtin_memcpy(&tc_out, &tc_in, sizeof(tc_out)); tc_out; })")
 
   def cast(self, expr: str, src: DType, dst: DType) -> str:
     if dst is dtypes.bool: return f"({expr} != 0)"
-    if dst in (dtypes.float16, dtypes.bfloat16): return self.round_16bit(self.float_for_16bit(expr, src), dst)
+    if dst in NARROW_FLOATS: return self.round_narrow(self.float_for_narrow(expr, src), dst)
     if dtypes.is_float(src) and dtypes.is_int(dst): return self.float_to_int(expr, dst)
     return f"({self.value_type(dst)})({expr})"
 
@@ -190,8 +248,8 @@ class CStyleRenderer:
     bits = 64 if dst.itemsize == 8 or dst is dtypes.uint32 else 32
     return f"(({self.value_type(dst)}){self._float_to_signed(x, bits)})"
 
-  def float_for_16bit(self, expr: str, src: DType) -> str:
-    """expr as the float a 16-bit float is rounded from. A double (or a 32/64-bit int, through double) is first
+  def float_for_narrow(self, expr: str, src: DType) -> str:
+    """expr as the float a narrow float is rounded from. A double (or a 32/64-bit int, through double) is first
     rounded to float by round-to-odd: rounding it to float to nearest and then to 16 bits could round twice (a value
     just off a 16-bit tie would land on the tie); round-to-odd keeps the second rounding exact."""
     if src is dtypes.float64 or (dtypes.is_int(src) and src.itemsize >= 4):
@@ -199,9 +257,14 @@ class CStyleRenderer:
     return f"(float)({expr})"
 
   def load(self, buffer: str, offset: str, dtype: DType) -> str:
-    if dtype is dtypes.float16: return f"tc_half_to_float({buffer}[{offset}])"
-    if dtype is dtypes.bfloat16: return f"tc_bf16_to_float({buffer}[{offset}])"
-    return f"{buffer}[{offset}]"
+    return self.load_word(f"{buffer}[{offset}]", dtype)
+
+  def load_word(self, word: str, dtype: DType) -> str:
+    """A stored word as the value it holds (a narrow float's word as the float it is)."""
+    if dtype is dtypes.float16: return f"tc_half_to_float({word})"
+    if dtype is dtypes.bfloat16: return f"tc_bf16_to_float({word})"
+    if dtype in FP8S: return f"tc_{dtype.name}_to_float({word})"
+    return word
 
   def gated_load(self, buffer: str, offset: str, gate: str, dtype: DType) -> str:
     """A load that reads 0 where `gate` is false (and reads no memory there)."""
@@ -210,28 +273,29 @@ class CStyleRenderer:
   def scalar_parameter(self, word: str, dtype: DType) -> str:
     """A scalar parameter's value from its 64-bit word: an integer's value, or a float's bits in its format."""
     if not dtypes.is_float(dtype): return f"({self.value_type(dtype)})({word})"
-    bits = {2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dtype.itemsize]
+    bits = UNSIGNED_OF_SIZE[dtype.itemsize]
     return self.bitcast(word, bits, dtype)  # the bitcast narrows the word to the float's size first
 
   def store_value(self, expr: str, dtype: DType) -> str:
     if dtype is dtypes.float16: return f"tc_float_to_half({expr})"
     if dtype is dtypes.bfloat16: return f"tc_float_to_bf16({expr})"
+    if dtype in FP8S: return f"tc_float_to_{dtype.name}({expr})"
     return expr
 
   # ------------------------------------------------------------------ expressions
   def alu(self, u: UOp, args: list[str]) -> str:
     op, dtype = u.op, u.dtype
     if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.POW):
-      return self.round_16bit(self.math_call(op, dtype, args), dtype)
-    if op is Ops.RECIPROCAL: return self.round_16bit(f"(1/{args[0]})", dtype)
+      return self.round_narrow(self.math_call(op, dtype, args), dtype)
+    if op is Ops.RECIPROCAL: return self.round_narrow(f"(1/{args[0]})", dtype)
     if op is Ops.NEG:
       if dtype is dtypes.bool: return f"(!{args[0]})"
-      return self.wrapping_neg(args[0], dtype) if dtypes.is_int(dtype) else self.round_16bit(f"(-{args[0]})", dtype)
+      return self.wrapping_neg(args[0], dtype) if dtypes.is_int(dtype) else self.round_narrow(f"(-{args[0]})", dtype)
     if op is Ops.WHERE: return f"({args[0]} ? {args[1]} : {args[2]})"
     if op is Ops.MULACC:
       if dtypes.is_int(dtype):
         return self.wrapping_arithmetic(self.wrapping_arithmetic(args[0], "*", args[1], dtype), "+", args[2], dtype)
-      return self.round_16bit(f"(({args[0]}*{args[1]})+{args[2]})", dtype)
+      return self.round_narrow(f"(({args[0]}*{args[1]})+{args[2]})", dtype)
     a, b = args
     if op is Ops.MAX: return self.max_expr(a, b, dtype)
     if op in (Ops.IDIV, Ops.MOD): return self.int_division(op, a, b, u.src[1], dtype)
@@ -242,7 +306,7 @@ class CStyleRenderer:
     if op in (Ops.ADD, Ops.SUB, Ops.MUL) and dtypes.is_int(dtype):
       return self.wrapping_arithmetic(f"{a}", symbols[op], f"{b}", dtype)
     expr = f"({a}{symbols[op]}{b})"
-    if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV): return self.round_16bit(expr, dtype)
+    if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV): return self.round_narrow(expr, dtype)
     return expr
 
   # Integer arithmetic wraps (two's complement) like numpy's. Signed overflow is undefined behaviour in C and OpenCL
@@ -423,8 +487,15 @@ class CStyleRenderer:
     lines = [self.signature(name, kernel.params, written, scalars) + " {"]
     self._emit_block(kernel.body, lines, 1)
     lines.append("}")
-    needs_half = any(p.dtype in (dtypes.float16, dtypes.bfloat16) for p in sink.toposort())
-    return self.prelude + (self.half_helpers if needs_half else "") + "\n".join(lines) + "\n"
+    return self.prelude + self.narrow_float_helpers(sink) + "\n".join(lines) + "\n"
+
+  def narrow_float_helpers(self, sink: UOp) -> str:
+    """The conversion functions of the narrow floats a kernel uses (none: no text)."""
+    used = {u.dtype for u in sink.toposort() if u.dtype in NARROW_FLOATS}
+    if not used: return ""
+    fp8s = [d for d in FP8S if d in used]
+    return self.half_helpers + (self.float_bits_helpers if fp8s else "") + "".join(
+      fp8_helpers(d, self.helper_qualifier, self.rint_function) for d in fp8s)
 
   # ------------------------------------------------------------------ upcast (unrolled) ranges
   unroll_pragma = "#pragma GCC unroll 64"
@@ -545,7 +616,7 @@ class CStyleRenderer:
   # ------------------------------------------------------------------ row buffers (codegen.reuse)
   def scratch_element_bytes(self, dtype: DType) -> int:
     """Bytes of one element of a row buffer: the value type a node of `dtype` is computed in."""
-    return 4 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype.itemsize
+    return 4 if dtype in NARROW_FLOATS else dtype.itemsize
 
   def _plan_scratch(self, kernel: LinearKernel) -> None:
     """Which values get a row buffer: its name, the loop it is declared before, and each copy's expression."""

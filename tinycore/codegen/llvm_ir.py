@@ -21,7 +21,7 @@ import math
 import struct
 from typing import Any
 import attrs
-from tinycore.dtype import DType, dtypes, ALL
+from tinycore.dtype import ALL, FP8S, DType, dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
 from tinycore.uop.scalars import kernel_scalars
 from tinycore.codegen.c_style import CStyleRenderer, RenderedKernel
@@ -139,7 +139,9 @@ class LLVMRenderer(CStyleRenderer):
   (global address space, `noalias`), then the scalar parameters as 64-bit words. The grid mapping (`parallel_loops`,
   `launch_dims`) is the C-style renderer's; the outer output loops become workgroup id * local size + work-item id
   (the local size is a constant of the kernel)."""
-  supported_dtypes: frozenset[DType] = frozenset(ALL)
+  supported_dtypes: frozenset[DType] = frozenset(ALL) - frozenset(FP8S)
+  unsupported_reasons = {d.name: "the LLVM IR renderer has no 8-bit float conversions yet (CPU, CL, NV and PYTHON "
+                         "have them)" for d in FP8S}
 
   def __init__(self, target: LLVMTarget):
     self.target = target
@@ -383,13 +385,13 @@ class LLVMRenderer(CStyleRenderer):
                               if dtype is dtypes.float16 else self._emit(f"trunc i64 {word} to i16"), dtype)
 
   # ------------------------------------------------------------------ 16-bit floats
-  def round_16bit(self, value: str, dtype: DType) -> str:  # type: ignore[override]
+  def round_narrow(self, value: str, dtype: DType) -> str:  # type: ignore[override]
     """A float value rounded to float16 / bfloat16 (and kept as float); other dtypes unchanged."""
     if dtype is dtypes.float16: return self._emit(f"fpext half {self._emit(f'fptrunc float {value} to half')} to float")
     if dtype is dtypes.bfloat16: return self._call("float", "tc_round_bf16", [("float", value)])
     return value
 
-  def float_for_16bit(self, value: str, src: DType) -> str:  # type: ignore[override]
+  def float_for_narrow(self, value: str, src: DType) -> str:  # type: ignore[override]
     """The float a 16-bit float is rounded from: doubles and 32/64-bit ints round to float by round-to-odd."""
     if src is dtypes.float64 or (dtypes.is_int(src) and src.itemsize >= 4):
       double = value if src is dtypes.float64 else self._int_to_float(value, src, "double")
@@ -402,7 +404,7 @@ class LLVMRenderer(CStyleRenderer):
     if dst is dtypes.bool:
       if dtypes.is_float(src): return self._emit(f"fcmp une {ir_type(src)} {value}, 0.0")
       return value if src is dtypes.bool else self._emit(f"icmp ne {ir_type(src)} {value}, 0")
-    if dst in SIXTEEN_BIT: return self.round_16bit(self.float_for_16bit(value, src), dst)
+    if dst in SIXTEEN_BIT: return self.round_narrow(self.float_for_narrow(value, src), dst)
     if dtypes.is_float(dst):
       if not dtypes.is_float(src): return self._int_to_float(value, src, ir_type(dst))
       return self._float_resize(value, ir_type(src), ir_type(dst))
@@ -465,9 +467,9 @@ class LLVMRenderer(CStyleRenderer):
   def alu(self, u: UOp, args: list[str]) -> str:  # type: ignore[override]
     op, dtype = u.op, u.dtype
     if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.POW):
-      return self.round_16bit(self.math(op, dtype, args), dtype)
+      return self.round_narrow(self.math(op, dtype, args), dtype)
     if op is Ops.RECIPROCAL:
-      return self.round_16bit(self._emit(f"fdiv {ir_type(dtype)} {literal(1.0, dtype)}, {args[0]}"), dtype)
+      return self.round_narrow(self._emit(f"fdiv {ir_type(dtype)} {literal(1.0, dtype)}, {args[0]}"), dtype)
     if op is Ops.NEG:
       if dtype is dtypes.bool: return self._emit(f"xor i1 {args[0]}, true")
       if dtypes.is_int(dtype): return self._emit(f"sub {ir_type(dtype)} 0, {args[0]}")
@@ -493,7 +495,7 @@ class LLVMRenderer(CStyleRenderer):
     if dtypes.is_float(dtype):
       instruction = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}[op]
       result = self._emit(f"{instruction} {t} {a}, {b}")
-      return self.round_16bit(result, dtype) if round_result else result
+      return self.round_narrow(result, dtype) if round_result else result
     return self._emit(f"{ {Ops.ADD: 'add', Ops.SUB: 'sub', Ops.MUL: 'mul'}[op]} {t} {a}, {b}")
 
   def compare(self, op: Ops, dtype: DType, a: str, b: str) -> str:

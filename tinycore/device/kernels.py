@@ -136,7 +136,8 @@ def check_dtypes(renderer: Any, sink: UOp, device: str) -> None:
   """An unsupported dtype is a clear error before anything is compiled."""
   for u in sink.toposort():
     if u.dtype is not None and u.dtype not in renderer.supported_dtypes:
-      raise TypeError(f"dtype {u.dtype.name} is not supported on device {device}")
+      why = getattr(renderer, "unsupported_reasons", {}).get(u.dtype.name)
+      raise TypeError(f"dtype {u.dtype.name} is not supported on device {device}" + (f": {why}" if why else ""))
 
 
 def source_digest(source: str) -> str: return hashlib.sha256(source.encode()).hexdigest()[:16]

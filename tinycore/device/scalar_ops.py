@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import struct
 from typing import Any, Callable
-from tinycore.dtype import DType, dtypes
+from functools import partial
+from tinycore.dtype import FP8S, DType, dtypes, float_to_fp8, fp8_to_float, round_to_fp8
 from tinycore.uop.ops import Ops
 
 _F32 = struct.Struct("<f")
@@ -82,6 +83,7 @@ def round_bf16(x: float) -> float: return bf16_value(bf16_bits(x))
 
 def rounder(dtype: DType) -> Callable[[float], float] | None:
   """The function that rounds a computed float to `dtype` (None for float64, which Python floats already are)."""
+  if dtype in FP8S: return partial(round_to_fp8, dtype=dtype)
   return {dtypes.float32: round_f32, dtypes.float16: round_half, dtypes.bfloat16: round_bf16}.get(dtype)
 
 
@@ -233,8 +235,8 @@ def _to_float_function(src: DType, dst: DType) -> Callable:
   """A `src` value cast to the float `dst` as the C renderer converts: 16-bit targets from float64 or a 32/64-bit int
   (through double) round to float32 by round-to-odd first, other sources go through float exactly; 64-bit ints
   round once to float32."""
-  if dst in (dtypes.float16, dtypes.bfloat16):
-    rounding = round_half if dst is dtypes.float16 else round_bf16
+  if dst in (dtypes.float16, dtypes.bfloat16, *FP8S):
+    rounding = rounder(dst)
     if src is dtypes.float64 or (dtypes.is_int(src) and src.itemsize >= 4):
       return lambda v: rounding(round_f32_odd(float(v)))
     return lambda v: rounding(float(v))
@@ -243,11 +245,11 @@ def _to_float_function(src: DType, dst: DType) -> Callable:
   return lambda v: round_f32(float(v))
 
 
-_STORAGE_FORMATS: dict[DType, str] = {dtypes.float16: "H", dtypes.bfloat16: "H"}
+_STORAGE_FORMATS: dict[DType, str] = {dtypes.float16: "H", dtypes.bfloat16: "H", **{d: "B" for d in FP8S}}
 
 
 def storage_format(dtype: DType) -> str:
-  """The memoryview format of `dtype`'s storage (16-bit floats are stored as words)."""
+  """The memoryview format of `dtype`'s storage (16-bit floats are stored as words, 8-bit floats as bytes)."""
   return _STORAGE_FORMATS.get(dtype) or str(dtype.fmt)
 
 
@@ -255,6 +257,7 @@ def load_function(dtype: DType) -> Callable | None:
   """How a stored word becomes a value (None: the memoryview item is the value)."""
   if dtype is dtypes.float16: return half_value
   if dtype is dtypes.bfloat16: return bf16_value
+  if dtype in FP8S: return partial(fp8_to_float, dtype=dtype)
   return None
 
 
@@ -262,6 +265,7 @@ def store_function(dtype: DType) -> Callable | None:
   """How a value becomes a stored word (None: the memoryview stores it as is)."""
   if dtype is dtypes.float16: return half_bits
   if dtype is dtypes.bfloat16: return bf16_bits
+  if dtype in FP8S: return partial(float_to_fp8, dtype=dtype)
   return None
 
 
@@ -283,6 +287,7 @@ def word_function(dtype: DType) -> Callable[[int], Any]:
   if not dtypes.is_float(dtype): return wrapper(dtype)
   if dtype is dtypes.float16: return lambda word: half_value(word & 0xFFFF)
   if dtype is dtypes.bfloat16: return lambda word: bf16_value(word & 0xFFFF)
+  if dtype in FP8S: return lambda word: fp8_to_float(word & 0xFF, dtype)
   if dtype is dtypes.float32: return lambda word: _F32.unpack(_U32.pack(word & 0xFFFFFFFF))[0]
   return lambda word: _F64.unpack(_U64.pack(word & 0xFFFFFFFFFFFFFFFF))[0]
 

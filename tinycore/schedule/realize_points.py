@@ -33,7 +33,7 @@ visited once: the pass costs what lowering every kernel once costs, and no decis
 from __future__ import annotations
 from math import prod
 from typing import Callable
-from tinycore.dtype import dtypes
+from tinycore.dtype import NARROW_FLOATS, dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.uop.pattern import graph_rewrite
 from tinycore.uop.symbolic import symbolic
@@ -248,11 +248,11 @@ class RealizePoints:
 
   @staticmethod
   def rounds_a_reused_operand(cast: UOp, uses: list[Use]) -> bool:
-    """Whether `cast` rounds a wider float to float16 or bfloat16 and some reduction reads it without one of its
+    """Whether `cast` rounds a wider float to a narrow float (float16, bfloat16, 8-bit) and some reduction reads it without one of its
     output loops (each value is read for several outputs: `x.half() @ w.half()` rounded every operand again in the
     register tile, a software rounding per multiply-add)."""
     source = cast.src[0].dtype
-    if cast.dtype not in (dtypes.float16, dtypes.bfloat16) or not dtypes.is_float(source) or \
+    if cast.dtype not in NARROW_FLOATS or not dtypes.is_float(source) or \
         source.itemsize <= cast.dtype.itemsize:
       return False
     return any(use.enclosing is not None and not use.enclosing[0] <= ranges_in(use.idx) for use in uses)

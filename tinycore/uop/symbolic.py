@@ -9,7 +9,7 @@ import math
 import operator
 import struct
 from typing import Any
-from tinycore.dtype import DType, dtypes
+from tinycore.dtype import FP8S, DType, dtypes, round_to_fp8
 from tinycore.uop.ops import GroupOp, Ops, UOp
 from tinycore.uop.pattern import PatternMatcher, UPat
 
@@ -67,7 +67,7 @@ def _float32_bits_round_odd(value: float) -> int:
 
 
 def round_to_dtype(value: Any, dtype: DType) -> Any:
-  """A Python value as `dtype` would hold it (ints wrap, float32/float16 round)."""
+  """A Python value as `dtype` would hold it (ints wrap, narrower floats round; an 8-bit float saturates)."""
   if dtype in (dtypes.float32, dtypes.float16) and isinstance(value, float) and math.isfinite(value):
     try: return struct.unpack(dtype.fmt, struct.pack(dtype.fmt, value))[0]
     except OverflowError: return math.copysign(math.inf, value)
@@ -75,6 +75,7 @@ def round_to_dtype(value: Any, dtype: DType) -> Any:
     bits = _float32_bits_round_odd(value)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return struct.unpack("f", struct.pack("I", bits))[0]
+  if dtype in FP8S and isinstance(value, float): return round_to_fp8(value, dtype)
   return dtypes.as_const(value, dtype)
 
 

@@ -8,13 +8,13 @@ What differs from C, and why:
 - Bit reinterpretation with ``as_<type>()`` (no ``__builtin_memcpy``, no statement expressions).
 - float16 and bfloat16 are stored as 16-bit words and computed in float, like the C renderer does it, so they need
   no ``cl_khr_fp16``: float16 converts with the core builtins ``vload_half`` / ``vstore_half_rte`` (which work on a
-  ``half*`` without the extension), bfloat16 with bit manipulation.
+  ``half*`` without the extension), bfloat16 and the 8-bit floats with bit manipulation.
 - ``#pragma OPENCL FP_CONTRACT OFF``: no fused multiply-add contraction, so results match numpy's IEEE arithmetic
   (the CPU device compiles with -ffp-contract=off for the same reason).
 """
 from __future__ import annotations
 from typing import Any, Sequence
-from tinycore.plugin import CStyleRenderer, DType, LinearKernel, Ops, dtypes
+from tinycore.plugin import FP8S, NARROW_FLOATS, CStyleRenderer, DType, LinearKernel, Ops, dtypes
 
 CL_HALF_HELPERS = r"""
 float tc_half_to_float(ushort h) { return vload_half(0, (const __private half*)&h); }
@@ -43,8 +43,6 @@ float tc_float_round_odd(double d) {
 }
 """
 
-SIXTEEN_BIT_FLOATS = (dtypes.float16, dtypes.bfloat16)
-
 
 class CLRenderer(CStyleRenderer):
   """Renders a kernel as an OpenCL C ``__kernel``.
@@ -61,9 +59,14 @@ class CLRenderer(CStyleRenderer):
   type_names: dict[DType, str] = {
     dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short", dtypes.uint16: "ushort",
     dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float32: "float",
-    dtypes.float64: "double", dtypes.float16: "float", dtypes.bfloat16: "float"}   # 16-bit floats compute in float
-  storage_names: dict[DType, str] = {dtypes.bool: "uchar", dtypes.float16: "ushort", dtypes.bfloat16: "ushort"}
+    dtypes.float64: "double", dtypes.float16: "float", dtypes.bfloat16: "float",
+    **{d: "float" for d in FP8S}}   # narrow floats compute in float
+  storage_names: dict[DType, str] = {dtypes.bool: "uchar", dtypes.float16: "ushort", dtypes.bfloat16: "ushort",
+                                     **{d: "uchar" for d in FP8S}}
   half_helpers = CL_HALF_HELPERS
+  float_bits_helpers = "uint tc_bits_of(float f) { return as_uint(f); }\nfloat tc_float_of(uint u) { return as_float(u); }\n"
+  helper_qualifier = ""
+  rint_function = "rint"
   unroll_pragma = "#pragma unroll"  # OpenCL compilers (clang, NVIDIA, AMD, Intel) know this spelling, not GCC's
 
   def __init__(self, fp64: bool = True, fp16: bool = False, max_local_size: int = 256,
@@ -89,20 +92,18 @@ class CLRenderer(CStyleRenderer):
       return f"({value + 1}L-1)" if value == dtypes.min(dtypes.int64) else f"{value}L"
     return super()._literal(value, dtype)
 
-  def float_for_16bit(self, expr: str, src: DType) -> str:
+  def float_for_narrow(self, expr: str, src: DType) -> str:
     # without cl_khr_fp64 there is no double: a 32/64-bit int rounds to float to nearest first
-    return super().float_for_16bit(expr, src) if self.fp64 else f"(float)({expr})"
+    return super().float_for_narrow(expr, src) if self.fp64 else f"(float)({expr})"
 
   def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
     return f"{self.math_functions[op]}({', '.join(args)})"  # overloaded builtins: no "f" suffix
 
   def bitcast(self, expr: str, src: DType, dst: DType) -> str:
-    """Reinterpret bits with as_<type>(); 16-bit floats go through their 16-bit storage form."""
-    if src in SIXTEEN_BIT_FLOATS: expr = f"tc_float_to_{'half' if src is dtypes.float16 else 'bf16'}({expr})"
+    """Reinterpret bits with as_<type>(); narrow floats go through their storage form."""
+    if src in NARROW_FLOATS: expr = self.store_value(expr, src)
     else: expr = f"({self.storage_type(src)})({expr})"  # as_<type> needs an operand of exactly the source size
-    if dst in SIXTEEN_BIT_FLOATS:
-      return f"tc_{'half' if dst is dtypes.float16 else 'bf16'}_to_float(as_ushort({expr}))"
-    return f"as_{self.storage_type(dst)}({expr})"
+    return self.load_word(f"as_{self.storage_type(dst)}({expr})", dst)
 
   # ------------------------------------------------------------------ work-items
   def global_id(self, dim: int) -> str: return f"get_global_id({dim})"

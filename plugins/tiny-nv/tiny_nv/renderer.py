@@ -4,8 +4,9 @@ What differs from C, and why:
 - ``extern "C" __global__ void name(T* __restrict__ data0, ...)`` (C linkage: cuModuleGetFunction finds the plain
   name); the outer output loops become ``blockIdx * blockDim + threadIdx``.
 - NVRTC has no system headers (no math.h, no cuda_fp16.h in its wheel): the math functions are CUDA's device
-  builtins (exp2f, log2f, sinf, sqrtf, truncf, powf and their double forms), and float16/bfloat16 are stored as
-  16-bit words and computed in float with the core's bit-level conversions, like the C and OpenCL renderers.
+  builtins (exp2f, log2f, sinf, sqrtf, truncf, powf and their double forms), and float16/bfloat16 (the 8-bit floats)
+  are stored as 16-bit words (bytes) and computed in float with the core's bit-level conversions, like the C and
+  OpenCL renderers.
 - Bits are reinterpreted with ``memcpy`` in a small template (NVRTC has neither ``__builtin_memcpy`` nor GNU
   statement expressions).
 - Numerics come from the compiler options (tiny_nv.compiler.NUMERIC_OPTIONS): no fused multiply-add, IEEE division
@@ -13,7 +14,7 @@ What differs from C, and why:
 - Grid dimensions y and z hold at most 65535 blocks: an outer loop too long for them stays a loop in the kernel.
 """
 from __future__ import annotations
-from tinycore.plugin import CStyleRenderer, DType, LinearKernel, Loop, dtypes
+from tinycore.plugin import NARROW_FLOATS, CStyleRenderer, DType, LinearKernel, Loop, dtypes
 
 # The core's float16/bfloat16 conversions (one algorithm for every C-family device), as CUDA device functions
 CUDA_HALF_HELPERS = (CStyleRenderer.half_helpers.replace("static inline", "static __device__ __forceinline__")
@@ -21,7 +22,7 @@ CUDA_HALF_HELPERS = (CStyleRenderer.half_helpers.replace("static inline", "stati
 BITCAST_HELPER = ("template <typename D, typename S> static __device__ __forceinline__ D tc_bitcast(S s) {\n"
                   "  static_assert(sizeof(D) == sizeof(S), \"bitcast between types of one size\");\n"
                   "  D d; memcpy(&d, &s, sizeof(D)); return d;\n}\n")
-SIXTEEN_BIT_FLOATS = (dtypes.float16, dtypes.bfloat16)
+
 MAX_GRID_YZ = 65535            # CUDA's limit on gridDim.y and gridDim.z
 MAX_BLOCK_THREADS = 256        # threads per block we launch (every CUDA GPU allows 1024)
 
@@ -37,6 +38,9 @@ class CUDARenderer(CStyleRenderer):
   type_names: dict[DType, str] = {**CStyleRenderer.type_names, dtypes.bool: "bool"}
   prelude = BITCAST_HELPER
   half_helpers = CUDA_HALF_HELPERS
+  float_bits_helpers = ("static __device__ __forceinline__ unsigned int tc_bits_of(float f) { return __float_as_uint(f); }\n"
+                        "static __device__ __forceinline__ float tc_float_of(unsigned int u) { return __uint_as_float(u); }\n")
+  helper_qualifier = "static __device__ __forceinline__"
   unroll_pragma = "#pragma unroll"
 
   def __init__(self, arch: tuple[int, int] = (9, 0)):
@@ -45,11 +49,9 @@ class CUDARenderer(CStyleRenderer):
   def bitcast(self, expr: str, src: DType, dst: DType) -> str:
     """Reinterpret bits through memcpy; 16-bit floats go through their 16-bit storage form. A wider source is
     narrowed to the destination's size first (a scalar parameter's 64-bit word holding a float's bits)."""
-    if src in SIXTEEN_BIT_FLOATS: expr = f"tc_float_to_{'half' if src is dtypes.float16 else 'bf16'}({expr})"
+    if src in NARROW_FLOATS: expr = self.store_value(expr, src)
     else: expr = f"({self.storage_type(src)})({expr})"
-    if dst in SIXTEEN_BIT_FLOATS:
-      return f"tc_{'half' if dst is dtypes.float16 else 'bf16'}_to_float(tc_bitcast<unsigned short>({expr}))"
-    return f"tc_bitcast<{self.storage_type(dst)}>({expr})"
+    return self.load_word(f"tc_bitcast<{self.storage_type(dst)}>({expr})", dst)
 
   def global_id(self, dim: int) -> str:
     axis = "xyz"[dim]
