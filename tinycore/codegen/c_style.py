@@ -177,6 +177,12 @@ class CStyleRenderer:
   @kernel_target.setter
   def kernel_target(self, target: KernelTarget) -> None: self._kernel_target = target
 
+  @property
+  def code_for_op(self) -> dict[Ops, str]:
+    """The ALU ops this renderer writes as code of their own, by name (tinygrad's `Renderer.code_for_op`, which its
+    tests read to skip an op a backend lacks): every one, here (`alu` renders them all)."""
+    return {op: op.name for op in GroupOp.ALU}
+
   # ------------------------------------------------------------------ types and literals
   def value_type(self, dtype: DType) -> str: return self.type_names[dtype]
   def storage_type(self, dtype: DType) -> str: return self.storage_names.get(dtype, self.type_names[dtype])

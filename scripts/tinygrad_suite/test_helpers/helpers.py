@@ -2,7 +2,7 @@
 import os, functools, unittest
 import numpy as np
 from tinygrad import Tensor, dtypes, Device
-from tinygrad.dtype import _to_np_dtype
+from tinygrad.dtype import _to_np_dtype, truncate
 
 slow = unittest.skipUnless(os.getenv("RUN_SLOW"), "slow test, set RUN_SLOW=1 to run")
 
@@ -18,6 +18,7 @@ def rand_for_dtype(dt, size, allow_subnormal=True):
   if dtypes.is_int(dt):
     return np.random.randint(0 if dtypes.is_unsigned(dt) else -100, 100, size=size, dtype=_to_np_dtype(dt))
   values = np.random.uniform(-10, 10, size=size).astype(_to_np_dtype(dt))
+  if dt == dtypes.bfloat16 or dt in dtypes.fp8s: values = np.array([truncate[dt](v) for v in values], values.dtype)
   if not allow_subnormal: values = np.where(np.abs(values) < min_normal(dt), 0, values)
   return values
 

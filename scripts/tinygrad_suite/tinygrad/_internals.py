@@ -21,6 +21,15 @@ def partly_internal_module(module_name, public_module=None):
 
 INTERNAL_MODULES = ("tinygrad.codegen", "tinygrad.codegen.late", "tinygrad.codegen.late.linearizer",
                     "tinygrad.engine.realize", "tinygrad.renderer.ptx", "tinygrad.renderer.isa",
-                    "tinygrad.renderer.isa.x86", "tinygrad.renderer.cstyle", "tinygrad.runtime",
-                    "tinygrad.runtime.ops_python")
+                    "tinygrad.renderer.isa.x86", "tinygrad.renderer.cstyle", "tinygrad.renderer.llvmir",
+                    "tinygrad.runtime")
 for _name in INTERNAL_MODULES: sys.modules[_name] = partly_internal_module(_name)
+
+# the Python backend's storage helper its tests use: a stored word (bfloat16's 16 bits, an 8-bit float's byte) as the
+# value it holds, which is what tinycore's PYTHON device reads too
+def _from_storage_scalar(x, dtype):
+  from tinycore.device.scalar_ops import load_function
+  load = load_function(dtype)
+  return load(int(x)) if load is not None and dtype.fmt is None else x
+_ops_python = types.SimpleNamespace(from_storage_scalar=_from_storage_scalar)
+sys.modules["tinygrad.runtime.ops_python"] = partly_internal_module("tinygrad.runtime.ops_python", _ops_python)

@@ -8,6 +8,7 @@ class _V:
   def __ge__(self, o): return self.value >= o
   def __eq__(self, o): return self.value == o
   def __gt__(self, o): return self.value > o
+  def tolist(self, namespace=None): return []  # EMULATED_DTYPES: tinycore emulates no dtype in software
 try: from tinycore.helpers import IMAGE
 except ImportError: IMAGE = _V(0)
 JIT = _V(int(os.environ.get("JIT", "1")))
@@ -26,3 +27,6 @@ from tinycore.helpers import ContextVar as _ContextVar
 for _name in ("USE_ATOMICS", "SPEC", "CHECK_OOB"):
   if _name not in _ContextVar.registry: _ContextVar(_name, 0)
   globals()[_name] = _ContextVar.registry[_name]
+# tinygrad's software emulation of dtypes a device lacks: tinycore computes every dtype natively, so its tests run
+# the native path (the setting exists for their Context(EMULATED_DTYPES=...); EMULATED_DTYPES.tolist() is empty)
+if "EMULATED_DTYPES" not in _ContextVar.registry: _ContextVar("EMULATED_DTYPES", "")
