@@ -9,6 +9,9 @@
     torch.save({"w": torch.ones(2)}, "torch_legacy.pt", _use_new_zipfile_serialization=False)
     torch.save({"expanded": torch.tensor([1.5, -2.0]).reshape(2, 1).expand(2, 3), "device": torch.device("cpu"),
                 "config": Config(), "dtype": torch.float16}, "torch_objects.pt")  # Config(): hidden=16, name="tiny"
+    base = torch.tensor([[1.5, -2.0, 448.0], [0.3, -0.001, 1000.0]])   # (torch 2.13: untyped storages)
+    torch.save({"e4m3": base.to(torch.float8_e4m3fn), "e5m2_t": base.to(torch.float8_e5m2).t(),
+                "uint16": torch.tensor([1, 65535, 300], dtype=torch.uint16)}, "torch_untyped.pt")
 """
 import pathlib
 import numpy as np
@@ -71,4 +74,13 @@ def test_torch_load_keeps_unknown_objects_inert_and_reads_expanded_tensors():
   np.testing.assert_array_equal(ckpt["expanded"].numpy(), [[1.5, 1.5, 1.5], [-2.0, -2.0, -2.0]])  # stride 0
   assert ckpt["config"].pickled_name == "__main__.Config" and ckpt["config"].state == {"hidden": 16, "name": "tiny"}
   assert ckpt["device"].pickled_name == "torch.device" and ckpt["device"].args == ("cpu",)
-  assert ckpt["dtype"].pickled_name == "torch.float16"
+  assert ckpt["dtype"] is dtypes.float16  # a torch dtype in a checkpoint is tinycore's
+
+
+def test_torch_load_reads_tensors_over_untyped_storages():
+  # torch saves dtypes without a typed storage class (the 8-bit floats, uint16..64) with _rebuild_tensor_v3
+  ckpt = torch_load(DATA / "torch_untyped.pt")
+  assert ckpt["e4m3"].dtype is dtypes.fp8e4m3 and ckpt["e5m2_t"].dtype is dtypes.fp8e5m2
+  np.testing.assert_array_equal(ckpt["e4m3"].numpy(), [[1.5, -2.0, 448.0], [0.3125, -0.001953125, 448.0]])
+  np.testing.assert_array_equal(ckpt["e5m2_t"].numpy(), [[1.5, 0.3125], [-2.0, -0.0009765625], [448.0, 1024.0]])
+  assert ckpt["uint16"].dtype is dtypes.uint16 and ckpt["uint16"].tolist() == [1, 65535, 300]

@@ -254,9 +254,16 @@ def to_np_dtype(d: DType):
   return np.dtype(d.np_name)
 
 
+# numpy dtypes of ml_dtypes (the package onnx and jax use) with a tinycore dtype of another name
+ML_DTYPES_NAMES = {"float8_e4m3fn": "fp8e4m3", "float8_e5m2": "fp8e5m2", "float8_e4m3fnuz": "fp8e4m3fnuz",
+                   "float8_e5m2fnuz": "fp8e5m2fnuz"}
+
+
 def from_np_dtype(npdt) -> DType:
+  """The dtype of a numpy dtype; ml_dtypes' bfloat16 and 8-bit floats too (an array of them is read as its bytes)."""
   import numpy as np
   name = np.dtype(npdt).name
+  name = ML_DTYPES_NAMES.get(name, name)
   if name not in DTYPES_BY_NAME: raise TypeError(f"numpy dtype {name} is not supported by tinycore")
   return DTYPES_BY_NAME[name]
 
@@ -294,9 +301,9 @@ def fp8_to_float(code: int, dtype: DType) -> float:
   sign, exponent, mantissa = code >> 7, (code >> f.mantissa_bits) & ((1 << f.exponent_bits) - 1), \
     code & ((1 << f.mantissa_bits) - 1)
   if f.kind == "fnuz" and code == 0x80: return math.nan
-  if f.kind == "fn" and code & 0x7F == 0x7F: return math.nan
+  if f.kind == "fn" and code & 0x7F == 0x7F: return -math.nan if sign else math.nan
   if f.kind == "ieee" and exponent == (1 << f.exponent_bits) - 1:
-    return math.nan if mantissa else (-math.inf if sign else math.inf)
+    return (-math.nan if sign else math.nan) if mantissa else (-math.inf if sign else math.inf)
   if exponent == 0: value = math.ldexp(mantissa, 1 - f.bias - f.mantissa_bits)
   else: value = math.ldexp((1 << f.mantissa_bits) + mantissa, exponent - f.bias - f.mantissa_bits)
   return -value if sign else value

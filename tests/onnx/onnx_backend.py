@@ -5,16 +5,22 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
 from tinycore import Device, Tensor, dtypes
+from tinycore.dtype import ML_DTYPES_NAMES
 from tinycore.nn.onnx import OnnxRunner
 
 
 def to_numpy(value: Any) -> Any:
-  """A runner output as the suite compares it: a sequence as a list of arrays, bfloat16 as ml_dtypes' bfloat16."""
+  """A runner output as the suite compares it: a sequence as a list of arrays, bfloat16 and the 8-bit floats as
+  ml_dtypes' types (the 8-bit floats byte for byte)."""
   if isinstance(value, list): return [to_numpy(v) for v in value]
   if not isinstance(value, Tensor): return value if value is None else np.asarray(value)
   if value.dtype is dtypes.bfloat16:
     import ml_dtypes
     return value.numpy().astype(ml_dtypes.bfloat16)
+  if value.dtype in dtypes.fp8s:
+    import ml_dtypes
+    name = next(theirs for theirs, ours in ML_DTYPES_NAMES.items() if ours == value.dtype.name)
+    return value.bitcast(dtypes.uint8).numpy().view(getattr(ml_dtypes, name))
   return value.numpy()
 
 

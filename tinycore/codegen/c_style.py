@@ -88,7 +88,7 @@ def fp8_helpers(dtype: DType, qualifier: str, rint: str = "rintf") -> str:
   e_mask, m_mask, shift = (1 << f.exponent_bits) - 1, (1 << f.mantissa_bits) - 1, 23 - f.mantissa_bits
   subnormal_step = 2.0 ** (1 - f.bias - f.mantissa_bits)
   min_normal_bits = (128 - f.bias) << 23  # the float bits of 2**(1 - bias)
-  specials = {"fn": "if ((c & 0x7f) == 0x7f) return tc_float_of(0x7fc00000u);",
+  specials = {"fn": "if ((c & 0x7f) == 0x7f) return tc_float_of(sign | 0x7fc00000u);",
               "ieee": f"if (e == {e_mask}u) return tc_float_of(sign | (m ? 0x7fc00000u : 0x7f800000u));",
               "fnuz": "if (c == 0x80) return tc_float_of(0x7fc00000u);"}[f.kind]
   nan = "0x80" if f.kind == "fnuz" else "(sign | 0x7fu)"

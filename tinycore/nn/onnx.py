@@ -49,7 +49,8 @@ def _onnx() -> Any:
 ONNX_DTYPES: dict[int, DType] = {1: dtypes.float32, 2: dtypes.uint8, 3: dtypes.int8, 4: dtypes.uint16,
                                  5: dtypes.int16, 6: dtypes.int32, 7: dtypes.int64, 9: dtypes.bool,
                                  10: dtypes.float16, 11: dtypes.float64, 12: dtypes.uint32, 13: dtypes.uint64,
-                                 16: dtypes.bfloat16}
+                                 16: dtypes.bfloat16, 17: dtypes.fp8e4m3, 18: dtypes.fp8e4m3fnuz, 19: dtypes.fp8e5m2,
+                                 20: dtypes.fp8e5m2fnuz}
 ONNX_CODES: dict[DType, int] = {dtype: code for code, dtype in ONNX_DTYPES.items()}
 ONNX_TYPE_NAMES = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16", 6: "INT32", 7: "INT64",
                    8: "STRING", 9: "BOOL", 10: "FLOAT16", 11: "DOUBLE", 12: "UINT32", 13: "UINT64", 14: "COMPLEX64",
@@ -108,6 +109,8 @@ def tensor_from_proto(proto: Any, base_dir: pathlib.Path | None, device: str) ->
   array = numpy_helper.to_array(proto)
   if dtype is dtypes.bfloat16:  # numpy has no bfloat16: onnx gives the raw 16 bits
     return Tensor(array.view("uint16").reshape(shape), device=device).bitcast(dtypes.bfloat16), None
+  if dtype in dtypes.fp8s:  # ml_dtypes' 8-bit floats: their bytes
+    return Tensor(array.view("uint8").reshape(shape), device=device).bitcast(dtype), None
   t = Tensor(array.reshape(shape), device=device) if array.size else Tensor.empty(*shape, dtype=dtype, device=device)
   return t, (array.tolist() if array.size <= HOST_VALUE_LIMIT and dtype is not dtypes.float16 else None)
 

@@ -9,7 +9,7 @@ bounds, Pad's pads, ...), a handler accepts both.
 from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
-from tinycore.dtype import DType, dtypes, least_upper_dtype
+from tinycore.dtype import FP8_FORMATS, DType, dtypes, fp8_to_float, least_upper_dtype
 from tinycore.tensor import Tensor
 
 OPS: dict[tuple[str, str], Callable[..., Any]] = {}
@@ -183,9 +183,30 @@ def clip(x, min_input=None, max_input=None, min=None, max=None):
 @register("Where")
 def where(cond, x, y): return cond.where(x, y)
 @register("Cast")
-def cast(x, to, saturate=1, round_mode="up"): return x.cast(onnx_type(to))
+def cast(x, to, saturate=1, round_mode="up"):
+  dtype = onnx_type(to)
+  return cast_to_fp8(x, dtype, saturate) if dtype in dtypes.fp8s else x.cast(dtype)
+
+
+def cast_to_fp8(x, dtype, saturate):
+  """x as an 8-bit float by ONNX's rule: rounded to nearest even; `saturate` (the default) makes a value beyond the
+  largest, infinity included, the largest of its sign; without it such a value becomes infinity (e5m2) or NaN."""
+  fmt = FP8_FORMATS[dtype]
+  y = x.cast(dtype)  # tinycore's conversion saturates finite values and keeps infinity in e5m2, NaN elsewhere
+  if not dtypes.is_float(x.dtype): return y
+  largest = fp8_to_float(fmt.max_code, dtype)
+  if saturate: return x.isinf().where((x > 0).where(largest, -largest).cast(dtype), y)
+  # past the midpoint above the largest value a value rounds beyond it (at the midpoint: when the largest is odd)
+  midpoint = largest + (largest - fp8_to_float(fmt.max_code - 1, dtype)) / 2
+  magnitude = x.abs()
+  over = (magnitude > midpoint) | (magnitude == midpoint) if fmt.max_code & 1 else magnitude > midpoint
+  beyond = (x > 0).where(math.inf, -math.inf).cast(dtype) if fmt.kind == "ieee" else math.nan
+  return over.where(beyond, y)
+
+
 @register("CastLike")
-def cast_like(x, target, saturate=1, round_mode="up"): return x.cast(target.dtype)
+def cast_like(x, target, saturate=1, round_mode="up"):
+  return cast_to_fp8(x, target.dtype, saturate) if target.dtype in dtypes.fp8s else x.cast(target.dtype)
 
 
 # ---------------------------------------------------------------------------------------------------- softmax family
@@ -1091,16 +1112,19 @@ def quantize_linear(x, y_scale, y_zero_point=None, axis=1, saturate=1, block_siz
   out_dtype = y_zero_point.dtype if y_zero_point is not None else (onnx_type(output_dtype) if output_dtype else
                                                                   dtypes.uint8)
   scale = _per_axis(y_scale, x, axis, block_size)
-  y = (x.cast(dtypes.float32) / scale.cast(dtypes.float32)).round()
+  y = x.cast(dtypes.float32) / scale.cast(dtypes.float32)
+  if out_dtype not in dtypes.fp8s: y = y.round()  # to an 8-bit float: its own rounding, to nearest even
   if y_zero_point is not None: y = y + _per_axis(y_zero_point, x, axis, block_size).cast(dtypes.float32)
+  if out_dtype in dtypes.fp8s: return cast_to_fp8(y, out_dtype, saturate)
   return y.clip(dtypes.min(out_dtype), dtypes.max(out_dtype)).cast(out_dtype)
 
 
 @register("DequantizeLinear")
 def dequantize_linear(x, x_scale, x_zero_point=None, axis=1, block_size=0, output_dtype=0, precision=0):
   scale = _per_axis(x_scale, x, axis, block_size)
-  centered = x.cast(dtypes.int32)
-  if x_zero_point is not None: centered = centered - _per_axis(x_zero_point, x, axis, block_size).cast(dtypes.int32)
+  centered = x.cast(dtypes.float32 if x.dtype in dtypes.fp8s else dtypes.int32)
+  if x_zero_point is not None:
+    centered = centered - _per_axis(x_zero_point, x, axis, block_size).cast(centered.dtype)
   return (centered.cast(dtypes.float32) * scale.cast(dtypes.float32)).cast(
       onnx_type(output_dtype) if output_dtype else x_scale.dtype)
 

@@ -33,7 +33,8 @@ from tinycore.nn.gguf import gguf_load  # noqa: F401  (tinygrad's nn.state.gguf_
 safe_dtypes: dict[str, DType] = {
   "BOOL": dtypes.bool, "I8": dtypes.int8, "U8": dtypes.uint8, "I16": dtypes.int16, "U16": dtypes.uint16,
   "I32": dtypes.int32, "U32": dtypes.uint32, "I64": dtypes.int64, "U64": dtypes.uint64, "F16": dtypes.float16,
-  "BF16": dtypes.bfloat16, "F32": dtypes.float32, "F64": dtypes.float64,
+  "BF16": dtypes.bfloat16, "F32": dtypes.float32, "F64": dtypes.float64, "F8_E4M3": dtypes.fp8e4m3,
+  "F8_E5M2": dtypes.fp8e5m2,
 }
 inverse_safe_dtypes: dict[DType, str] = {dtype: name for name, dtype in safe_dtypes.items()}
 

@@ -28,6 +28,15 @@ storage_dtypes: dict[str, DType] = {
   "BFloat16Storage": dtypes.bfloat16, "LongStorage": dtypes.int64, "IntStorage": dtypes.int32,
   "ShortStorage": dtypes.int16, "CharStorage": dtypes.int8, "ByteStorage": dtypes.uint8, "BoolStorage": dtypes.bool,
 }
+# torch's dtypes by name, as a checkpoint's pickle names them for a tensor over an untyped storage ("torch
+# float8_e4m3fn": torch saves the dtypes without a typed storage class so, with _rebuild_tensor_v3)
+torch_dtypes: dict[str, DType] = {
+  "float32": dtypes.float32, "float64": dtypes.float64, "float16": dtypes.float16, "bfloat16": dtypes.bfloat16,
+  "int64": dtypes.int64, "int32": dtypes.int32, "int16": dtypes.int16, "int8": dtypes.int8, "uint8": dtypes.uint8,
+  "uint16": dtypes.uint16, "uint32": dtypes.uint32, "uint64": dtypes.uint64, "bool": dtypes.bool,
+  "float8_e4m3fn": dtypes.fp8e4m3, "float8_e5m2": dtypes.fp8e5m2, "float8_e4m3fnuz": dtypes.fp8e4m3fnuz,
+  "float8_e5m2fnuz": dtypes.fp8e5m2fnuz,
+}
 ZIP_LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")  # the fixed 30 bytes before a member's name and extra field
 
 
@@ -88,6 +97,9 @@ class CheckpointUnpickler(pickle.Unpickler):
     if module == "collections" and name == "OrderedDict": return OrderedDict
     if module == "torch" and name in storage_dtypes: return storage_dtypes[name]
     if module == "torch._utils" and name == "_rebuild_tensor_v2": return rebuild_tensor
+    if module == "torch._utils" and name == "_rebuild_tensor_v3": return rebuild_tensor_v3
+    if module in ("torch", "torch.storage") and name == "UntypedStorage": return dtypes.uint8  # bytes, typed later
+    if module == "torch" and name in torch_dtypes: return torch_dtypes[name]
     if module == "torch._utils" and name == "_rebuild_parameter": return lambda data, *_: data
     return unknown_class(module, name)
 
@@ -120,6 +132,14 @@ def member_data_offset(file: Tensor, info: zipfile.ZipInfo) -> int:
   fields = ZIP_LOCAL_HEADER.unpack(header)
   if fields[0] != b"PK\x03\x04": raise TorchFormatError(f"{info.filename}: bad zip local header")
   return info.header_offset + ZIP_LOCAL_HEADER.size + fields[-2] + fields[-1]
+
+
+def rebuild_tensor_v3(storage: Tensor, offset: int, size: tuple[int, ...], stride: tuple[int, ...], requires_grad: Any,
+                      hooks: Any, dtype: Any, *_: Any) -> Tensor:
+  """torch's _rebuild_tensor_v3: `rebuild_tensor` of an untyped storage (bytes) read as `dtype`."""
+  if not isinstance(dtype, DType): raise TorchFormatError(f"a tensor of an unsupported torch dtype ({dtype!r})")
+  if storage.dtype is not dtype: storage = storage.bitcast(dtype) if storage.numel() else Tensor.empty(0, dtype=dtype)
+  return rebuild_tensor(storage, offset, size, stride)
 
 
 def rebuild_tensor(storage: Tensor, offset: int, size: tuple[int, ...], stride: tuple[int, ...], *_: Any) -> Tensor:

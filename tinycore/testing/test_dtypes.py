@@ -1,5 +1,6 @@
 """Every dtype: arithmetic, comparisons and reductions per dtype (with the result dtypes tinygrad gives), full-range
-integers, casts between every pair, bitcasts, promotion between dtypes, and bfloat16 storage.
+integers, casts between every pair, bitcasts, promotion between dtypes, bfloat16 storage, and the 8-bit floats'
+conversions and per-op rounding.
 
 A dtype the device does not support (its renderer's `supported_dtypes`) is skipped with the reason."""
 import numpy as np
@@ -287,3 +288,52 @@ def test_bfloat16_from_list_and_arithmetic(rng):
   assert_equal(t.cast(dtypes.float32), x)
   assert_equal((t + t).cast(dtypes.float32), 2 * x)  # doubling is exact
   assert_equal((t * 0.5).cast(dtypes.float32), x * np.float32(0.5))
+
+
+# ---------------------------------------------------------------------------- 8-bit floats
+def fp8_probe_values(dtype, rng) -> np.ndarray:
+  """Every finite value of the 8-bit float, the midpoints between neighbours (ties to even), values just off them,
+  overflow, underflow and special values, and random floats over the format's range, as float32."""
+  from tinycore.dtype import FP8_FORMATS, fp8_to_float
+  exact = np.array(sorted({v for v in (fp8_to_float(c, dtype) for c in range(256)) if np.isfinite(v)}))
+  middles = (exact[:-1] + exact[1:]) / 2
+  largest, smallest = exact[-1], fp8_to_float(1, dtype)
+  fmt = FP8_FORMATS[dtype]
+  extra = [largest * 1.07, largest * 3, 1e30, -1e30, smallest / 2, smallest / 3, -smallest / 2, np.inf, -np.inf,
+           np.nan, 0.0, -0.0]
+  spread = rng.standard_normal(400) * np.exp2(rng.integers(-fmt.bias - fmt.mantissa_bits, fmt.bias + 2, 400))
+  values = np.concatenate([exact, middles, middles * (1 + 2 ** -20), middles * (1 - 2 ** -20), extra, spread])
+  return values.astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", list(dtypes.fp8s), ids=_name)
+def test_fp8_conversions_round_to_even_and_saturate(rng, dtype):
+  from tinycore.dtype import float_to_fp8, fp8_to_float
+  skip_unless_dtype(dtype, dtypes.uint8)
+  values = fp8_probe_values(dtype, rng)
+  codes = Tensor(values).cast(dtype).bitcast(dtypes.uint8).numpy()
+  expected = np.array([float_to_fp8(float(v), dtype) for v in values], np.uint8)
+  nan = np.isnan(values)
+  assert_equal(codes[~nan], expected[~nan], dtype=dtypes.uint8)
+  assert all(np.isnan(fp8_to_float(int(c), dtype)) for c in codes[nan])
+  # every byte read back as float32
+  decoded = Tensor(np.arange(256, dtype=np.uint8)).bitcast(dtype).cast(dtypes.float32).numpy()
+  _same_floats(decoded, np.array([fp8_to_float(c, dtype) for c in range(256)], np.float32))
+
+
+@pytest.mark.parametrize("dtype", list(dtypes.fp8s), ids=_name)
+def test_fp8_arithmetic_rounds_after_every_op(rng, dtype):
+  from tinycore.dtype import round_to_fp8
+  skip_unless_dtype(dtype)
+  def held(values): return np.array([round_to_fp8(float(v), dtype) for v in values], np.float32)
+  def rounded(values): return held(values.astype(np.float32))  # computed in float32, then rounded to the dtype
+  a, b = held(rng.standard_normal(48) * 4), held(rng.standard_normal(48) * 4)
+  x, y = Tensor(a).cast(dtype), Tensor(b).cast(dtype)
+  for result, expected in ((x + y, rounded(a + b)), (x * y, rounded(a * b)), ((x - y) * y, rounded(rounded(a - b) * b)),
+                           (x * 0.3, rounded(a * np.float32(round_to_fp8(0.3, dtype))))):
+    assert result.dtype is dtype
+    assert_equal(result.cast(dtypes.float32), expected, dtype=dtypes.float32)
+  # a sum accumulates in float32 and rounds once (halves: the float32 sum is exact, whatever the order)
+  halves = held(rng.integers(-16, 16, 48) * 0.5)
+  assert_equal(Tensor(halves).cast(dtype).sum().cast(dtypes.float32),
+               rounded(np.array([halves.astype(np.float64).sum()])).reshape(()))
