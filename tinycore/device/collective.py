@@ -153,6 +153,8 @@ class CollectiveGroup:
     self.record_bytes = HEADER_BYTES + self.inline_bytes
     self.record_send = memoryview(bytearray(self.record_bytes))
     self.records = memoryview(bytearray(self.record_bytes * self.world_size))
+    self.own_record = self.rank * self.record_bytes
+    self.record_starts = [i * self.record_bytes for i in range(self.world_size) if i != self.rank]
     self.staging: dict[str, memoryview] = {}
     self.headers: dict[tuple, bytes] = {}
     self.prepared_steps: dict[tuple, PreparedCollective] = {}
@@ -168,19 +170,24 @@ class CollectiveGroup:
   def exchange_header(self, header: bytes, payload: memoryview | None) -> memoryview:
     """`exchange` of a packed header (its number word is filled in here)."""
     self.number += 1
-    send, size = self.record_send, self.record_bytes
-    mine = header[:NUMBER_OFFSET] + NUMBER_WORD.pack(self.number) + header[NUMBER_OFFSET + 8:]
-    send[:HEADER_BYTES] = mine
+    send, size, watch = self.record_send, self.record_bytes, self.watch
+    send[:HEADER_BYTES] = header
+    NUMBER_WORD.pack_into(send, NUMBER_OFFSET, self.number)
     if payload is not None: send[HEADER_BYTES:HEADER_BYTES + payload.nbytes] = payload
-    self.watch.entering(lambda: f"{describe_header(struct.unpack(HEADER_FORMAT, mine))}, exchanging headers")
+    watch.entering(self.describe_exchange)
     try: self.backend.all_gather(send, self.records, dtypes.uint8)
-    finally: self.watch.left()
+    finally: watch.left()
     received = self.records.tobytes()
-    for start in range(0, size * self.world_size, size):
+    mine = received[self.own_record:self.own_record + HEADER_BYTES]  # what this rank sent
+    for start in self.record_starts:
       if received[start:start + HEADER_BYTES] != mine:
         raise CollectiveMismatch(mismatch_message([struct.unpack_from(HEADER_FORMAT, received, i * size)
                                                    for i in range(self.world_size)]))
     return self.records
+
+  def describe_exchange(self) -> str:
+    """What the header exchange under way is about (the watch's message when it waits too long)."""
+    return f"{describe_header(struct.unpack_from(HEADER_FORMAT, self.record_send))}, exchanging headers"
 
   def header(self, kind: str, detail: int, dtype: DType | None, shape: tuple[int, ...]) -> bytes:
     """The header of such a collective (its number left 0), packed once per distinct collective."""
