@@ -1,5 +1,5 @@
 """The 8-bit floats (dtypes.fp8e4m3, fp8e5m2 and their fnuz forms): the formats against ml_dtypes, rounding and
-saturation, promotion, host interop, and a clear error where a renderer lacks them. What each device computes with
+saturation, promotion, host interop, and a clear error where a renderer lacks a dtype. What each device computes with
 them is the conformance suite's (tinycore.testing.test_dtypes: every byte, every tie, per-op rounding)."""
 from __future__ import annotations
 import math
@@ -77,6 +77,10 @@ def test_promotion_and_host_interop():
 
 
 def test_a_renderer_without_them_says_why():
-  from tinycore.codegen.llvm_ir import LLVMRenderer
-  assert dtypes.fp8e4m3 not in LLVMRenderer.supported_dtypes
-  assert "8-bit float" in LLVMRenderer.unsupported_reasons["fp8e4m3"]
+  from types import SimpleNamespace
+  from tinycore.device.kernels import check_dtypes
+  renderer = SimpleNamespace(supported_dtypes=frozenset({dtypes.float32}),
+                             unsupported_reasons={"fp8e4m3": "no 8-bit float conversions here"})
+  kernel = Tensor([1.0]).cast(dtypes.fp8e4m3).uop
+  with pytest.raises(TypeError, match="dtype fp8e4m3 is not supported on device X: no 8-bit float conversions here"):
+    check_dtypes(renderer, kernel, "X")

@@ -314,8 +314,8 @@ def float_to_fp8(x: float, dtype: DType) -> int:
   f = FP8_FORMATS[dtype]
   x = float(x)
   sign = 0x80 if math.copysign(1.0, x) < 0 else 0
-  if math.isnan(x): return f.nan_code if f.kind == "fnuz" else sign | f.nan_code
-  if math.isinf(x): return sign | 0x7C if f.kind == "ieee" else f.nan_code
+  if math.isnan(x) or (math.isinf(x) and f.kind != "ieee"): return f.nan_code if f.kind == "fnuz" else sign | f.nan_code
+  if math.isinf(x): return sign | 0x7C
   magnitude = abs(x)
   exponent = math.frexp(magnitude)[1] - 1 if magnitude else -1 << 20  # magnitude in [2**exponent, 2**(exponent + 1))
   # the step between neighbours at this magnitude (the subnormal step below the smallest normal)

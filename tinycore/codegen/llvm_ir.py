@@ -21,7 +21,7 @@ import math
 import struct
 from typing import Any
 import attrs
-from tinycore.dtype import ALL, FP8S, DType, dtypes
+from tinycore.dtype import ALL, FP8_FORMATS, FP8S, NARROW_FLOATS, DType, dtypes
 from tinycore.uop.ops import GroupOp, Ops, UOp, identity_element
 from tinycore.uop.scalars import kernel_scalars
 from tinycore.codegen.c_style import CStyleRenderer, RenderedKernel
@@ -63,6 +63,7 @@ def storage_ir_type(dtype: DType) -> str:
   if dtype is dtypes.bool: return "i8"
   if dtype is dtypes.float16: return "half"
   if dtype is dtypes.bfloat16: return "i16"
+  if dtype in FP8S: return "i8"
   return ir_type(dtype)
 
 
@@ -114,6 +115,55 @@ define internal float @tc_round_bf16(float %f) alwaysinline {
 }
 """
 
+
+def fp8_helpers(dtype: DType) -> str:
+  """An 8-bit float's conversions in IR, branch-free (selects), the same algorithm as the C renderer's
+  (`tinycore.codegen.c_style.fp8_helpers`): to float, a normal byte's fields moved into float position, a subnormal
+  one its mantissa times the step; from float, a subnormal count of steps by rint (ties to even), a normal magnitude
+  rebiased and rounded on its bits, clamped to the largest finite byte, then the sign and the NaN/infinity bytes."""
+  f, name = FP8_FORMATS[dtype], dtype.name
+  e_mask, m_mask, shift = (1 << f.exponent_bits) - 1, (1 << f.mantissa_bits) - 1, 23 - f.mantissa_bits
+  step = 2.0 ** (1 - f.bias - f.mantissa_bits)
+  if f.kind == "fn": special = ["  %low = and i32 %w, 127", "  %isnan = icmp eq i32 %low, 127",
+                                "  %out = select i1 %isnan, i32 %nanbits, i32 %sbits"]
+  elif f.kind == "ieee": special = ["  %top = icmp eq i32 %e, " + str(e_mask), "  %mzero = icmp eq i32 %m, 0",
+                                    "  %infbits = or i32 %signbit, 2139095040",
+                                    "  %spec = select i1 %mzero, i32 %infbits, i32 %nanbits",
+                                    "  %out = select i1 %top, i32 %spec, i32 %sbits"]
+  else: special = ["  %isnan = icmp eq i32 %w, 128", "  %out = select i1 %isnan, i32 2143289344, i32 %sbits"]
+  nan = "128" if f.kind == "fnuz" else "%nanword"
+  infinity = "%infword" if f.kind == "ieee" else nan
+  sign_rule = (["  %iszero = icmp eq i32 %clamped, 0", "  %signed0 = or i32 %clamped, %s",
+                "  %signed = select i1 %iszero, i32 0, i32 %signed0"] if f.kind == "fnuz"
+               else ["  %signed = or i32 %clamped, %s"])
+  return "\n".join([
+    f"define internal float @tc_{name}_to_float(i8 %c) alwaysinline {{",
+    "  %w = zext i8 %c to i32", "  %sign = and i32 %w, 128", "  %signbit = shl i32 %sign, 24",
+    f"  %e0 = lshr i32 %w, {f.mantissa_bits}", f"  %e = and i32 %e0, {e_mask}", f"  %m = and i32 %w, {m_mask}",
+    f"  %eb = add i32 %e, {127 - f.bias}", "  %es = shl i32 %eb, 23", f"  %ms = shl i32 %m, {shift}",
+    "  %nbits = or i32 %es, %ms", "  %normal = bitcast i32 %nbits to float", "  %mf = uitofp i32 %m to float",
+    f"  %sub = fmul float %mf, {float_literal(step, dtypes.float32)}", "  %issub = icmp eq i32 %e, 0",
+    "  %mag = select i1 %issub, float %sub, float %normal", "  %magbits = bitcast float %mag to i32",
+    "  %sbits = or i32 %magbits, %signbit", "  %nanbits = or i32 %signbit, 2143289344", *special,
+    "  %r = bitcast i32 %out to float", "  ret float %r", "}",
+    f"define internal i8 @tc_float_to_{name}(float %x) alwaysinline {{",
+    "  %bits = bitcast float %x to i32", "  %s0 = lshr i32 %bits, 24", "  %s = and i32 %s0, 128",
+    "  %mag = and i32 %bits, 2147483647", f"  %issub = icmp ult i32 %mag, {(128 - f.bias) << 23}",
+    "  %magf = bitcast i32 %mag to float", "  %small = select i1 %issub, float %magf, float 0.0",
+    f"  %scaled = fmul float %small, {float_literal(1 / step, dtypes.float32)}",
+    "  %even = call float @llvm.rint.f32(float %scaled)", "  %subcode = fptoui float %even to i32",
+    f"  %reb = sub i32 %mag, {(127 - f.bias) << 23}", f"  %lsb0 = lshr i32 %reb, {shift}", "  %lsb = and i32 %lsb0, 1",
+    f"  %half = add i32 %reb, {(1 << (shift - 1)) - 1}", "  %sum = add i32 %half, %lsb",
+    f"  %ncode = lshr i32 %sum, {shift}", "  %code = select i1 %issub, i32 %subcode, i32 %ncode",
+    f"  %over = icmp ugt i32 %code, {f.max_code}", f"  %clamped = select i1 %over, i32 {f.max_code}, i32 %code",
+    *sign_rule, "  %nanword = or i32 %s, 127", "  %infword = or i32 %s, 124",
+    "  %isnan = icmp ugt i32 %mag, 2139095040", "  %isinf = icmp eq i32 %mag, 2139095040",
+    f"  %c1 = select i1 %isinf, i32 {infinity}, i32 %signed", f"  %c2 = select i1 %isnan, i32 {nan}, i32 %c1",
+    "  %c8 = trunc i32 %c2 to i8", "  ret i8 %c8", "}",
+    f"define internal float @tc_round_{name}(float %f) alwaysinline {{",
+    f"  %h = call i8 @tc_float_to_{name}(float %f)", f"  %r = call float @tc_{name}_to_float(i8 %h)",
+    "  ret float %r", "}", "declare float @llvm.rint.f32(float)", ""])
+
 # double -> float by round-to-odd: a following rounding to 16 bits then rounds once (see c_style)
 ROUND_ODD_HELPER = """
 define internal float @tc_float_round_odd(double %d) alwaysinline {
@@ -139,9 +189,7 @@ class LLVMRenderer(CStyleRenderer):
   (global address space, `noalias`), then the scalar parameters as 64-bit words. The grid mapping (`parallel_loops`,
   `launch_dims`) is the C-style renderer's; the outer output loops become workgroup id * local size + work-item id
   (the local size is a constant of the kernel)."""
-  supported_dtypes: frozenset[DType] = frozenset(ALL) - frozenset(FP8S)
-  unsupported_reasons = {d.name: "the LLVM IR renderer has no 8-bit float conversions yet (CPU, CL, NV and PYTHON "
-                         "have them)" for d in FP8S}
+  supported_dtypes: frozenset[DType] = frozenset(ALL)
 
   def __init__(self, target: LLVMTarget):
     self.target = target
@@ -366,12 +414,14 @@ class LLVMRenderer(CStyleRenderer):
     if dtype is dtypes.bool: return self._emit(f"icmp ne i8 {word}, 0")
     if dtype is dtypes.float16: return self._emit(f"fpext half {word} to float")
     if dtype is dtypes.bfloat16: return self._call("float", "tc_bf16_to_float", [("i16", word)])
+    if dtype in FP8S: return self._call("float", f"tc_{dtype.name}_to_float", [("i8", word)])
     return word
 
   def _to_storage(self, value: str, dtype: DType) -> str:
     if dtype is dtypes.bool: return self._emit(f"zext i1 {value} to i8")
     if dtype is dtypes.float16: return self._emit(f"fptrunc float {value} to half")
     if dtype is dtypes.bfloat16: return self._call("i16", "tc_float_to_bf16", [("float", value)])
+    if dtype in FP8S: return self._call("i8", f"tc_float_to_{dtype.name}", [("float", value)])
     return value
 
   def scalar_parameter(self, word: str, dtype: DType) -> str:  # type: ignore[override]
@@ -381,14 +431,16 @@ class LLVMRenderer(CStyleRenderer):
       return word if dtype.itemsize == 8 else self._emit(f"trunc i64 {word} to {ir_type(dtype)}")
     if dtype is dtypes.float64: return self._emit(f"bitcast i64 {word} to double")
     if dtype is dtypes.float32: return self._emit(f"bitcast i32 {self._emit(f'trunc i64 {word} to i32')} to float")
+    if dtype in FP8S: return self._from_storage(self._emit(f"trunc i64 {word} to i8"), dtype)
     return self._from_storage(self._emit(f"bitcast i16 {self._emit(f'trunc i64 {word} to i16')} to half")
                               if dtype is dtypes.float16 else self._emit(f"trunc i64 {word} to i16"), dtype)
 
   # ------------------------------------------------------------------ 16-bit floats
   def round_narrow(self, value: str, dtype: DType) -> str:  # type: ignore[override]
-    """A float value rounded to float16 / bfloat16 (and kept as float); other dtypes unchanged."""
+    """A float value rounded to a narrow float (float16, bfloat16, 8-bit; kept as float); other dtypes unchanged."""
     if dtype is dtypes.float16: return self._emit(f"fpext half {self._emit(f'fptrunc float {value} to half')} to float")
     if dtype is dtypes.bfloat16: return self._call("float", "tc_round_bf16", [("float", value)])
+    if dtype in FP8S: return self._call("float", f"tc_round_{dtype.name}", [("float", value)])
     return value
 
   def float_for_narrow(self, value: str, src: DType) -> str:  # type: ignore[override]
@@ -397,14 +449,14 @@ class LLVMRenderer(CStyleRenderer):
       double = value if src is dtypes.float64 else self._int_to_float(value, src, "double")
       return self._call("float", "tc_float_round_odd", [("double", double)])
     if src is dtypes.bool or dtypes.is_int(src): return self._int_to_float(value, src, "float")
-    return value  # float32 and the 16-bit floats are already floats
+    return value  # float32 and the narrow floats are already floats
 
   # ------------------------------------------------------------------ casts
   def cast(self, value: str, src: DType, dst: DType) -> str:  # type: ignore[override]
     if dst is dtypes.bool:
       if dtypes.is_float(src): return self._emit(f"fcmp une {ir_type(src)} {value}, 0.0")
       return value if src is dtypes.bool else self._emit(f"icmp ne {ir_type(src)} {value}, 0")
-    if dst in SIXTEEN_BIT: return self.round_narrow(self.float_for_narrow(value, src), dst)
+    if dst in NARROW_FLOATS: return self.round_narrow(self.float_for_narrow(value, src), dst)
     if dtypes.is_float(dst):
       if not dtypes.is_float(src): return self._int_to_float(value, src, ir_type(dst))
       return self._float_resize(value, ir_type(src), ir_type(dst))
@@ -821,6 +873,10 @@ HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
   "tc_pow_f64": (_pow_helper("double", "f64", "tc_exp2_f64", "tc_log2_f64"), ("tc_exp2_f64", "tc_log2_f64")),
   "tc_pow_f32": (POW_F32, ("tc_pow_f64",)),
 }
+for _fp8 in FP8S:
+  HELPERS.update({f"tc_{_fp8.name}_to_float": (fp8_helpers(_fp8), ()),
+                  f"tc_float_to_{_fp8.name}": (fp8_helpers(_fp8), ()),
+                  f"tc_round_{_fp8.name}": (fp8_helpers(_fp8), ())})
 HELPER_TEXT = HELPERS  # the names `_call` recognizes as helpers
 
 
