@@ -80,7 +80,8 @@ def plain_key(roots: list[UOp]) -> GraphKey | None:
 class KeyGraph:
   """A plain graph's cache key, node by node: `key_of` (graph node -> key node), `real_of` (the way back), the input
   buffers and Python scalars in graph order (their placeholders are numbered so), and `steered`: whether a constant
-  taken for a scalar is a divisor or shift count after all (it must stay a literal: key the graph again)."""
+  taken for a scalar is a divisor or shift count after all (it must stay a literal: key the graph again; the pass
+  stops there, its key unfinished)."""
   __slots__ = ("key_of", "real_of", "inputs", "scalars", "steered")
 
   def __init__(self) -> None:
@@ -110,7 +111,8 @@ def key_graph(nodes: dict[UOp, None], literals: frozenset[UOp]) -> KeyGraph | No
     else:
       if op is bind_op or (op in SYMBOLIC_ARG_OPS and not _int_arg(node.arg)): return None
       if op in STEERING_OPS and (const := steering_const(node.src[1])).op is const_op and key_of[const] is not const:
-        keyed.steered = True
+        keyed.steered = True  # the caller keys again with the literals: the rest of this pass would be wasted
+        return keyed
       src = node.src
       new_src = (key_of[src[0]],) if len(src) == 1 else tuple([key_of[s] for s in src])  # (most have one source)
       mapped = node if new_src == src else UOp(op, node.dtype, new_src, node.arg, node.tag)
