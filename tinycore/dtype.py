@@ -36,6 +36,9 @@ class DType:
   def bitsize(self) -> int: return 1 if self.name == "bool" else self.itemsize * 8
 
 
+# what a dtype argument may be (tinygrad's name for it, in type hints): a DType or its name
+DTypeLike = DType | str
+
 # the dtypes a Python float and a Python int get, as tinygrad's settings: `DEFAULT_FLOAT=HALF python x.py`,
 # `with Context(DEFAULT_FLOAT=dtypes.half):` (a dtype or its name), or `dtypes.default_float = dtypes.half`
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")

@@ -8,6 +8,9 @@ def _to_torch_dtype(dt):
   if dt in dtypes.fp8s: return torch.uint8  # (tinygrad's mapping: the bytes)
   return getattr(torch, np.dtype(_to_np_dtype(dt)).name) if dt != dtypes.bfloat16 else torch.bfloat16
 def strong_dtype(dt): return dt
+def _from_torch_dtype(torch_dtype):
+  if torch_dtype == torch.bfloat16: return dtypes.bfloat16
+  return dtypes.from_np(torch.empty(0, dtype=torch_dtype).numpy().dtype)
 from tinycore.dtype import fp8_to_float, float_to_fp8, round_to_fp8  # noqa: F401
 class _Truncate(dict):
   def __missing__(self, dt):
