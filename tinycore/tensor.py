@@ -103,6 +103,22 @@ def _numbers_array(data: Sequence, dtype: DType | None) -> Any:
   return arr.astype(to_np_dtype(target), copy=False)
 
 
+def _unpickled_tensor(holder: list, shape: tuple[int, ...], dtype_name: str, device: str, requires_grad: Any) -> Tensor:
+  """The tensor `Tensor.__reduce_ex__` pickled: its bytes (the one item of `holder`) as `dtype_name` of `shape`, on
+  `device` if it computes here (else the default device), realized."""
+  import numpy as np
+  raw = holder.pop()
+  dtype = to_dtype(dtype_name)
+  try: target = device if Device[device].can_compute else None
+  except Exception: target = None  # a device this process does not have
+  if not memoryview(raw).nbytes: t = Tensor.empty(*shape, dtype=dtype, device=target)
+  elif dtype in HOST_FLOAT32: t = Tensor(np.frombuffer(raw, np.uint8), device=target).bitcast(dtype).reshape(shape)
+  else: t = Tensor(np.frombuffer(raw, to_np_dtype(dtype)).reshape(shape), device=target)
+  t.realize()  # copied in now: an out-of-band buffer stays the caller's (and is freed as soon as it is read)
+  t.requires_grad = requires_grad
+  return t
+
+
 def _check_tensors(op: str, values: Sequence[Any]) -> None:
   """cat/stack join tensors only: `a.cat(b, 1)` passes the dim as a tensor (it must be `dim=1`)."""
   for v in values:
@@ -596,6 +612,24 @@ class Tensor(TensorOps, metaclass=TensorType):
     data = np.frombuffer(buffer.as_memoryview(allow_zero_copy=True), dtype=to_np_dtype(self.dtype))[:prod(shape)]
     # a zero-copy view is the device's live memory: copy it; bytes copied out (DISK) are already this array's own
     return data.reshape(shape).copy() if buffer.allocator.supports_as_buffer else data.reshape(shape)
+
+  def __reduce_ex__(self, protocol: int):
+    """A tensor pickles as its values (a lazy one is realized, as torch and numpy tensors hold theirs), shape, dtype,
+    device and requires_grad; it unpickles onto its device when that computes here, else the default device (a DISK
+    tensor's bytes are never written back into its file). From pickle protocol 5 the values are a PickleBuffer over
+    the tensor's memory (zero-copy where the device has a host view), so out-of-band pickling copies nothing."""
+    if isinstance(self.device, tuple):
+      raise TypeError(f"a tensor sharded over {self.device} cannot be pickled: pickle its value on one device "
+                      "(t.to(device)) and shard it again after loading")
+    if any(isinstance(s, UOp) for s in self.shape):
+      raise TypeError(f"a tensor of symbolic shape {self.shape} cannot be pickled: bind its Variables first")
+    if prod(self.shape) == 0: raw: Any = b""
+    elif protocol >= 5:
+      import pickle
+      raw = pickle.PickleBuffer(self._readable_buffer().as_memoryview(allow_zero_copy=True))
+    else: raw = bytes(self._data())
+    # (in a list the loader empties: pickle's memo keeps the argument tuple, and with it the bytes, to the end)
+    return _unpickled_tensor, ([raw], self.shape, self.dtype.name, self.device, self.requires_grad)
 
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> Any:
