@@ -84,3 +84,13 @@ def test_a_renderer_without_them_says_why():
   kernel = Tensor([1.0]).cast(dtypes.fp8e4m3).uop
   with pytest.raises(TypeError, match="dtype fp8e4m3 is not supported on device X: no 8-bit float conversions here"):
     check_dtypes(renderer, kernel, "X")
+
+
+@pytest.mark.parametrize("dtype", FP8S, ids=lambda d: d.name)
+def test_numpy_conversions_match_the_scalar_ones(dtype):
+  from tinycore.dtype import fp8_decode, fp8_encode
+  values = probe_values(dtype).astype(np.float64)
+  np.testing.assert_array_equal(fp8_encode(values, dtype), [float_to_fp8(v, dtype) for v in values])
+  decoded = fp8_decode(np.arange(256), dtype)
+  assert decoded.dtype == np.float32
+  np.testing.assert_array_equal(decoded, np.array([fp8_to_float(c, dtype) for c in range(256)], np.float32))

@@ -334,3 +334,38 @@ def float_to_fp8(x: float, dtype: DType) -> int:
 def round_to_fp8(x: float, dtype: DType) -> float:
   """x rounded to the 8-bit float `dtype` (tinygrad's truncate for fp8)."""
   return fp8_to_float(float_to_fp8(x, dtype), dtype)
+
+
+def fp8_values(dtype: DType) -> Any:
+  """The float32 value of each of the 256 bytes of an 8-bit float (a numpy array: host interop)."""
+  import numpy as np
+  return np.array([fp8_to_float(code, dtype) for code in range(256)], np.float32)
+
+
+def fp8_decode(codes: Any, dtype: DType) -> Any:
+  """An array of an 8-bit float's bytes (uint8) as float32 values (numpy, vectorized)."""
+  import numpy as np
+  return fp8_values(dtype)[np.asarray(codes, np.uint8)]
+
+
+def fp8_encode(values: Any, dtype: DType) -> Any:
+  """float values as the bytes (uint8) of the nearest 8-bit floats, as `float_to_fp8` (numpy, vectorized): the
+  nearest of the format's values (ties to the even byte), saturating, with the format's NaN and infinity bytes."""
+  import numpy as np
+  f = FP8_FORMATS[dtype]
+  x = np.asarray(values, np.float64)
+  positive = fp8_values(dtype)[:f.max_code + 1].astype(np.float64)  # increasing with the byte
+  magnitude = np.abs(x)
+  above = np.clip(np.searchsorted(positive, magnitude), 1, f.max_code)  # the first value >= magnitude
+  low, high = positive[above - 1], positive[above]
+  tie = magnitude - low == high - magnitude
+  code = np.where((magnitude - low < high - magnitude) | (tie & ((above - 1) % 2 == 0)), above - 1, above)
+  code = np.where(magnitude >= positive[-1], f.max_code, code).astype(np.uint8)
+  negative = np.signbit(x)
+  if f.kind == "fnuz": code = np.where(negative & (code != 0), code | 0x80, code)
+  else: code = np.where(negative, code | 0x80, code)
+  special_nan = np.isnan(x) | (np.isinf(x) & (f.kind != "ieee"))
+  nan = np.uint8(0x80) if f.kind == "fnuz" else np.where(negative, 0xFF, 0x7F)
+  code = np.where(special_nan, nan, code)
+  if f.kind == "ieee": code = np.where(np.isinf(x), np.where(negative, 0xFC, 0x7C), code)
+  return code.astype(np.uint8)

@@ -4,7 +4,7 @@ import contextlib
 import weakref
 from typing import Any
 import tinycore.profiler as profiler
-from tinycore.dtype import FP8S, DType, dtypes, fp8_to_float, to_np_dtype
+from tinycore.dtype import FP8S, DType, dtypes, fp8_decode, to_np_dtype
 from tinycore.device.allocator import BufferSpec, BufferStorage
 from tinycore.device.fence import host_fence
 
@@ -217,9 +217,7 @@ class Buffer:
     if self.dtype is dtypes.bfloat16:
       raw = np.frombuffer(self.as_memoryview(), dtype=np.uint16).astype(np.uint32) << 16
       return raw.view(np.float32)
-    if self.dtype in FP8S:  # the float32 values of the bytes, through a table of all 256
-      table = np.array([fp8_to_float(code, self.dtype) for code in range(256)], np.float32)
-      return table[np.frombuffer(self.as_memoryview(), dtype=np.uint8)]
+    if self.dtype in FP8S: return fp8_decode(np.frombuffer(self.as_memoryview(), dtype=np.uint8), self.dtype)
     return np.frombuffer(self.as_memoryview(), dtype=to_np_dtype(self.dtype))
 
 

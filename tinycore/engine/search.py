@@ -28,7 +28,7 @@ import sys
 from typing import Any, Callable
 import attrs
 import numpy as np
-from tinycore.dtype import FP8S, DType, dtypes, float_to_fp8, to_np_dtype
+from tinycore.dtype import FP8S, DType, dtypes, fp8_encode, to_np_dtype
 from tinycore.uop.ops import Ops, UOp
 from tinycore.uop.scalars import call_buffers
 from tinycore.codegen import DEFAULT_TARGET, kernel_name
@@ -240,7 +240,7 @@ def random_bytes(rng: np.random.Generator, dtype: DType, size: int) -> bytes:
   if dtypes.is_float(dtype):
     values = rng.uniform(-1, 1, size)
     if dtype is dtypes.bfloat16: return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
-    if dtype in FP8S: return bytes(float_to_fp8(v, dtype) for v in values)
+    if dtype in FP8S: return fp8_encode(values, dtype).tobytes()
     return values.astype(to_np_dtype(dtype)).tobytes()
   if dtype is dtypes.bool: return rng.integers(0, 2, size).astype(np.bool_).tobytes()
   return rng.integers(1, 4, size).astype(to_np_dtype(dtype)).tobytes()

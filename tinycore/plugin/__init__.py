@@ -13,7 +13,8 @@ names are covered by API_VERSION: a MINOR bump adds names or optional hooks, a M
   Loop, AccUpdate, linearize, KernelTarget (the machine the optimizer shapes tiles for), KernelOpts (a kernel's
   searchable choices, which a renderer reads as `self.opts` and offers more of in `search_space`), Panel and
   find_panels (operand panels a renderer may pack into a kernel-local buffer) and the IR they render (Ops, GroupOp,
-  UOp, DType, dtypes, NARROW_FLOATS: the floats computed in float and rounded back after every op, FP8S);
+  UOp, DType, dtypes, NARROW_FLOATS: the floats computed in float and rounded back after every op, FP8S, and
+  fp8_encode / fp8_decode: numpy arrays of float values to 8-bit float bytes and back, for host-side code);
 - queue devices (HCQ2): HCQDevice, HWQueue, CommandWriter, Encoded, HCQTimeoutError, Signal, signal_pool, the queue
   commands
   (Exec, Copy, SignalStore, SignalWait, Timestamp, Barrier, Command) and their run-time values (Value,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:  # the lazily exported names, for type checkers
   from tinycore.device.compiled import (COMPILE_TIMEOUT_ENV, Compiled, Compiler, Program, cache_dir, compile_timeout_s,
                                         count_setting, finish_bounded, run_bounded, run_compiler, start_bounded,
                                         trusted_cache_dir)
-  from tinycore.dtype import FP8S, NARROW_FLOATS, DType, dtypes
+  from tinycore.dtype import FP8S, NARROW_FLOATS, DType, dtypes, fp8_decode, fp8_encode
   from tinycore.hcq.commands import (Barrier, Command, Copy, Exec, InputAddress, SignalStore, SignalWait, Timestamp,
                                      Value, Variable)
   from tinycore.hcq.device import (CommandWriter, Encoded, HCQDevice, HCQTimeoutError, HWQueue, is_hcq_device,
@@ -71,7 +72,7 @@ _LAZY_EXPORTS: dict[str, str] = {
   **dict.fromkeys(("KernelOpts", "KernelTarget"), "tinycore.codegen.optimize"),
   **dict.fromkeys(("Panel", "find_panels"), "tinycore.codegen.packing"),
   **dict.fromkeys(("LLVMRenderer", "LLVMTarget"), "tinycore.codegen.llvm_ir"),
-  **dict.fromkeys(("DType", "dtypes", "FP8S", "NARROW_FLOATS"), "tinycore.dtype"),
+  **dict.fromkeys(("DType", "dtypes", "FP8S", "NARROW_FLOATS", "fp8_decode", "fp8_encode"), "tinycore.dtype"),
   **dict.fromkeys(("GroupOp", "Ops", "UOp"), "tinycore.uop.ops"),
   **dict.fromkeys(("Barrier", "Command", "Copy", "Exec", "InputAddress", "SignalStore", "SignalWait", "Timestamp",
                    "Value", "Variable"), "tinycore.hcq.commands"),

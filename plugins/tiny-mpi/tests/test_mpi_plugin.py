@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from tinycore import Tensor, dtypes
 from tiny_mpi import plugin
-from tiny_mpi.backend import bf16_operation, bf16_to_float32, float16_operation, float32_to_bf16
+from tiny_mpi.backend import bf16_operation, bf16_to_float32, float16_operation, float32_to_bf16, fp8_operation
+from tinycore.dtype import float_to_fp8, fp8_decode, fp8_encode
 
 pytest.importorskip("mpi4py", reason="tiny-mpi[mpich] brings mpi4py and MPICH")
 
@@ -48,6 +49,12 @@ def test_16_bit_operations_round_each_result_to_the_dtype(op):
   inout = h_b.copy()
   float16_operation(op)(h_a, inout, None)
   np.testing.assert_array_equal(inout, combine(h_a, h_b))
+  for dtype in dtypes.fp8s:  # bytes combined in float32, each result rounded to the 8-bit float
+    f_a, f_b = fp8_encode(a / 50, dtype), fp8_encode(b / 50, dtype)
+    inout = f_b.copy()
+    fp8_operation(dtype, op)(f_a, inout, None)
+    expected = [float_to_fp8(float(v), dtype) for v in combine(fp8_decode(f_a, dtype), fp8_decode(f_b, dtype))]
+    np.testing.assert_array_equal(inout, np.array(expected, np.uint8))
 
 
 def test_launched_reads_the_launchers_variables(monkeypatch):
@@ -71,7 +78,7 @@ def test_every_dtype_has_an_mpi_datatype():
   assert result.returncode == 0, result.stderr
   names, flags = result.stdout.splitlines()
   every = sorted(["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16",
-                  "bfloat16", "float32", "float64"])
+                  "bfloat16", "float32", "float64", "fp8e4m3", "fp8e5m2", "fp8e4m3fnuz", "fp8e5m2fnuz"])
   assert names == " ".join(every) + " 0 1"
   assert flags == "True True"  # MPICH has no bfloat16 type: 16-bit words with a user-defined operation
 

@@ -3,13 +3,14 @@
 The buffers arrive as memoryviews of bytes with the element dtype alongside; each call names the MPI datatype, so
 MPI counts elements itself. float16 uses MPI's FLOAT16_T where the library has it (MPICH 4+), bfloat16 its
 BFLOAT16_T where it has one; otherwise they travel as 16-bit words combined by a user-defined operation that
-rounds each pairwise result to the dtype, so no float32 copy is ever sent.
+rounds each pairwise result to the dtype, so no float32 copy is ever sent. The 8-bit floats travel as bytes the same
+way (MPI has no such types).
 """
 from __future__ import annotations
 import sys
 from typing import Any, Callable
 import numpy as np
-from tinycore.plugin import CollectiveBackend, DType, dtypes
+from tinycore.plugin import CollectiveBackend, DType, dtypes, fp8_decode, fp8_encode
 
 
 def load_mpi() -> Any:
@@ -53,6 +54,16 @@ def bf16_operation(op: str) -> Callable[[Any, Any, Any], None]:
   return bf16_combine
 
 
+def fp8_operation(dtype: DType, op: str) -> Callable[[Any, Any, Any], None]:
+  """The pairwise combine of two buffers of an 8-bit float's bytes: in float32, each result rounded to the dtype."""
+  combine = NUMPY_COMBINE[op]
+
+  def fp8_combine(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
+    a, b = np.frombuffer(inbuf, np.uint8), np.frombuffer(inoutbuf, np.uint8)
+    b[:] = fp8_encode(combine(fp8_decode(a, dtype), fp8_decode(b, dtype)), dtype)
+  return fp8_combine
+
+
 def float16_operation(op: str) -> Callable[[Any, Any, Any], None]:
   combine = NUMPY_COMBINE[op]
 
@@ -88,6 +99,7 @@ class MPIBackend(CollectiveBackend):
       native = getattr(MPI, name, MPI.DATATYPE_NULL)
       # without the library's own type: 16-bit words, combined by a user-defined operation
       table[dtype] = native if native != MPI.DATATYPE_NULL else MPI.UINT16_T
+    for dtype in dtypes.fp8s: table[dtype] = MPI.UINT8_T  # bytes, combined by a user-defined operation
     return table
 
   def datatype(self, dtype: DType) -> Any:
@@ -95,11 +107,14 @@ class MPIBackend(CollectiveBackend):
     return found
 
   def operation(self, dtype: DType, op: str) -> Any:
-    """The MPI operation combining `dtype` values with `op` (a user-defined one for 16-bit floats MPI lacks)."""
+    """The MPI operation combining `dtype` values with `op` (a user-defined one for the narrow floats MPI lacks)."""
     if dtype is dtypes.bool: return self.logical_ops[op]
-    if dtype in (dtypes.float16, dtypes.bfloat16) and self.datatypes[dtype] == self.MPI.UINT16_T:
+    emulated = dtype in dtypes.fp8s or (dtype in (dtypes.float16, dtypes.bfloat16) and
+                                        self.datatypes[dtype] == self.MPI.UINT16_T)
+    if emulated:
       if (user := self.user_ops.get((dtype, op))) is None:
-        function = bf16_operation(op) if dtype is dtypes.bfloat16 else float16_operation(op)
+        function = (fp8_operation(dtype, op) if dtype in dtypes.fp8s else
+                    bf16_operation(op) if dtype is dtypes.bfloat16 else float16_operation(op))
         user = self.user_ops[(dtype, op)] = self.MPI.Op.Create(function, commute=True)
       return user
     return self.reduce_ops[op]

@@ -6,17 +6,19 @@ from conftest import rank_input
 from tinycore import Tensor, distributed, dtypes
 from tinycore.device.collective import CollectiveMismatch, current_group
 
-DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "uint32", "uint64"]
+DTYPES = ["float32", "float64", "float16", "bfloat16", "fp8e4m3", "fp8e5m2", "int8", "uint8", "int16", "int32", "int64",
+          "uint32", "uint64"]
+NARROW = ("float16", "bfloat16", "fp8e4m3", "fp8e5m2")  # made from float32 values they hold exactly
 SHAPES = {"small": (3, 5), "large": (40, 300)}
 
 
 def tensor(x: np.ndarray, dtype: str) -> Tensor:
-  """16-bit floats are made from their (exactly representable) float32 values."""
-  return Tensor(x).cast(getattr(dtypes, dtype)) if dtype in ("float16", "bfloat16") else Tensor(x)
+  """Narrow floats are made from their (exactly representable) float32 values."""
+  return Tensor(x).cast(getattr(dtypes, dtype)) if dtype in NARROW else Tensor(x)
 
 
 def values(t: Tensor) -> np.ndarray:
-  return (t.cast(dtypes.float32) if t.dtype is dtypes.bfloat16 else t).numpy()
+  return (t.cast(dtypes.float32) if t.dtype in (dtypes.bfloat16, *dtypes.fp8s) else t).numpy()
 
 
 def everyone(shape, dtype, seed=0) -> np.ndarray:
@@ -40,8 +42,8 @@ def test_all_reduce(op, dtype, size):
               "mean": inputs.astype(np.float64).mean(0)}[op]
   assert out.shape == shape and out.dtype is (dtypes.float32 if op == "mean" and "int" in dtype else to_dtype(dtype))
   if op == "sum" and "int" in dtype: expected = expected.astype(dtype)  # wraps as the dtype does
-  # 16-bit sums of whole numbers are exact; a 16-bit mean rounds once more
-  rounding = {"float16": 1e-3, "bfloat16": 8e-3}  # half an ulp, relative
+  # narrow sums of (small) whole numbers are exact; a narrow mean rounds once more
+  rounding = {"float16": 1e-3, "bfloat16": 8e-3, "fp8e4m3": 0.0625, "fp8e5m2": 0.125}  # half an ulp, relative
   tolerance = rounding[dtype] if op == "mean" and dtype in rounding else 1e-6 if "float" in dtype or op == "mean" else 0
   np.testing.assert_allclose(values(out), expected, rtol=tolerance, atol=tolerance)
 
@@ -68,7 +70,7 @@ def test_float16_sums_round_each_step_in_16_bits():
 
 
 @pytest.mark.parametrize("size", SHAPES)
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64", "uint8", "bool"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "fp8e5m2", "int64", "uint8", "bool"])
 @pytest.mark.parametrize("axis", [0, -1])
 def test_all_gather(axis, dtype, size):
   shape = SHAPES[size]
