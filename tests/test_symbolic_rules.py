@@ -299,3 +299,29 @@ def test_a_double_negation_is_the_value():
   assert simplify(UOp(Ops.NEG, dtypes.float32, (UOp(Ops.NEG, dtypes.float32, (x,)),))) is x
   i = rng(1, 10).cast(dtypes.int32)
   assert simplify(UOp(Ops.NEG, dtypes.int32, (UOp(Ops.NEG, dtypes.int32, (i,)),))) is i
+
+
+def neg(u): return UOp(Ops.NEG, u.dtype, (u,))
+
+
+def test_a_negated_select_of_a_negation_is_one_select():
+  # -(c ? -x : 0.0) is c ? x : -0.0 (a cat piece padded with -0.0 as -(pad(-x)))
+  r = rng(0, 16)
+  x = r.cast(dtypes.float32)
+  folded = simplify(neg((r < 8).where(neg(x), UOp.const(dtypes.float32, 0.0))))
+  assert folded.op is Ops.WHERE and folded.src[1] is x and str(folded.src[2].arg) == "-0.0"
+
+
+def test_sums_of_selects_with_disjoint_conditions_are_one_chain():
+  r = rng(0, 16)
+  x, y, z = (r.cast(dtypes.float32) * k for k in (1.0, 2.0, 3.0))
+  zero = UOp.const(dtypes.float32, -0.0)
+  def above(k): return UOp.const(dtypes.index, k) < r
+  pieces = [(r < 4).where(x, zero), (above(3) & (r < 12)).where(y, zero), above(11).where(z, zero)]
+  merged = simplify(pieces[0] + pieces[1] + pieces[2])
+  assert [u.op for u in (merged, merged.src[2], merged.src[2].src[2])] == [Ops.WHERE] * 3
+  assert merged.src[2].src[2].src[2] is zero  # c1 ? x : (c2 ? y : (c3 ? z : -0.0))
+  # conditions that can hold together stay a sum, and so do selects whose other branch is +0.0 (x + 0.0 is not x)
+  assert simplify((r < 8).where(x, zero) + above(3).where(y, zero)).op is Ops.ADD
+  plus = UOp.const(dtypes.float32, 0.0)
+  assert simplify((r < 4).where(x, plus) + above(11).where(z, plus)).op is Ops.ADD

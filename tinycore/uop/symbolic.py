@@ -284,6 +284,54 @@ def _cast_value(v: Any, dtype: DType) -> Any:
 
 # Constant patterns match by kind (see `same_arg`): an int pattern never matches a bool or float constant, and
 # +0.0 never matches -0.0. Each identity below is exact for its dtypes, NaN, inf and signed zeros included.
+
+def _bounds_in(cond: UOp) -> dict[UOp, tuple[float, float]] | None:
+  """The interval each value is held to by a condition that is a comparison of it with a constant (`x < 8`,
+  `7 < x`) or an AND of such comparisons; None for any other condition."""
+  if cond.op is Ops.AND and cond.dtype is dtypes.bool:
+    left, right = _bounds_in(cond.src[0]), _bounds_in(cond.src[1])
+    if left is None or right is None: return None
+    merged = dict(left)
+    for x, (lo, hi) in right.items():
+      old_lo, old_hi = merged.get(x, (-math.inf, math.inf))
+      merged[x] = (max(lo, old_lo), min(hi, old_hi))
+    return merged
+  if cond.op is not Ops.CMPLT: return None
+  a, b = cond.src
+  if b.op is Ops.CONST and a.op is not Ops.CONST and _is_int(a): return {a: (-math.inf, b.arg - 1)}
+  if a.op is Ops.CONST and b.op is not Ops.CONST and _is_int(b): return {b: (a.arg + 1, math.inf)}
+  return None
+
+
+def _disjoint(c1: UOp, c2: UOp) -> bool:
+  """Whether no values make both conditions true: they hold one value to intervals that do not meet."""
+  b1, b2 = _bounds_in(c1), _bounds_in(c2)
+  if b1 is None or b2 is None: return False
+  return any(max(b1[x][0], b2[x][0]) > min(b1[x][1], b2[x][1]) for x in b1.keys() & b2.keys())
+
+
+def _select_chain(u: UOp, identity: UOp) -> list[tuple[UOp, UOp]] | None:
+  """`c1 ? a : (c2 ? b : ... identity)` as [(c1, a), (c2, b), ...]; None when u is not such a chain."""
+  chain = []
+  while u.op is Ops.WHERE:
+    chain.append((u.src[0], u.src[1]))
+    u = u.src[2]
+  return chain if chain and u is identity else None
+
+
+def merge_disjoint_selects(x: UOp) -> UOp | None:
+  """a + b where each is a select chain ending in the sum's identity (-0.0 for floats: x + -0.0 is x, for -0.0
+  too; 0 for ints) and no two of their conditions can hold at once: one chain (a cat's pieces, each zero outside its
+  part of the output, become one select per element instead of a sum of gated values)."""
+  if x.dtype is dtypes.bool: return None
+  identity = x.const_like(-0.0 if dtypes.is_float(x.dtype) else 0)
+  if identity.arg != 0 or (dtypes.is_float(x.dtype) and math.copysign(1.0, identity.arg) > 0): return None
+  a, b = (_select_chain(s, identity) for s in x.src)
+  if a is None or b is None or not all(_disjoint(p, q) for p, _ in a for q, _ in b): return None
+  out = identity
+  for cond, value in reversed(a + b): out = cond.where(value, out)
+  return out
+
 symbolic = PatternMatcher([
   # an ALU op on constants is a constant
   (UPat(GroupOp.ALU | {Ops.CAST}, name="x"), fold_constants),
@@ -301,6 +349,12 @@ symbolic = PatternMatcher([
   (UPat(Ops.FDIV, src=(UPat.var("x"), UPat.const(1.0))), lambda x: x),
   # -(-x) is x (a sign flipped twice, for floats NaN and signed zeros included; for ints the wrap undone)
   (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("x"),)),)), lambda x: x),
+  # -(c ? -x : k) is c ? x : -k (both flips exact; a cat's -0.0 padding, `-(pad(-x))`, becomes one select)
+  (UPat(Ops.NEG, src=(UPat(Ops.WHERE, src=(UPat.var("c"), UPat(Ops.NEG, src=(UPat.var("x"),)), UPat.cvar("k"))),)),
+   lambda c, x, k: c.where(x, UOp(Ops.CONST, k.dtype, k.src, dtypes.as_const(-k.arg, k.dtype)))
+   if k.dtype is not dtypes.bool else None),
+  # sums of select chains with disjoint conditions are one chain (cat, pad by parts)
+  (UPat(Ops.ADD, name="x", src=(UPat(Ops.WHERE), UPat(Ops.WHERE))), merge_disjoint_selects),
   # a cast to the same dtype is nothing
   (UPat(Ops.CAST, name="c", src=(UPat.var("x"),)), lambda c, x: x if c.dtype is x.dtype else None),
   # integer sums are kept in affine normal form, which cancels (y//c)*c + y%c
