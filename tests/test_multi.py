@@ -378,3 +378,20 @@ def test_shard_in_place(rng):
   t = Tensor(x)
   assert t.shard_(CPU4, axis=0) is t and t.device == tuple(Device.canonicalize(d) for d in CPU4)
   _close(t, x)
+
+
+def test_the_sharding_axis_of_any_value_and_a_sharded_model_loading_a_state_dict():
+  from tinycore import nn
+  from tinycore.nn.state import load_state_dict
+  t = Tensor.ones(4, 6).shard(CPU4[:2], axis=1)
+  assert [u.axis for u in (t.uop, (t + 1).uop, t.reshape(4, 2, 3).uop, t.T.uop)] == [1, 1, 1, 0]
+  assert t.sum(1).uop.axis is None and Tensor.ones(4).uop.axis is None
+  assert Tensor.ones(4).shard(CPU4[:2]).uop.axis is None
+  layer = nn.Conv2d(3, 6, kernel_size=3)
+  layer.weight.shard_(CPU4[:3], 0)
+  layer.bias.shard_(CPU4[:3], None)
+  weight, bias = Tensor.randn(6, 3, 3, 3).realize(), Tensor.randn(6).realize()
+  load_state_dict(layer, {"weight": weight, "bias": bias})
+  assert len(layer.weight.device) == 3 and layer.weight.uop.axis == 0 and layer.bias.uop.axis is None
+  np.testing.assert_array_equal(layer.weight.numpy(), weight.numpy())
+  np.testing.assert_array_equal(layer.bias.numpy(), bias.numpy())

@@ -322,7 +322,7 @@ def get_parameters(obj: Any) -> list[Tensor]:
 def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, verbose: bool = True,
                     consume: bool = False, realize: bool = True) -> list[Tensor]:
   """Load ``state_dict`` into the tensors of ``model`` (matched by ``get_state_dict`` names): each model tensor is
-  replaced by the loaded value moved to its device. ``strict``: a name missing from ``state_dict`` is a KeyError.
+  replaced by the loaded value moved to its device (sharded along its axis when it is sharded). ``strict``: a name missing from ``state_dict`` is a KeyError.
   A shape mismatch is a ValueError (shapes () and (1,) are interchangeable, as in tinygrad); a value of another
   dtype is cast to the model's (as torch's load_state_dict copies it). ``consume``
   deletes each loaded entry from ``state_dict``; ``verbose`` (tinygrad's progress bar) is accepted and prints
@@ -338,7 +338,9 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
       raise ValueError(f"Shape mismatch in layer `{key}`: Expected shape {target.shape}, but found {value.shape} in "
                        f"state dict.")
     if value.dtype is not target.dtype: value = value.cast(target.dtype)  # the model keeps its dtype (torch's copy_)
-    target.replace(value.to(target.device))
+    # a sharded model tensor keeps its sharding: the value is split along the same axis
+    target.replace(value.shard(target.device, target.uop.axis) if isinstance(target.device, tuple) else
+                   value.to(target.device))
     if consume: del state_dict[key]
     loaded.append(target)
   if realize and loaded: loaded[0].realize(*loaded[1:])

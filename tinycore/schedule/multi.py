@@ -14,7 +14,7 @@ import itertools
 from typing import Callable
 from tinycore.dtype import dtypes
 from tinycore.helpers import ALL2ALL, ALLREDUCE_CAST, RING, getenv
-from tinycore.uop.ops import GroupOp, Ops, UOp, prod
+from tinycore.uop.ops import GroupOp, Ops, UOp, install_sharding_axis, prod
 from tinycore.uop.pattern import PatternMatcher, UPat, graph_rewrite_map
 
 
@@ -290,6 +290,16 @@ def lower_multi(sink: UOp) -> MultiLowering:
     done = {node: rewritten.get(mid, mid) for node, mid in done.items()}
   stacks = {n.src: None for n in done[sink].toposort() if n.op is Ops.MSTACK and n.dtype is not None}
   return MultiLowering(done, list(stacks) + groups)
+
+
+def sharding_axis(u: UOp) -> int | None:
+  """The axis u is sharded along once lowered (None: replicated, or not on a device tuple): `UOp.axis`."""
+  if not any(on_a_device_tuple(n) for n in u.toposort()): return None
+  lowered = lower_multi(UOp(Ops.SINK, None, (u,))).nodes[u]
+  return lowered.arg if is_multi(lowered) else None
+
+
+install_sharding_axis(sharding_axis)
 
 
 def lane_roots(sink: UOp) -> list[UOp]:

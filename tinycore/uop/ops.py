@@ -350,6 +350,22 @@ class UOp(metaclass=_UOpCache):
   @property
   def vmax(self): return self.vmin_vmax[1]
 
+  @property
+  def axis(self) -> int | None:
+    """The axis a value on a device tuple is sharded along (None: replicated, or on one device), as tinygrad's
+    `UOp.axis`: a sharded tensor's own, else what the scheduler's multi-device lowering makes of the value."""
+    if self.op is Ops.UNSHARD: return self.arg
+    return _sharding_axis[0](self) if _sharding_axis else None
+
+
+# the scheduler installs how a lazy value's sharding axis is found (tinycore.schedule.multi: its lowering decides it)
+_sharding_axis: list[Callable[[UOp], int | None]] = []
+
+
+def install_sharding_axis(lookup: Callable[[UOp], int | None]) -> None:
+  """Called once by the multi-device lowering: the sharding axis of any value (`UOp.axis`)."""
+  _sharding_axis[:] = [lookup]
+
 
 def _as_uop(x: Any, dtype: DType | None) -> UOp:
   if isinstance(x, UOp): return x
