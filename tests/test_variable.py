@@ -146,3 +146,14 @@ def test_int64_variable_full_range():
   t = realized(np.array([1, -1], np.int64), "CPU")
   for value in (2**40, -2**40, 12345):
     assert (t * v.bind(value)).tolist() == [value, -value]
+
+
+def test_comparisons_of_variables_are_decided_by_their_range_or_raise():
+  from tinycore import Variable
+  v = Variable("start_pos", 1, 100).bind(3)
+  assert (v > 0) and (v >= 1) and (v < 101) and not (v <= 0)  # true (false) for every value of the range
+  kept = [i for i in range(3) if v > i - 5]
+  assert kept == [0, 1, 2]
+  with pytest.raises(TypeError, match=r"Variables \['start_pos'\] is true for some of their values"):
+    if v > 5: pass  # 3 now, but not for every value: an `if` on it would be a guess
+  assert v.unbind()[1] > 2  # the bound value, compared as a Python int

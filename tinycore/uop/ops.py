@@ -331,6 +331,20 @@ class UOp(metaclass=_UOpCache):
   def __floordiv__(self, x): return _binop(Ops.IDIV, self, x)
   def __mod__(self, x): return _binop(Ops.MOD, self, x)
   def __lt__(self, x): return _binop(Ops.CMPLT, self, x)
+  def __gt__(self, x): return _binop(Ops.CMPLT, x, self)
+  def __le__(self, x): return _binop(Ops.CMPNE, _binop(Ops.CMPLT, x, self), True)
+  def __ge__(self, x): return _binop(Ops.CMPNE, _binop(Ops.CMPLT, self, x), True)
+  def __bool__(self) -> bool:
+    """A comparison is true or false when the bounds of its operands decide it (`start_pos > 0` for a Variable of
+    range [1, 100]); one that depends on a Variable's value raises, where Python would take any object for true."""
+    if self.op not in GroupOp.Comparison: return True
+    from tinycore.uop.pattern import graph_rewrite
+    from tinycore.uop.symbolic import symbolic
+    decided = graph_rewrite(self, symbolic)
+    if decided.op is Ops.CONST: return bool(decided.arg)
+    names = sorted({n.arg[0] for n in self.toposort() if n.op is Ops.DEFINE_VAR})
+    raise TypeError(f"a comparison of Variables {names} is true for some of their values and false for others: "
+                    "compare a bound Variable's value (v.unbind()[1]) instead")
   def __and__(self, x): return _binop(Ops.AND, self, x)
   def ne(self, x): return _binop(Ops.CMPNE, self, x)
   def where(self, a, b) -> UOp:
