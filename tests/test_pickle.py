@@ -66,3 +66,13 @@ def test_what_cannot_be_pickled_says_why():
   v = Variable("n", 1, 8).bind(3)
   with pytest.raises(TypeError, match="symbolic shape .* bind its Variables"):
     pickle.dumps(Tensor.ones(8)[:v])
+
+
+def test_a_realized_value_knows_its_buffer():
+  t = Tensor.arange(4).clone()
+  assert not t.uop.is_realized and t.uop.realized is None
+  t.realize()
+  assert t.uop.is_realized and t.uop.realized.size == 4 and t.reshape(2, 2).uop.is_realized
+  assert not (t + 1).uop.is_realized
+  back = round_trip(t)  # unpickled realized, as tinygrad's
+  assert back.uop.is_realized and back.tolist() == [0, 1, 2, 3]

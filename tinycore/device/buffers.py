@@ -1,12 +1,11 @@
 """Which Buffer backs which BUFFER UOp. The UOp graph names memory; this table holds the memory itself."""
 from __future__ import annotations
 from tinycore.device.buffer import Buffer
-from tinycore.uop.ops import Ops, UOp
+from tinycore.uop.ops import BUFFER_ATTRIBUTE, Ops, UOp
 from tinycore.uop.scalars import call_buffers
 
-# The Buffer lives in the BUFFER UOp's instance dict under this name, so it lives exactly as long as some graph (a
-# tensor) still names the UOp; a weak-keyed table did the same at several microseconds more per eager op
-BUFFER_ATTRIBUTE = "attached_buffer"
+# The Buffer lives in the BUFFER UOp's instance dict under BUFFER_ATTRIBUTE, so it lives exactly as long as some graph
+# (a tensor) still names the UOp; a weak-keyed table did the same at several microseconds more per eager op
 
 
 def attach_buffer(buf_uop: UOp, buf: Buffer) -> None:

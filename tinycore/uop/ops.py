@@ -365,12 +365,26 @@ class UOp(metaclass=_UOpCache):
   def vmax(self): return self.vmin_vmax[1]
 
   @property
+  def realized(self) -> Any:
+    """The allocated Buffer holding this value (tinygrad's `UOp.realized`): its base's, when the base is a BUFFER the
+    device layer attached allocated memory to; None for a lazy value."""
+    base = self.base
+    buf = base.__dict__.get(BUFFER_ATTRIBUTE) if base.op is Ops.BUFFER else None
+    return buf if buf is not None and buf.is_allocated() else None
+
+  @property
+  def is_realized(self) -> bool: return self.realized is not None
+
+  @property
   def axis(self) -> int | None:
     """The axis a value on a device tuple is sharded along (None: replicated, or on one device), as tinygrad's
     `UOp.axis`: a sharded tensor's own, else what the scheduler's multi-device lowering makes of the value."""
     if self.op is Ops.UNSHARD: return self.arg
     return _sharding_axis[0](self) if _sharding_axis else None
 
+
+# the attribute of a BUFFER node its Buffer is attached under (by tinycore.device.buffers)
+BUFFER_ATTRIBUTE = "attached_buffer"
 
 # the scheduler installs how a lazy value's sharding axis is found (tinycore.schedule.multi: its lowering decides it)
 _sharding_axis: list[Callable[[UOp], int | None]] = []
