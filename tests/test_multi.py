@@ -395,3 +395,11 @@ def test_the_sharding_axis_of_any_value_and_a_sharded_model_loading_a_state_dict
   assert len(layer.weight.device) == 3 and layer.weight.uop.axis == 0 and layer.bias.uop.axis is None
   np.testing.assert_array_equal(layer.weight.numpy(), weight.numpy())
   np.testing.assert_array_equal(layer.bias.numpy(), bias.numpy())
+
+
+def test_shard_like_takes_the_devices_and_axis_of_another_tensor():
+  like = Tensor.ones(4, 6).shard(CPU4[:2], axis=1)
+  t = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6)).shard_like(like)
+  assert t.device == like.device and t.uop.axis == 1
+  np.testing.assert_array_equal(t.numpy(), np.arange(24, dtype=np.float32).reshape(4, 6))
+  assert Tensor([1.0]).shard_like(Tensor([2.0], device="CPU:1")).device == "CPU:1"

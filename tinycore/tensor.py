@@ -546,6 +546,10 @@ class Tensor(TensorOps, metaclass=TensorType):
     from tinycore.multi import shard
     return shard(self, devices, axis)
 
+  def shard_like(self, y: Tensor) -> Tensor:
+    """This tensor sharded as y is: over y's devices, along y's sharding axis (`y.uop.axis`; one device: moved)."""
+    return self.shard(y.device, y.uop.axis) if isinstance(y.device, tuple) else self.to(y.device)
+
   def shard_(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
     """Shard this tensor in place: it now lives on the device tuple (see shard)."""
     return self.replace(self.shard(devices, axis))
