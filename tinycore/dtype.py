@@ -196,7 +196,7 @@ DTYPES_BY_NAME = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint
                   "bfloat16": dtypes.bfloat16, "float32": dtypes.float32, "float64": dtypes.float64}
 # the 8-bit floats' names in ml_dtypes, torch and tinygrad's DType.name ("float8_e4m3fn" is ONNX's e4m3)
 dtypes.float8_e4m3 = dtypes.float8_e4m3fn = dtypes.fp8e4m3
-dtypes.float8_e5m2, dtypes.float8_e4m3fnuz, dtypes.float8_e5m2fnuz = dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz
+dtypes.float8_e5m2, dtypes.float8_e4m3fnuz, dtypes.float8_e5m2fnuz = FP8S[1:]
 
 # each type promotes to these (tinygrad's lattice); the least upper bound of a set is their cheapest common ancestor
 PROMOTION_LATTICE: dict[DType, list[DType]] = {
@@ -336,10 +336,14 @@ def round_to_fp8(x: float, dtype: DType) -> float:
   return fp8_to_float(float_to_fp8(x, dtype), dtype)
 
 
+@lru_cache(None)
 def fp8_values(dtype: DType) -> Any:
-  """The float32 value of each of the 256 bytes of an 8-bit float (a numpy array: host interop)."""
+  """The float32 value of each of the 256 bytes of an 8-bit float (a read-only numpy array, made once: host
+  interop)."""
   import numpy as np
-  return np.array([fp8_to_float(code, dtype) for code in range(256)], np.float32)
+  table = np.array([fp8_to_float(code, dtype) for code in range(256)], np.float32)
+  table.setflags(write=False)
+  return table
 
 
 def fp8_decode(codes: Any, dtype: DType) -> Any:

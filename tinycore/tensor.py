@@ -479,8 +479,7 @@ class Tensor(TensorOps, metaclass=TensorType):
       raise DTypeError(f"rand needs a float dtype, got {dtype} (rand_like of an int tensor: pass dtype=)")
     bits = Tensor._random_bits(prod(shape), device)
     # as many random bits as the dtype's significand holds, so the cast is exact and 1.0 is never reached
-    precision = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float64: 32, dtypes.fp8e4m3: 4, dtypes.fp8e4m3fnuz: 4,
-                 dtypes.fp8e5m2: 3, dtypes.fp8e5m2fnuz: 3}.get(dtype, 24)
+    precision = min(dtypes.finfo(dtype)[1] + 1, 32)  # (float64: the 32 bits a draw has)
     compute = dtypes.float64 if precision > 24 else dtypes.float32
     values = (bits >> (32 - precision)).cast(compute) * (1.0 / (1 << precision))
     return Tensor(values.reshape(shape).cast(dtype).uop, **kwargs)
@@ -642,7 +641,8 @@ class Tensor(TensorOps, metaclass=TensorType):
     return self.numpy().reshape(()).item()
   def data(self) -> memoryview:
     """The values as a memoryview in this dtype's struct format and this shape, as tinygrad (raw bytes for a dtype
-    without a format: bfloat16, the 8-bit floats; and float16 before Python 3.12, whose memoryview cannot cast to "e")."""
+    without a format: bfloat16, the 8-bit floats; and float16 before Python 3.12, whose memoryview cannot cast to
+    "e")."""
     raw = self._data().cast("B")
     if self.dtype.fmt is None or (self.dtype.fmt == "e" and sys.version_info < (3, 12)): return raw
     shape = self._concrete_shape()

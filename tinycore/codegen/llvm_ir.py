@@ -874,9 +874,8 @@ HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
   "tc_pow_f32": (POW_F32, ("tc_pow_f64",)),
 }
 for _fp8 in FP8S:
-  HELPERS.update({f"tc_{_fp8.name}_to_float": (fp8_helpers(_fp8), ()),
-                  f"tc_float_to_{_fp8.name}": (fp8_helpers(_fp8), ()),
-                  f"tc_round_{_fp8.name}": (fp8_helpers(_fp8), ())})
+  HELPERS.update(dict.fromkeys((f"tc_{_fp8.name}_to_float", f"tc_float_to_{_fp8.name}", f"tc_round_{_fp8.name}"),
+                               (fp8_helpers(_fp8), ())))
 HELPER_TEXT = HELPERS  # the names `_call` recognizes as helpers
 
 

@@ -322,7 +322,8 @@ def get_parameters(obj: Any) -> list[Tensor]:
 def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, verbose: bool = True,
                     consume: bool = False, realize: bool = True) -> list[Tensor]:
   """Load ``state_dict`` into the tensors of ``model`` (matched by ``get_state_dict`` names): each model tensor is
-  replaced by the loaded value moved to its device (sharded along its axis when it is sharded). ``strict``: a name missing from ``state_dict`` is a KeyError.
+  replaced by the loaded value moved to its device (sharded along its axis when it is sharded). ``strict``: a name
+  missing from ``state_dict`` is a KeyError.
   A shape mismatch is a ValueError (shapes () and (1,) are interchangeable, as in tinygrad); a value of another
   dtype is cast to the model's (as torch's load_state_dict copies it). ``consume``
   deletes each loaded entry from ``state_dict``; ``verbose`` (tinygrad's progress bar) is accepted and prints

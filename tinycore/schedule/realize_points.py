@@ -248,9 +248,9 @@ class RealizePoints:
 
   @staticmethod
   def rounds_a_reused_operand(cast: UOp, uses: list[Use]) -> bool:
-    """Whether `cast` rounds a wider float to a narrow float (float16, bfloat16, 8-bit) and some reduction reads it without one of its
-    output loops (each value is read for several outputs: `x.half() @ w.half()` rounded every operand again in the
-    register tile, a software rounding per multiply-add)."""
+    """Whether `cast` rounds a wider float to a narrow float (float16, bfloat16, 8-bit) and some reduction reads it
+    without one of its output loops (each value is read for several outputs: `x.half() @ w.half()` rounded every
+    operand again in the register tile, a software rounding per multiply-add)."""
     source = cast.src[0].dtype
     if cast.dtype not in NARROW_FLOATS or not dtypes.is_float(source) or \
         source.itemsize <= cast.dtype.itemsize:

@@ -54,7 +54,8 @@ _FLOAT_FORMATS = {dtypes.float16: ("<e", "<H"), dtypes.float32: ("<f", "<I"), dt
 def scalar_word(value: Any, dtype: DType) -> int:
   """The 64-bit word a kernel receives for a scalar parameter of `dtype` (a Python int in the int64 range): the
   value rounded to the dtype exactly as a store would round it, then an integer's two's complement value, or a
-  float's bits (an 8-bit float in the low 8 bits, float16 and bfloat16 in the low 16, float32 in the low 32, float64 all 64)."""
+  float's bits (an 8-bit float in the low 8 bits, float16 and bfloat16 in the low 16, float32 in the low 32, float64
+  all 64)."""
   if dtypes.is_float(dtype):
     value = round_to_dtype(float(value), dtype)
     if dtype is dtypes.bfloat16: return struct.unpack("<I", struct.pack("<f", value))[0] >> 16

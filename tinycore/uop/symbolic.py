@@ -282,9 +282,6 @@ def _cast_value(v: Any, dtype: DType) -> Any:
   return dtypes.as_const(v, dtype)
 
 
-# Constant patterns match by kind (see `same_arg`): an int pattern never matches a bool or float constant, and
-# +0.0 never matches -0.0. Each identity below is exact for its dtypes, NaN, inf and signed zeros included.
-
 def _bounds_in(cond: UOp) -> dict[UOp, tuple[float, float]] | None:
   """The interval each value is held to by a condition that is a comparison of it with a constant (`x < 8`,
   `7 < x`) or an AND of such comparisons; None for any other condition."""
@@ -325,13 +322,15 @@ def merge_disjoint_selects(x: UOp) -> UOp | None:
   part of the output, become one select per element instead of a sum of gated values)."""
   if x.dtype is dtypes.bool: return None
   identity = x.const_like(-0.0 if dtypes.is_float(x.dtype) else 0)
-  if identity.arg != 0 or (dtypes.is_float(x.dtype) and math.copysign(1.0, identity.arg) > 0): return None
   a, b = (_select_chain(s, identity) for s in x.src)
   if a is None or b is None or not all(_disjoint(p, q) for p, _ in a for q, _ in b): return None
   out = identity
   for cond, value in reversed(a + b): out = cond.where(value, out)
   return out
 
+
+# Constant patterns match by kind (see `same_arg`): an int pattern never matches a bool or float constant, and
+# +0.0 never matches -0.0. Each identity below is exact for its dtypes, NaN, inf and signed zeros included.
 symbolic = PatternMatcher([
   # an ALU op on constants is a constant
   (UPat(GroupOp.ALU | {Ops.CAST}, name="x"), fold_constants),

@@ -64,7 +64,8 @@ class CLRenderer(CStyleRenderer):
   storage_names: dict[DType, str] = {dtypes.bool: "uchar", dtypes.float16: "ushort", dtypes.bfloat16: "ushort",
                                      **{d: "uchar" for d in FP8S}}
   half_helpers = CL_HALF_HELPERS
-  float_bits_helpers = "uint tc_bits_of(float f) { return as_uint(f); }\nfloat tc_float_of(uint u) { return as_float(u); }\n"
+  float_bits_helpers = ("uint tc_bits_of(float f) { return as_uint(f); }\n"
+                        "float tc_float_of(uint u) { return as_float(u); }\n")
   helper_qualifier = ""
   rint_function = "rint"
   unroll_pragma = "#pragma unroll"  # OpenCL compilers (clang, NVIDIA, AMD, Intel) know this spelling, not GCC's

@@ -19,6 +19,8 @@ from tinycore.plugin import NARROW_FLOATS, CStyleRenderer, DType, LinearKernel, 
 # The core's float16/bfloat16 conversions (one algorithm for every C-family device), as CUDA device functions
 CUDA_HALF_HELPERS = (CStyleRenderer.half_helpers.replace("static inline", "static __device__ __forceinline__")
                      .replace("__builtin_memcpy", "memcpy"))
+CUDA_FLOAT_BITS = (CStyleRenderer.float_bits_helpers.replace("static inline", "static __device__ __forceinline__")
+                   .replace("__builtin_memcpy", "memcpy"))
 BITCAST_HELPER = ("template <typename D, typename S> static __device__ __forceinline__ D tc_bitcast(S s) {\n"
                   "  static_assert(sizeof(D) == sizeof(S), \"bitcast between types of one size\");\n"
                   "  D d; memcpy(&d, &s, sizeof(D)); return d;\n}\n")
@@ -38,8 +40,7 @@ class CUDARenderer(CStyleRenderer):
   type_names: dict[DType, str] = {**CStyleRenderer.type_names, dtypes.bool: "bool"}
   prelude = BITCAST_HELPER
   half_helpers = CUDA_HALF_HELPERS
-  float_bits_helpers = ("static __device__ __forceinline__ unsigned int tc_bits_of(float f) { return __float_as_uint(f); }\n"
-                        "static __device__ __forceinline__ float tc_float_of(unsigned int u) { return __uint_as_float(u); }\n")
+  float_bits_helpers = CUDA_FLOAT_BITS
   helper_qualifier = "static __device__ __forceinline__"
   unroll_pragma = "#pragma unroll"
 
